@@ -1,0 +1,28 @@
+# One-command entry points. `make test` is what CI runs (.ci/run) and what README tells a new user.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: test demo bench lint soak clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[test,drf,prometheus,redis]"
+	touch $@
+
+test: $(VENV)/.installed
+	$(PY) -m pytest
+
+demo: $(VENV)/.installed
+	cd demo_project && ../$(PY) manage.py migrate --noinput && ../$(PY) manage.py runserver 127.0.0.1:8000
+
+bench: $(VENV)/.installed
+	$(PY) benchmarks/run.py
+
+lint: $(VENV)/.installed
+	$(PY) -m pip install --quiet ".[dev]"
+	$(VENV)/bin/ruff check . && $(VENV)/bin/mypy django_ratelimit_r4
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,1 @@
+"""Where limiter state lives. ``memory`` (per process) today; a Redis backend slots in behind the same interface."""
