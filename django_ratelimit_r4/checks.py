@@ -1,0 +1,1 @@
+"""System checks for ``RATELIMIT_R4`` (filled in by the registry work)."""

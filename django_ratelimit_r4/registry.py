@@ -1,0 +1,1 @@
+"""Settings-driven registry of named instances (filled in by the registry work)."""
