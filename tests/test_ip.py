@@ -1,0 +1,220 @@
+"""Client IP resolution: trust model, forged headers, malformed input, IPv6 grouping."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+from django.test import RequestFactory
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from django_ratelimit_r4.ip import UNKNOWN_CLIENT, ClientIPResolver
+
+rf = RequestFactory()
+
+
+def req(remote: str | None = "203.0.113.7", xff: str | None = None, fwd: str | None = None):
+    extra = {}
+    if xff is not None:
+        extra["HTTP_X_FORWARDED_FOR"] = xff
+    if fwd is not None:
+        extra["HTTP_FORWARDED"] = fwd
+    request = rf.get("/", **extra)
+    if remote is None:
+        del request.META["REMOTE_ADDR"]
+    else:
+        request.META["REMOTE_ADDR"] = remote
+    return request
+
+
+class TestNoProxies:
+    def test_remote_addr_is_the_answer(self):
+        assert ClientIPResolver()(req("198.51.100.1")) == "198.51.100.1"
+
+    @pytest.mark.parametrize("trusted", [None, 0, []])
+    def test_headers_ignored_without_trusted_proxies(self, trusted):
+        r = ClientIPResolver(trusted)
+        assert r(req("198.51.100.1", xff="1.1.1.1", fwd="for=2.2.2.2")) == "198.51.100.1"
+
+    def test_ipv6_normalised(self):
+        assert ClientIPResolver()(req("2001:DB8:0:0::1")) == "2001:db8::1"
+
+    def test_ipv4_mapped_ipv6_becomes_ipv4(self):
+        assert ClientIPResolver()(req("::ffff:192.0.2.9")) == "192.0.2.9"
+
+    def test_scope_id_dropped(self):
+        assert ClientIPResolver()(req("fe80::1%eth0")) == "fe80::1"
+
+    @pytest.mark.parametrize("bad", [None, "", "not-an-ip", "999.1.1.1", "x" * 5000])
+    def test_missing_or_malformed_remote_addr(self, bad):
+        assert ClientIPResolver()(req(bad)) == UNKNOWN_CLIENT
+
+
+class TestIPv6Grouping:
+    def test_slash_64(self):
+        r = ClientIPResolver(ipv6_prefix_length=64)
+        assert r(req("2001:db8:1:2:aaaa:bbbb:cccc:dddd")) == "2001:db8:1:2::/64"
+        assert r(req("2001:db8:1:2::9")) == "2001:db8:1:2::/64"
+        assert r(req("2001:db8:1:3::9")) == "2001:db8:1:3::/64"
+
+    def test_ipv4_untouched_by_grouping(self):
+        r = ClientIPResolver(ipv6_prefix_length=64)
+        assert r(req("192.0.2.1")) == "192.0.2.1"
+        assert r(req("::ffff:192.0.2.1")) == "192.0.2.1"
+
+    def test_grouping_applies_to_forwarded_clients(self):
+        r = ClientIPResolver(1, ipv6_prefix_length=48)
+        assert r(req("10.0.0.1", xff="2001:db8:abcd:12::1")) == "2001:db8:abcd::/48"
+
+    @pytest.mark.parametrize("bad", [0, 129, -1, True, "64", 64.0])
+    def test_invalid_prefix_rejected_at_build_time(self, bad):
+        with pytest.raises(ValueError, match="ipv6_prefix_length"):
+            ClientIPResolver(ipv6_prefix_length=bad)
+
+
+class TestProxyCount:
+    def test_one_proxy_takes_rightmost(self):
+        r = ClientIPResolver(1)
+        assert r(req("10.0.0.1", xff="198.51.100.5")) == "198.51.100.5"
+
+    def test_forged_prefix_is_ignored(self):
+        # The client sent "X-Forwarded-For: 6.6.6.6"; the proxy appended the real peer.
+        r = ClientIPResolver(1)
+        assert r(req("10.0.0.1", xff="6.6.6.6, 198.51.100.5")) == "198.51.100.5"
+
+    def test_two_proxies(self):
+        r = ClientIPResolver(2)
+        assert r(req("10.0.0.2", xff="6.6.6.6, 198.51.100.5, 10.0.0.1")) == "198.51.100.5"
+
+    def test_fewer_hops_than_proxies_falls_back(self):
+        r = ClientIPResolver(2)
+        assert r(req("10.0.0.2", xff="198.51.100.5")) == "10.0.0.2"
+
+    def test_no_header_falls_back(self):
+        assert ClientIPResolver(1)(req("10.0.0.1")) == "10.0.0.1"
+
+    def test_forwarded_header(self):
+        r = ClientIPResolver(1)
+        assert r(req("10.0.0.1", fwd='for=6.6.6.6, for="[2001:db8:cafe::17]:4711";proto=https')) == "2001:db8:cafe::17"
+
+    def test_ports_stripped(self):
+        r = ClientIPResolver(1)
+        assert r(req("10.0.0.1", xff="198.51.100.5:51234")) == "198.51.100.5"
+        assert r(req("10.0.0.1", xff="[2001:db8::5]:443")) == "2001:db8::5"
+
+    def test_works_when_remote_addr_is_a_unix_socket(self):
+        assert ClientIPResolver(1)(req("", xff="198.51.100.5")) == "198.51.100.5"
+
+    @pytest.mark.parametrize(
+        "xff", ["garbage", "198.51.100.5, unknown", "", " , ", "1.2.3.4, 999.0.0.1", "1.2.3.4," + "9" * 200]
+    )
+    def test_malformed_picks_remote_addr(self, xff):
+        assert ClientIPResolver(1)(req("10.0.0.1", xff=xff)) == "10.0.0.1"
+
+    def test_negative_count_rejected(self):
+        with pytest.raises(ValueError):
+            ClientIPResolver(-1)
+
+
+class TestTrustedCIDRs:
+    resolver = ClientIPResolver(["10.0.0.0/8", "2001:db8:ffff::/48"])
+
+    def test_untrusted_peer_headers_never_change_the_answer(self):
+        for xff in ["1.1.1.1", "10.0.0.5", "1.1.1.1, 2.2.2.2", "garbage"]:
+            assert self.resolver(req("198.51.100.9", xff=xff)) == "198.51.100.9"
+        assert self.resolver(req("198.51.100.9", fwd="for=1.1.1.1")) == "198.51.100.9"
+
+    def test_walks_from_the_right_skipping_trusted(self):
+        r = req("10.0.0.1", xff="6.6.6.6, 198.51.100.5, 10.1.1.1, 10.2.2.2")
+        assert self.resolver(r) == "198.51.100.5"
+
+    def test_ipv6_trusted_hops(self):
+        r = req("2001:db8:ffff::1", xff="198.51.100.5, 2001:db8:ffff:1::2")
+        assert self.resolver(r) == "198.51.100.5"
+
+    def test_all_trusted_returns_leftmost(self):
+        assert self.resolver(req("10.0.0.1", xff="10.9.9.9, 10.0.0.2")) == "10.9.9.9"
+
+    def test_malformed_hop_falls_back_to_remote_addr(self):
+        assert self.resolver(req("10.0.0.1", xff="198.51.100.5, _hidden")) == "10.0.0.1"
+        assert self.resolver(req("10.0.0.1", fwd="for=unknown")) == "10.0.0.1"
+        assert self.resolver(req("10.0.0.1", fwd="proto=https")) == "10.0.0.1"
+
+    def test_malformed_left_of_the_client_does_not_matter(self):
+        assert self.resolver(req("10.0.0.1", xff="garbage, 198.51.100.5")) == "198.51.100.5"
+
+    def test_forwarded_multiple_fields_joined(self):
+        r = req("10.0.0.1", fwd='for=6.6.6.6;by=10.0.0.1, For="198.51.100.5";proto=http, for=10.0.0.3')
+        assert self.resolver(r) == "198.51.100.5"
+
+    def test_ipv4_mapped_remote_addr_matches_ipv4_network(self):
+        assert self.resolver(req("::ffff:10.0.0.1", xff="198.51.100.5")) == "198.51.100.5"
+
+    def test_ipv4_mapped_network_spec_matches_ipv4_peer(self):
+        r = ClientIPResolver(["::ffff:10.0.0.0/104"])
+        assert r(req("10.0.0.1", xff="198.51.100.5")) == "198.51.100.5"
+
+    def test_too_many_hops_falls_back(self):
+        xff = ", ".join(["10.0.0.1"] * 100)
+        assert self.resolver(req("10.0.0.1", xff="198.51.100.5, " + xff)) == "10.0.0.1"
+
+    @pytest.mark.parametrize("bad", [["nope"], ["10.0.0.0/33"], [None], "10.0.0.0/8", True])
+    def test_bad_config_rejected_at_build_time(self, bad):
+        with pytest.raises(ValueError, match="trusted_proxies"):
+            ClientIPResolver(bad)
+
+
+class TestTwoHeaders:
+    def test_forged_second_header_is_detected(self):
+        # The proxy writes X-Forwarded-For; the client forged Forwarded.
+        r = ClientIPResolver(1)
+        assert r(req("10.0.0.1", xff="198.51.100.5", fwd="for=1.2.3.4")) == "10.0.0.1"
+
+    def test_agreeing_headers_are_fine(self):
+        r = ClientIPResolver(1)
+        assert r(req("10.0.0.1", xff="198.51.100.5", fwd="for=198.51.100.5")) == "198.51.100.5"
+
+    def test_pinned_header_ignores_the_other(self):
+        xff_only = ClientIPResolver(1, forwarded_header="x-forwarded-for")
+        fwd_only = ClientIPResolver(1, forwarded_header="forwarded")
+        r = req("10.0.0.1", xff="198.51.100.5", fwd="for=1.2.3.4")
+        assert xff_only(r) == "198.51.100.5"
+        assert fwd_only(r) == "1.2.3.4"
+        assert fwd_only(req("10.0.0.1", xff="198.51.100.5")) == "10.0.0.1"
+
+    def test_bad_header_name(self):
+        with pytest.raises(ValueError, match="forwarded_header"):
+            ClientIPResolver(1, forwarded_header="x-real-ip")  # type: ignore[arg-type]
+
+
+def test_cache_never_stores_long_strings():
+    r = ClientIPResolver(1)
+    for i in range(50):
+        r(req("10.0.0.1", xff=f"{i}" * 100))
+    assert r._cache.cache_info().currsize <= 1
+
+
+_header_text = st.text(alphabet=st.sampled_from(list("0123456789abcdef.:,;=[]\" _%forFOR")), max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    remote=st.one_of(_header_text, st.ip_addresses().map(str)),
+    xff=st.one_of(st.none(), _header_text),
+    fwd=st.one_of(st.none(), _header_text),
+    trusted=st.sampled_from([None, 1, 2, ["10.0.0.0/8"], ["0.0.0.0/0", "::/0"]]),
+)
+def test_never_raises_and_returns_an_ip_or_unknown(remote, xff, fwd, trusted):
+    result = ClientIPResolver(trusted, ipv6_prefix_length=64)(req(remote, xff=xff, fwd=fwd))
+    assert isinstance(result, str)
+    if result != UNKNOWN_CLIENT:
+        ipaddress.ip_network(result)  # an address or a /64 group
+
+
+@settings(max_examples=200, deadline=None)
+@given(forged=st.lists(st.one_of(st.ip_addresses().map(str), _header_text), max_size=5))
+def test_untrusted_peer_cannot_buy_a_new_identity(forged):
+    resolver = ClientIPResolver(["10.0.0.0/8"])
+    joined = ", ".join(forged)
+    assert resolver(req("198.51.100.9", xff=joined, fwd=joined)) == "198.51.100.9"

@@ -1,0 +1,152 @@
+"""Key specs compiled to request -> key functions."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from django.contrib.auth.models import AnonymousUser, User
+from django.contrib.sessions.backends.db import SessionStore
+from django.test import RequestFactory
+
+from django_ratelimit_r4.ip import ClientIPResolver
+from django_ratelimit_r4.keys import MAX_KEY_LENGTH, bound_key, compile_key, validate_key_spec
+
+rf = RequestFactory()
+
+
+def client_id(request):
+    """Dotted-path key function used by the tests below."""
+    return request.GET.get("client")
+
+
+def numeric_key(request):
+    return 7
+
+
+NOT_CALLABLE = "just a string"
+
+
+def make_request(*, user=None, session_key=None, remote="203.0.113.7", **extra):
+    request = rf.get("/", REMOTE_ADDR=remote, **extra)
+    if user is not None:
+        request.user = user
+    if session_key is not False:
+        request.session = SessionStore(session_key=session_key)
+    return request
+
+
+def authed(pk: int = 42) -> User:
+    return User(pk=pk, username=f"u{pk}")
+
+
+class TestBuiltins:
+    def test_ip(self):
+        assert compile_key("ip")(make_request()) == "203.0.113.7"
+
+    def test_ip_uses_given_resolver(self):
+        fn = compile_key("ip", ip_resolver=ClientIPResolver(1))
+        assert fn(make_request(remote="10.0.0.1", HTTP_X_FORWARDED_FOR="198.51.100.5")) == "198.51.100.5"
+
+    def test_user(self):
+        fn = compile_key("user")
+        assert fn(make_request(user=authed(42))) == "42"
+        assert fn(make_request(user=AnonymousUser())) is None
+        assert fn(make_request()) is None  # no auth middleware
+
+    def test_user_or_ip_prefixes(self):
+        fn = compile_key("user_or_ip")
+        assert fn(make_request(user=authed(42))) == "user:42"
+        assert fn(make_request(user=AnonymousUser())) == "ip:203.0.113.7"
+        assert fn(make_request()) == "ip:203.0.113.7"
+
+    def test_user_or_ip_uses_resolver(self):
+        fn = compile_key("user_or_ip", ip_resolver=ClientIPResolver(["10.0.0.0/8"]))
+        r = make_request(user=AnonymousUser(), remote="10.0.0.1", HTTP_X_FORWARDED_FOR="198.51.100.5")
+        assert fn(r) == "ip:198.51.100.5"
+
+    def test_session(self):
+        fn = compile_key("session")
+        assert fn(make_request(session_key="abcdefgh12345678")) == "abcdefgh12345678"
+        assert fn(make_request(session_key=None)) is None  # session not created yet
+        assert fn(make_request(session_key=False)) is None  # no session middleware
+
+    def test_header(self):
+        fn = compile_key("header:X-Api-Key")
+        assert fn(make_request(HTTP_X_API_KEY="k-123")) == "k-123"
+        assert fn(make_request()) is None
+        assert fn(make_request(HTTP_X_API_KEY="")) is None
+
+    def test_header_name_is_case_insensitive(self):
+        assert compile_key("header:x-api-key")(make_request(HTTP_X_API_KEY="k")) == "k"
+
+    def test_content_type_header_has_no_http_prefix(self):
+        request = rf.post("/", data="{}", content_type="application/json")
+        assert compile_key("header:Content-Type")(request) == "application/json"
+
+    def test_long_header_is_hashed(self):
+        value = "k" * 10_000
+        got = compile_key("header:X-Api-Key")(make_request(HTTP_X_API_KEY=value))
+        assert got == "sha256:" + hashlib.sha256(value.encode()).hexdigest()
+        assert len(got) < 100
+
+
+class TestCustom:
+    def test_dotted_path(self):
+        fn = compile_key("tests.test_keys.client_id")
+        assert fn(rf.get("/?client=abc")) == "abc"
+        assert fn(rf.get("/")) is None
+
+    def test_callable_object(self):
+        assert compile_key(lambda r: "fixed")(rf.get("/")) == "fixed"
+
+    def test_non_string_result_is_stringified(self):
+        assert compile_key("tests.test_keys.numeric_key")(rf.get("/")) == "7"
+
+    def test_custom_result_is_bounded(self):
+        long = "z" * (MAX_KEY_LENGTH + 1)
+        assert compile_key(lambda r: long)(rf.get("/")).startswith("sha256:")
+
+
+class TestBoundKey:
+    def test_short_values_unchanged(self):
+        assert bound_key("a" * MAX_KEY_LENGTH) == "a" * MAX_KEY_LENGTH
+
+    def test_forged_digest_does_not_collide(self):
+        long = "x" * 1000
+        digest = bound_key(long)
+        assert bound_key(digest) != digest
+
+
+class TestValidation:
+    @pytest.mark.parametrize(
+        "spec",
+        ["ip", "user", "user_or_ip", "session", "header:X-Api-Key", "tests.test_keys.client_id", None, len],
+    )
+    def test_valid(self, spec):
+        assert validate_key_spec(spec) is None
+
+    @pytest.mark.parametrize(
+        ("spec", "fragment"),
+        [
+            ("ipp", "unknown key 'ipp'"),
+            ("User", "unknown key 'User'"),
+            ("header:", "header name after 'header:' is empty"),
+            ("header:X Api", "not a valid HTTP header name"),
+            ("header:Ünïcode", "not a valid HTTP header name"),
+            ("tests.test_keys.missing", "cannot import key function 'tests.test_keys.missing'"),
+            ("nope.module.fn", "cannot import"),
+            ("tests.test_keys.NOT_CALLABLE", "is not callable"),
+            (".ip", "unknown key"),
+            (42, "must be a string or a callable"),
+        ],
+    )
+    def test_invalid_message(self, spec, fragment):
+        message = validate_key_spec(spec)
+        assert message is not None and fragment in message
+        with pytest.raises(ValueError, match=fragment.split("'")[0]):
+            compile_key(spec)
+
+    def test_compile_none_is_an_error(self):
+        with pytest.raises(ValueError, match="None"):
+            compile_key(None)  # type: ignore[arg-type]
