@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+import inspect
+import random as _random
+import threading
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
+from .clock import SYSTEM_CLOCK, Clock
 from .config import Validator
+from .durations import format_duration
+from .events import Event, EventPublisher
+from .exceptions import MaxRetriesExceeded
 
-__all__ = ["RetryConfig"]
+__all__ = ["Retry", "RetryConfig", "RetryEvent", "RetryEvents", "RetryMetrics"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+P = ParamSpec("P")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,3 +57,327 @@ class RetryConfig:
         v.callable_or_path("retry_on_result")
         v.boolean("fail_after_max_attempts")
         v.done()
+
+
+_MS = 1_000_000
+# Java's Long.MAX_VALUE: where Resilience4j's long arithmetic stops; keeps huge backoffs finite.
+_MAX_WAIT_NS = 2**63 - 1
+
+#: Event types of a :class:`Retry`, as Resilience4j names them.
+RETRY, ERROR, SUCCESS, IGNORED_ERROR = "RETRY", "ERROR", "SUCCESS", "IGNORED_ERROR"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryEvent(Event):
+    """A retry event (Resilience4j's ``RetryOnRetryEvent``, ``RetryOnErrorEvent``, ...).
+
+    ``number_of_attempts`` is Resilience4j's ``numberOfAttempts``: the failed attempts so far (for
+    RETRY and ERROR it includes the attempt that just failed; for SUCCESS it counts the retries that
+    preceded the success). ``wait_ns`` is the wait before the next attempt (RETRY only).
+    """
+
+    number_of_attempts: int = 0
+    last_exception: BaseException | None = None
+    wait_ns: int = 0
+
+
+class RetryEvents(EventPublisher[RetryEvent]):
+    """Listeners of one :class:`Retry`. Each ``on_<type>`` returns the listener (decorator-friendly).
+
+    - RETRY: an attempt failed (exception or ``retry_on_result``) and another one follows after ``wait_ns``.
+    - ERROR: attempts are exhausted; carries the last exception (or :class:`MaxRetriesExceeded`).
+    - SUCCESS: a call succeeded *after* at least one retry (a first-try success publishes nothing).
+    - IGNORED_ERROR: an exception that is not retried (ignored, or not in ``retry_exceptions``).
+    """
+
+    __slots__ = ()
+    EVENT_TYPES = (RETRY, ERROR, SUCCESS, IGNORED_ERROR)
+
+    def on_retry(self, listener: Callable[[RetryEvent], object]) -> Callable[[RetryEvent], object]:
+        """Call ``listener`` before each wait between attempts."""
+        return self._on(RETRY, listener)
+
+    def on_error(self, listener: Callable[[RetryEvent], object]) -> Callable[[RetryEvent], object]:
+        """Call ``listener`` when a call fails after exhausting its attempts."""
+        return self._on(ERROR, listener)
+
+    def on_success(self, listener: Callable[[RetryEvent], object]) -> Callable[[RetryEvent], object]:
+        """Call ``listener`` when a call succeeds after at least one retry."""
+        return self._on(SUCCESS, listener)
+
+    def on_ignored_error(self, listener: Callable[[RetryEvent], object]) -> Callable[[RetryEvent], object]:
+        """Call ``listener`` when an exception is raised without being retried."""
+        return self._on(IGNORED_ERROR, listener)
+
+
+class RetryMetrics:
+    """Cumulative counters of one :class:`Retry`, read by exporters at scrape time.
+
+    A call counts "with retry attempt" when it made more than one attempt. ``number_of_total_calls``
+    counts every attempt, like Resilience4j's ``getNumberOfTotalCalls``.
+    """
+
+    __slots__ = (
+        "number_of_failed_calls_with_retry_attempt",
+        "number_of_failed_calls_without_retry_attempt",
+        "number_of_successful_calls_with_retry_attempt",
+        "number_of_successful_calls_without_retry_attempt",
+        "number_of_total_calls",
+    )
+
+    def __init__(self) -> None:
+        self._clear()
+
+    def _clear(self) -> None:
+        #: Calls that succeeded on the first attempt.
+        self.number_of_successful_calls_without_retry_attempt = 0
+        #: Calls that succeeded after one or more retries.
+        self.number_of_successful_calls_with_retry_attempt = 0
+        #: Calls that failed on their only attempt (a non-retried exception, or ``max_attempts=1``).
+        self.number_of_failed_calls_without_retry_attempt = 0
+        #: Calls that failed after one or more retries.
+        self.number_of_failed_calls_with_retry_attempt = 0
+        #: Attempts made, over all calls.
+        self.number_of_total_calls = 0
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{n}={getattr(self, n)}" for n in self.__slots__)
+        return f"RetryMetrics({fields})"
+
+
+def _is_async_callable(fn: object) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004
+
+
+class Retry:
+    """Calls a function again when it fails, waiting between attempts (Resilience4j's ``Retry``).
+
+    ``call(fn, *args, **kwargs)`` for sync code, ``await acall(async_fn, *args, **kwargs)`` for async
+    code (waits with ``asyncio`` only, never blocking the loop), ``decorate(fn)`` for either.
+
+    Waiting goes through ``sleep(seconds)`` / ``await asleep(seconds)``, by default ``clock.sleep`` /
+    ``clock.asleep`` so a :class:`~django_ratelimit_r4.core.clock.FakeClock` advances instead of
+    sleeping. ``random`` (a :class:`random.Random`) drives the jitter of randomized waits.
+
+    Exceptions that are not :class:`Exception` (``KeyboardInterrupt``, ``asyncio.CancelledError``)
+    are never retried, counted or published: they propagate at once.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        config: RetryConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        sleep: Callable[[float], object] | None = None,
+        asleep: Callable[[float], Awaitable[object]] | None = None,
+        random: _random.Random | None = None,
+    ) -> None:
+        self.name = name
+        self.config = config if config is not None else RetryConfig()
+        self.metrics = RetryMetrics()
+        self.events = RetryEvents()
+        self._custom_sleep = sleep
+        self._custom_asleep = asleep
+        self._random = random if random is not None else _random.Random()
+        self._lock = threading.Lock()
+        self.clock: Clock = SYSTEM_CLOCK
+        self.set_clock(clock if clock is not None else SYSTEM_CLOCK)
+
+        cfg = self.config
+        self._max_attempts: int = cfg.max_attempts
+        self._wait_ns: int = int(cfg.wait_duration)
+        self._multiplier: float | None = cfg.exponential_backoff_multiplier if cfg.enable_exponential_backoff else None
+        self._factor: float | None = cfg.randomized_wait_factor if cfg.enable_randomized_wait else None
+        max_wait = cfg.exponential_max_wait_duration
+        self._cap_ns: int | None = int(max_wait) if cfg.enable_exponential_backoff and max_wait is not None else None
+        # Resolved once: an empty retry list means every Exception; ignore always wins.
+        self._retry_on: tuple[type[BaseException], ...] = cfg.retry_exceptions or (Exception,)
+        self._ignore: tuple[type[BaseException], ...] = cfg.ignore_exceptions
+        self._retry_on_result: Callable[[Any], bool] | None = cfg.retry_on_result  # type: ignore[assignment]
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Zero the metrics. Config, clock, sleeps and event listeners stay."""
+        with self._lock:
+            self.metrics._clear()
+
+    def set_clock(self, clock: Clock) -> None:
+        """Use ``clock``; the default sleeps follow it (explicit ``sleep=`` / ``asleep=`` are kept)."""
+        self.clock = clock
+        self._sleep: Callable[[float], object] = self._custom_sleep or clock.sleep
+        self._asleep: Callable[[float], Awaitable[object]] = self._custom_asleep or clock.asleep
+
+    # -- the wait ----------------------------------------------------------------------------------
+
+    def interval_ns(self, attempt: int) -> int:
+        """The wait in nanoseconds after failed attempt number ``attempt`` (1-based).
+
+        Resilience4j's ``IntervalFunction``: constant; exponential ``wait * multiplier^(attempt-1)``
+        (iterated with truncation, like Java's ``long`` arithmetic); randomized in
+        ``[w - f*w, w + f*w + 1 ms)``, floored at 1 ms when the base wait is at least 1 ms; both
+        combined randomize first and cap at ``exponential_max_wait_duration`` after.
+        """
+        wait = self._wait_ns
+        multiplier = self._multiplier
+        if multiplier is not None:
+            for _ in range(attempt - 1):
+                wait = int(wait * multiplier)
+                if wait >= _MAX_WAIT_NS:
+                    wait = _MAX_WAIT_NS
+                    break
+        factor = self._factor
+        if factor is not None:
+            # Java adds 1 to the range in its unit (ms); below 1 ms we add nothing and floor at 0.
+            one = _MS if self._wait_ns >= _MS else 0
+            delta = factor * wait
+            low = wait - delta
+            wait = int(low + self._random.random() * (wait + delta - low + one))
+            wait = min(max(wait, one), _MAX_WAIT_NS)
+        cap = self._cap_ns
+        if cap is not None and wait > cap:
+            wait = cap
+        return wait
+
+    # -- outcome bookkeeping (shared by call and acall) ---------------------------------------------
+
+    def _retryable(self, exc: Exception) -> bool:
+        return isinstance(exc, self._retry_on) and not isinstance(exc, self._ignore)
+
+    def _failed_attempt(self, attempt: int, exc: BaseException | None) -> int:
+        """Publish RETRY for a failed attempt that will be retried; return the wait in ns."""
+        wait = self._wait_ns if self._multiplier is None and self._factor is None else self.interval_ns(attempt)
+        if self.events.has_listeners:
+            self.events.publish(
+                RetryEvent(RETRY, self.name, number_of_attempts=attempt, last_exception=exc, wait_ns=wait)
+            )
+        return wait
+
+    def _count_failure(self, attempts: int) -> None:
+        with self._lock:
+            metrics = self.metrics
+            metrics.number_of_total_calls += attempts
+            if attempts > 1:
+                metrics.number_of_failed_calls_with_retry_attempt += 1
+            else:
+                metrics.number_of_failed_calls_without_retry_attempt += 1
+
+    def _exhausted_exception(self, attempts: int, exc: Exception) -> None:
+        self._count_failure(attempts)
+        if self.events.has_listeners:
+            self.events.publish(RetryEvent(ERROR, self.name, number_of_attempts=attempts, last_exception=exc))
+
+    def _not_retried(self, attempts: int, exc: Exception) -> None:
+        self._count_failure(attempts)
+        if self.events.has_listeners:
+            self.events.publish(
+                RetryEvent(IGNORED_ERROR, self.name, number_of_attempts=attempts - 1, last_exception=exc)
+            )
+
+    def _exhausted_result(self, attempts: int, last_exc: Exception | None) -> None:
+        self._count_failure(attempts)
+        error = MaxRetriesExceeded(self, attempts) if self.config.fail_after_max_attempts else None
+        if self.events.has_listeners:
+            # Like Resilience4j: the last exception seen, else a MaxRetriesExceeded.
+            reported = error or last_exc or MaxRetriesExceeded(self, attempts)
+            self.events.publish(RetryEvent(ERROR, self.name, number_of_attempts=attempts, last_exception=reported))
+        if error is not None:
+            raise error
+
+    def _succeeded(self, attempts: int, last_exc: Exception | None) -> None:
+        with self._lock:
+            metrics = self.metrics
+            metrics.number_of_total_calls += attempts
+            if attempts == 1:
+                metrics.number_of_successful_calls_without_retry_attempt += 1
+                return
+            metrics.number_of_successful_calls_with_retry_attempt += 1
+        if self.events.has_listeners:
+            self.events.publish(
+                RetryEvent(SUCCESS, self.name, number_of_attempts=attempts - 1, last_exception=last_exc)
+            )
+
+    # -- calling -----------------------------------------------------------------------------------
+
+    def call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """Call ``fn(*args, **kwargs)``, retrying per the config; waits with the sync ``sleep``.
+
+        Returns the result, re-raises the last exception once attempts are exhausted, raises
+        :class:`MaxRetriesExceeded` when ``fail_after_max_attempts`` and every result was retried,
+        else returns the last (retried) result.
+        """
+        attempt = 0
+        last_exc: Exception | None = None
+        predicate = self._retry_on_result
+        while True:
+            attempt += 1
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as exc:
+                if not self._retryable(exc):
+                    self._not_retried(attempt, exc)
+                    raise
+                if attempt >= self._max_attempts:
+                    self._exhausted_exception(attempt, exc)
+                    raise
+                last_exc = exc
+                wait = self._failed_attempt(attempt, exc)
+            else:
+                if predicate is None or not predicate(result):
+                    self._succeeded(attempt, last_exc)
+                    return result
+                if attempt >= self._max_attempts:
+                    self._exhausted_result(attempt, last_exc)
+                    return result
+                wait = self._failed_attempt(attempt, None)
+            self._sleep(wait / 1e9)
+
+    async def acall(self, fn: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any) -> T:
+        """Async twin of :meth:`call`: awaits ``fn(*args, **kwargs)`` and waits with ``asleep``."""
+        attempt = 0
+        last_exc: Exception | None = None
+        predicate = self._retry_on_result
+        while True:
+            attempt += 1
+            try:
+                result = await fn(*args, **kwargs)
+            except Exception as exc:
+                if not self._retryable(exc):
+                    self._not_retried(attempt, exc)
+                    raise
+                if attempt >= self._max_attempts:
+                    self._exhausted_exception(attempt, exc)
+                    raise
+                last_exc = exc
+                wait = self._failed_attempt(attempt, exc)
+            else:
+                if predicate is None or not predicate(result):
+                    self._succeeded(attempt, last_exc)
+                    return result
+                if attempt >= self._max_attempts:
+                    self._exhausted_result(attempt, last_exc)
+                    return result
+                wait = self._failed_attempt(attempt, None)
+            await self._asleep(wait / 1e9)
+
+    def decorate(self, fn: Callable[P, R]) -> Callable[P, R]:
+        """Wrap ``fn`` so each call goes through :meth:`acall` (async ``fn``) or :meth:`call`."""
+        if _is_async_callable(fn):
+            acall = self.acall
+
+            @functools.wraps(fn)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                return await acall(fn, *args, **kwargs)  # type: ignore[arg-type]
+
+            return async_wrapper  # type: ignore[return-value]
+        call = self.call
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            return call(fn, *args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        return f"Retry({self.name!r}, max_attempts={self._max_attempts}, wait={format_duration(self._wait_ns)})"
