@@ -1,0 +1,158 @@
+"""IETF "RateLimit header fields for HTTP" (draft-ietf-httpapi-ratelimit-headers): pure formatters.
+
+Two styles, chosen by the ``headers`` option:
+
+``"draft-10"`` (the -08..-10 syntax; Structured-Field Lists, RFC 9651)::
+
+    RateLimit-Policy: "api";q=10;w=1
+    RateLimit: "api";r=0;t=1
+
+Several policies are joined with ``", "`` in the order given. With a client key, both items carry
+``pk=:<base64>:``: the first 12 bytes of ``sha256(salt + key)``, never the raw key.
+
+``"draft-6"`` (the -04..-06 fields, still what Litestar and express-rate-limit's ``draft-6`` emit)::
+
+    RateLimit-Limit: 10
+    RateLimit-Remaining: 0
+    RateLimit-Reset: 1
+    RateLimit-Policy: 10;w=1
+
+With several policies, Limit/Remaining/Reset describe the one closest to exhaustion (fewest remaining,
+then longest reset) and RateLimit-Policy lists them all.
+
+Rounding. ``w`` must be a positive integer number of seconds, so :func:`window_seconds` rounds the
+refresh period **up** (at least 1): a limit of 10 per 100 ms is advertised as ``q=10;w=1``. A client
+that follows the advertised policy therefore never sends faster than the real one allows; it may send
+slower. ``t`` and ``RateLimit-Reset`` are delay-seconds rounded up (:func:`delay_seconds`), so a client
+that waits ``t`` seconds never comes back too early. Negative remaining (reservation debt) is sent as 0.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Literal
+
+__all__ = [
+    "DRAFT_6",
+    "DRAFT_10",
+    "HEADER_STYLES",
+    "HeaderStyle",
+    "QuotaStatus",
+    "delay_seconds",
+    "draft6_headers",
+    "draft10_headers",
+    "partition_key",
+    "ratelimit_headers",
+    "sf_string",
+    "window_seconds",
+]
+
+DRAFT_10 = "draft-10"
+DRAFT_6 = "draft-6"
+HeaderStyle = Literal["draft-10", "draft-6"]
+#: Valid values of the ``headers`` option (``None`` turns the fields off).
+HEADER_STYLES: tuple[str | None, ...] = (DRAFT_10, DRAFT_6, None)
+
+_NS_PER_S = 1_000_000_000
+_PK_BYTES = 12  # 96 bits: collision-free in practice, 16 base64 characters on the wire
+
+
+def window_seconds(period_ns: int) -> int:
+    """A refresh period in ns as the draft's ``w``: seconds rounded up, at least 1."""
+    return max(1, -(-period_ns // _NS_PER_S))
+
+
+def delay_seconds(wait_ns: int) -> int:
+    """A wait in ns as delay-seconds (``t``, ``RateLimit-Reset``): rounded up, never negative."""
+    return max(0, -(-wait_ns // _NS_PER_S))
+
+
+@lru_cache(maxsize=256)
+def sf_string(value: str) -> str:
+    """Serialise ``value`` as a Structured-Field String (quoted, ``\\`` and ``"`` escaped).
+
+    Characters outside printable ASCII cannot appear in an sf-string; they become ``_`` so a policy
+    name can never produce an invalid header.
+    """
+    out = []
+    for ch in value:
+        if ch in '\\"':
+            out.append("\\" + ch)
+        elif " " <= ch <= "~":
+            out.append(ch)
+        else:
+            out.append("_")
+    return '"' + "".join(out) + '"'
+
+
+def partition_key(key: str, salt: bytes = b"") -> str:
+    """The draft's ``pk`` as an sf-binary ``:base64:`` of a truncated ``sha256(salt + key)``.
+
+    Pass a server secret as ``salt`` when keys are guessable (IPv4 addresses are: an unsalted hash
+    of one can be reversed by trying all 2**32).
+    """
+    digest = hashlib.sha256(salt + key.encode("utf-8", "surrogatepass")).digest()[:_PK_BYTES]
+    return ":" + base64.b64encode(digest).decode("ascii") + ":"
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaStatus:
+    """One policy's state on one response: the input of the formatters.
+
+    ``window`` and ``reset`` are whole seconds (see :func:`window_seconds`, :func:`delay_seconds`);
+    ``key`` is the raw client key, only ever sent hashed as ``pk``.
+    """
+
+    policy: str
+    limit: int
+    window: int
+    remaining: int
+    reset: int
+    key: str | None = None
+
+
+def draft10_headers(statuses: Sequence[QuotaStatus], *, salt: bytes = b"") -> dict[str, str]:
+    """``RateLimit-Policy`` and ``RateLimit`` in the -10 syntax; ``{}`` for no statuses."""
+    if not statuses:
+        return {}
+    policies = []
+    states = []
+    for s in statuses:
+        name = sf_string(s.policy)
+        pk = "" if s.key is None else ";pk=" + partition_key(s.key, salt)
+        policies.append(f"{name};q={s.limit};w={s.window}{pk}")
+        states.append(f"{name};r={max(0, s.remaining)};t={max(0, s.reset)}{pk}")
+    return {"RateLimit-Policy": ", ".join(policies), "RateLimit": ", ".join(states)}
+
+
+def draft6_headers(statuses: Sequence[QuotaStatus]) -> dict[str, str]:
+    """``RateLimit-Limit/Remaining/Reset`` (closest-to-exhaustion policy) and ``RateLimit-Policy``."""
+    if not statuses:
+        return {}
+    worst = min(statuses, key=lambda s: (max(0, s.remaining), -s.reset))
+    return {
+        "RateLimit-Limit": str(worst.limit),
+        "RateLimit-Remaining": str(max(0, worst.remaining)),
+        "RateLimit-Reset": str(max(0, worst.reset)),
+        "RateLimit-Policy": ", ".join(f"{s.limit};w={s.window}" for s in statuses),
+    }
+
+
+def ratelimit_headers(
+    style: str | None, statuses: Sequence[QuotaStatus], *, salt: bytes = b""
+) -> dict[str, str]:
+    """Dispatch on the ``headers`` option: ``"draft-10"``, ``"draft-6"`` or ``None`` (no fields).
+
+    :raises ValueError: for any other style (settings checks should have caught it).
+    """
+    if style == DRAFT_10:
+        return draft10_headers(statuses, salt=salt)
+    if style == DRAFT_6:
+        return draft6_headers(statuses)
+    if style is None:
+        return {}
+    raise ValueError(f"headers must be 'draft-10', 'draft-6' or None, got {style!r}")

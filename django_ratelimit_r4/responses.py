@@ -1,0 +1,230 @@
+"""HTTP responses for rejections: 429 for rate limiters, 503 for circuit breakers and bulkheads.
+
+=============================  ======  ==============================================================
+Exception                      Status  ``Retry-After`` (delay-seconds, rounded up, at least 1)
+=============================  ======  ==============================================================
+``RequestNotPermitted``        429     ``exc.wait_ns``: time to the next permit for that limiter/key
+``CallNotPermitted``           503     ``exc.wait_ns``: remaining time in the OPEN state
+``BulkheadFull``               503     the configured per-instance duration (default 1 s)
+=============================  ======  ==============================================================
+
+The body is ``application/problem+json`` (RFC 9457) when the client's ``Accept`` allows JSON at least
+as much as plain text (an absent ``Accept`` allows everything), short ``text/plain`` otherwise; a
+malformed ``Accept`` gets text. Problem members: ``type``, ``title``, ``status``, ``detail``, ``name``
+(the instance that rejected) and ``retry_after``; rate-limit and bulkhead rejections use the
+RateLimit draft's ``quota-exceeded`` / ``temporary-reduced-capacity`` types with
+``violated-policies``. RFC 9457's ``instance`` member is a URI reference for the occurrence, so the
+instance *name* goes in ``name`` instead. The client key is never included.
+
+Every such response carries ``Cache-Control: no-store`` (RFC 6585: a 429 MUST NOT be stored; a cached
+503 would outlive the outage) and ``Vary: Accept``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from django.utils.cache import patch_cache_control, patch_vary_headers
+from django.utils.module_loading import import_string
+
+from .core.exceptions import (
+    BulkheadFull,
+    CallNotPermitted,
+    RequestNotPermitted,
+    ResilienceError,
+    retry_after_seconds,
+)
+
+__all__ = [
+    "HANDLED_EXCEPTIONS",
+    "PROBLEM_QUOTA_EXCEEDED",
+    "PROBLEM_TEMPORARY_REDUCED_CAPACITY",
+    "ResponseBuilder",
+    "accepts_json",
+    "default_response",
+    "resolve_response_builder",
+    "response_for_exception",
+    "retry_after_for",
+    "status_for",
+]
+
+#: The rejections :func:`response_for_exception` answers (for ``except`` clauses in middleware).
+HANDLED_EXCEPTIONS: tuple[type[ResilienceError], ...] = (RequestNotPermitted, CallNotPermitted, BulkheadFull)
+
+_PROBLEM_BASE = "https://iana.org/assignments/http-problem-types#"
+#: draft-ietf-httpapi-ratelimit-headers problem types (titles as registered there).
+PROBLEM_QUOTA_EXCEEDED = _PROBLEM_BASE + "quota-exceeded"
+PROBLEM_TEMPORARY_REDUCED_CAPACITY = _PROBLEM_BASE + "temporary-reduced-capacity"
+
+#: A user-supplied builder: ``builder(request, exc, *, status, retry_after) -> HttpResponse``.
+ResponseBuilder = Callable[..., HttpResponse]
+
+_DEFAULT_BULKHEAD_RETRY_AFTER_NS = 1_000_000_000
+_JSON_CONTENT_TYPE = "application/problem+json"
+_TEXT_CONTENT_TYPE = "text/plain; charset=utf-8"
+_MAX_ACCEPT_LEN = 2048
+
+# RFC 9110 token and qvalue grammar.
+_TOKEN_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")
+_QVALUE_RE = re.compile(r"(?:0(?:\.[0-9]{0,3})?|1(?:\.0{0,3})?)\Z")
+
+
+def _parse_accept(accept: str) -> list[tuple[str, str, float]] | None:
+    """``[(type, subtype, q)]`` for an Accept value, or None when any element is malformed."""
+    ranges = []
+    for element in accept.split(","):
+        if not element.strip():
+            continue  # RFC 9110 lists tolerate empty elements
+        media, *params = element.split(";")
+        maintype, slash, subtype = media.strip().lower().partition("/")
+        if not slash or not _TOKEN_RE.match(maintype) or not _TOKEN_RE.match(subtype):
+            return None
+        if maintype == "*" and subtype != "*":
+            return None
+        q = 1.0
+        for param in params:
+            key, eq, value = param.strip().partition("=")
+            if not eq or not _TOKEN_RE.match(key.strip()):
+                return None
+            if key.strip().lower() == "q":
+                if not _QVALUE_RE.match(value.strip()):
+                    return None
+                q = float(value)
+        ranges.append((maintype, subtype, q))
+    return ranges or None
+
+
+def _quality(ranges: list[tuple[str, str, float]], maintype: str, subtype: str) -> float:
+    """q of the most specific range matching ``maintype/subtype`` (0 when none matches)."""
+    best_rank, best_q = -1, 0.0
+    for rtype, rsub, q in ranges:
+        if rtype == maintype and rsub == subtype:
+            rank = 2
+        elif rtype == maintype and rsub == "*":
+            rank = 1
+        elif rtype == "*":
+            rank = 0
+        else:
+            continue
+        if rank > best_rank or (rank == best_rank and q > best_q):
+            best_rank, best_q = rank, q
+    return best_q
+
+
+@lru_cache(maxsize=256)
+def _accepts_json_cached(accept: str) -> bool:
+    ranges = _parse_accept(accept)
+    if ranges is None:
+        return False
+    q_json = max(_quality(ranges, "application", "problem+json"), _quality(ranges, "application", "json"))
+    return q_json > 0 and q_json >= _quality(ranges, "text", "plain")
+
+
+def accepts_json(accept: str | None) -> bool:
+    """Whether a problem+json body suits this ``Accept`` value (``None`` = header absent = yes).
+
+    JSON when ``application/problem+json`` or ``application/json`` (directly, via ``application/*``
+    or ``*/*``) has a non-zero q at least that of ``text/plain``. Malformed or over-long -> False.
+    """
+    if accept is None:
+        return True
+    if len(accept) > _MAX_ACCEPT_LEN:
+        return False
+    return _accepts_json_cached(accept)
+
+
+def status_for(exc: ResilienceError) -> int:
+    """429 for ``RequestNotPermitted``, 503 for ``CallNotPermitted`` and ``BulkheadFull``.
+
+    :raises TypeError: for any other exception (not a rejection this module answers).
+    """
+    if isinstance(exc, RequestNotPermitted):
+        return 429
+    if isinstance(exc, (CallNotPermitted, BulkheadFull)):
+        return 503
+    raise TypeError(f"no HTTP response is defined for {type(exc).__name__}; expected one of HANDLED_EXCEPTIONS")
+
+
+def retry_after_for(exc: ResilienceError, bulkhead_retry_after_ns: int = _DEFAULT_BULKHEAD_RETRY_AFTER_NS) -> int:
+    """``Retry-After`` seconds for a rejection: the exception's wait, or the bulkhead's configured one."""
+    if isinstance(exc, BulkheadFull):
+        return retry_after_seconds(int(bulkhead_retry_after_ns))
+    return exc.retry_after
+
+
+def _problem(exc: ResilienceError, status: int, retry_after: int) -> tuple[dict[str, Any], str]:
+    """(problem members, one-line text) for a rejection."""
+    detail = f"{exc}; retry after {retry_after} second{'s' if retry_after != 1 else ''}."
+    body: dict[str, Any]
+    if isinstance(exc, RequestNotPermitted):
+        body = {"type": PROBLEM_QUOTA_EXCEEDED, "title": "Quota Exceeded"}
+    elif isinstance(exc, BulkheadFull):
+        body = {"type": PROBLEM_TEMPORARY_REDUCED_CAPACITY, "title": "Temporary Reduced Capacity"}
+    else:
+        body = {"type": "about:blank", "title": "Service Unavailable"}
+    body.update(status=status, detail=detail, name=exc.name, retry_after=retry_after)
+    if not isinstance(exc, CallNotPermitted):
+        violated = getattr(exc, "violated_policies", None) or [exc.name]
+        body["violated-policies"] = list(violated)
+    return body, detail
+
+
+def default_response(request: HttpRequest, exc: ResilienceError, *, status: int, retry_after: int) -> HttpResponse:
+    """The built-in body (problem+json or text) with ``status``. Headers are added by the caller.
+
+    Exposed so a custom builder can wrap it.
+    """
+    body, detail = _problem(exc, status, retry_after)
+    if accepts_json(request.META.get("HTTP_ACCEPT")):
+        return HttpResponse(json.dumps(body), status=status, content_type=_JSON_CONTENT_TYPE)
+    return HttpResponse(detail + "\n", status=status, content_type=_TEXT_CONTENT_TYPE)
+
+
+def response_for_exception(
+    request: HttpRequest,
+    exc: ResilienceError,
+    *,
+    bulkhead_retry_after_ns: int = _DEFAULT_BULKHEAD_RETRY_AFTER_NS,
+    builder: ResponseBuilder | None = None,
+) -> HttpResponse:
+    """The 429/503 response for a rejection raised by a rate limiter, circuit breaker or bulkhead.
+
+    ``builder`` (from the ``response_builder`` setting, see :func:`resolve_response_builder`) replaces
+    the default body: it is called as ``builder(request, exc, status=..., retry_after=...)``. Whatever
+    it returns still gets ``Retry-After`` (unless it set one) and, on 429/503, ``Cache-Control: no-store``.
+
+    :raises TypeError: when ``exc`` is not one of :data:`HANDLED_EXCEPTIONS`.
+    """
+    status = status_for(exc)
+    retry_after = retry_after_for(exc, bulkhead_retry_after_ns)
+    response = (builder or default_response)(request, exc, status=status, retry_after=retry_after)
+    if "Retry-After" not in response:
+        response["Retry-After"] = str(retry_after)
+    if response.status_code in (429, 503):
+        patch_cache_control(response, no_store=True)
+    if builder is None:
+        patch_vary_headers(response, ("Accept",))
+    return response
+
+
+def resolve_response_builder(spec: str | ResponseBuilder | None) -> ResponseBuilder | None:
+    """Turn the ``response_builder`` option (dotted path, callable or None) into a callable, once.
+
+    :raises ValueError: when the path cannot be imported or does not name a callable.
+    """
+    if spec is None or (callable(spec) and not isinstance(spec, str)):
+        return spec
+    if not isinstance(spec, str):
+        raise ValueError(f"response_builder must be a dotted path or a callable, got {type(spec).__name__}")
+    try:
+        builder = import_string(spec)
+    except ImportError as exc:
+        raise ValueError(f"cannot import response_builder '{spec}': {exc}") from None
+    if not callable(builder):
+        raise ValueError(f"response_builder '{spec}' is not callable")
+    return builder  # type: ignore[no-any-return]
