@@ -1,1 +1,332 @@
-"""Settings-driven registry of named instances (filled in by the registry work)."""
+"""Named instances built from ``settings.RATELIMIT_R4``: lazily, once, rebuilt when the setting changes.
+
+Accessors (also importable from :mod:`django_ratelimit_r4`)::
+
+    get_rate_limiter("api")                 # the shared limiter of instance "api"
+    get_rate_limiter("api", key="1.2.3.4")  # the per-key limiter (a KeyedRateLimiter entry)
+    get_bulkhead(name), get_circuit_breaker(name), get_retry(name), get_time_limiter(name)
+
+An unknown name raises :class:`UnknownInstance` (an ``ImproperlyConfigured`` *and* a ``KeyError``)
+listing the configured names; a misconfigured instance raises :class:`MisconfiguredInstance` with
+the same messages ``manage.py check`` prints. Nothing here reads settings at import time.
+
+``generation`` is bumped on every rebuild (``setting_changed`` for ``RATELIMIT_R4``, e.g.
+``override_settings``). Code that caches an instance uses :func:`lookup`, which returns the
+generation the instance belongs to, and re-fetches when ``registry.generation`` differs: one int
+compare per call.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+
+from . import conf
+from .core.clock import SYSTEM_CLOCK, Clock
+from .core.config import import_string
+
+if TYPE_CHECKING:
+    from .core.bulkhead import Bulkhead
+    from .core.circuitbreaker import CircuitBreaker
+    from .core.ratelimiter import RateLimiter
+    from .core.retry import Retry
+    from .core.timelimiter import TimeLimiter
+    from .keyed import KeyedRateLimiter
+
+__all__ = [
+    "KINDS",
+    "MisconfiguredInstance",
+    "UnknownInstance",
+    "generation",
+    "get_bulkhead",
+    "get_circuit_breaker",
+    "get_keyed_rate_limiter",
+    "get_rate_limiter",
+    "get_retry",
+    "get_time_limiter",
+    "install_clock",
+    "instance_options",
+    "instances",
+    "invalidate",
+    "iter_instances",
+    "keyed_rate_limiters",
+    "lookup",
+    "names",
+    "reset_all",
+    "restore_clock",
+]
+
+KINDS = conf.KINDS
+
+#: Bumped on every rebuild. Compare with the value :func:`lookup` returned to detect a stale cache.
+generation: int = 0
+
+_lock = threading.RLock()
+_state: _State | None = None
+#: The clock new instances get: a test clock from :func:`install_clock`, else the system clock.
+_clock: Clock = SYSTEM_CLOCK
+_classes: dict[str, type] = {}
+
+
+class UnknownInstance(ImproperlyConfigured, KeyError):
+    """No instance of that name is configured. Lists the configured names and the setting path."""
+
+    def __init__(self, kind: str, name: str, known: tuple[str, ...], extra: str = "") -> None:
+        self.kind = kind
+        self.name = name
+        self.known = known
+        where = f'{conf.SETTING}["{kind}"]["instances"]'
+        listing = ", ".join(repr(n) for n in known) if known else "none"
+        self.message = f"no {KINDS[kind].type_name} named {name!r} in {where}; configured: {listing}.{extra}"
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        # KeyError.__str__ would repr() the message.
+        return self.message
+
+
+class MisconfiguredInstance(ImproperlyConfigured):
+    """The named instance exists but its settings are invalid; ``problems`` lists every mistake."""
+
+    def __init__(self, kind: str, name: str, problems: list[conf.Problem]) -> None:
+        self.kind = kind
+        self.name = name
+        self.problems = problems
+        details = "\n".join(f"  - {p} [{p.check_id}]" for p in problems)
+        super().__init__(
+            f"{KINDS[kind].type_name} {name!r} is misconfigured in {conf.SETTING} (run `manage.py check`):\n{details}"
+        )
+
+
+class _State:
+    """Instances of one generation of the setting."""
+
+    __slots__ = ("analysis", "generation", "instances", "keyed")
+
+    def __init__(self, analysis: conf.Analysis, generation: int) -> None:
+        self.analysis = analysis
+        self.generation = generation
+        self.instances: dict[str, dict[str, Any]] = {kind: {} for kind in KINDS}
+        self.keyed: dict[str, KeyedRateLimiter] = {}
+
+
+def _current_state() -> _State:
+    state = _state
+    if state is None:
+        state = _load_state()
+    return state
+
+
+def _load_state() -> _State:
+    global _state
+    with _lock:
+        if _state is None:
+            _state = _State(conf.get_analysis(), generation)
+        return _state
+
+
+def _spec(state: _State, kind: str, name: str) -> conf.InstanceSpec:
+    """The spec of a configured instance, or the clear error explaining why there is none."""
+    analysis = state.analysis
+    spec = analysis.specs[kind].get(name)
+    if spec is not None:
+        return spec
+    if name in analysis.broken[kind]:
+        raise MisconfiguredInstance(kind, name, analysis.broken[kind][name])
+    if analysis.section_problems[kind]:
+        raise MisconfiguredInstance(kind, name, analysis.section_problems[kind])
+    extra = ""
+    if analysis.problems:
+        extra = f" ({conf.SETTING} has {len(analysis.problems)} problem(s), e.g. {analysis.problems[0]}; run `manage.py check`.)"
+    raise UnknownInstance(kind, name, analysis.names(kind), extra)
+
+
+def _primitive_class(kind: str) -> type:
+    cls = _classes.get(kind)
+    if cls is None:
+        cls = _classes[kind] = import_string(KINDS[kind].primitive_path)
+    return cls
+
+
+def _build(state: _State, kind: str, name: str) -> Any:
+    with _lock:
+        instance = state.instances[kind].get(name)
+        if instance is None:
+            spec = _spec(state, kind, name)
+            instance = _primitive_class(kind)(name, spec.config, clock=_clock)
+            state.instances[kind][name] = instance
+        return instance
+
+
+def _get(kind: str, name: str) -> Any:
+    state = _current_state()
+    instance = state.instances[kind].get(name)
+    if instance is None:
+        instance = _build(state, kind, name)
+    return instance
+
+
+def lookup(kind: str, name: str) -> tuple[int, Any]:
+    """Return ``(generation, instance)`` for caching callers (decorators, middleware).
+
+    The generation is the one the instance was built for, so a rebuild racing with this call is
+    always noticed: cache the pair and re-fetch when ``registry.generation != cached_generation``.
+    """
+    state = _current_state()
+    instance = state.instances[kind].get(name)
+    if instance is None:
+        instance = _build(state, kind, name)
+    return state.generation, instance
+
+
+def get_rate_limiter(name: str, key: str | None = None) -> RateLimiter:
+    """The rate limiter ``name``; with ``key``, that client's own limiter (same config, own budget).
+
+    Without ``key`` this is the instance's single shared limiter, even when the instance has a
+    ``key`` spec for requests (the HTTP layer then uses the per-key limiters).
+    """
+    if key is not None:
+        return get_keyed_rate_limiter(name).get(key)  # type: ignore[no-any-return]
+    return _get("ratelimiters", name)  # type: ignore[no-any-return]
+
+
+def get_keyed_rate_limiter(name: str) -> KeyedRateLimiter:
+    """The per-key store of rate limiter ``name`` (bounded by its ``max_keys``)."""
+    state = _current_state()
+    keyed = state.keyed.get(name)
+    if keyed is None:
+        with _lock:
+            keyed = state.keyed.get(name)
+            if keyed is None:
+                spec = _spec(state, "ratelimiters", name)
+                from .keyed import KeyedRateLimiter  # written separately; imported only when used
+
+                keyed = KeyedRateLimiter(
+                    name,
+                    spec.config,
+                    clock=_clock,
+                    max_keys=spec.options["max_keys"],
+                    idle_timeout_ns=spec.options["key_idle_timeout"],
+                )
+                state.keyed[name] = keyed
+    return keyed
+
+
+def get_bulkhead(name: str) -> Bulkhead:
+    """The bulkhead ``name`` from ``RATELIMIT_R4["bulkheads"]["instances"]``."""
+    return _get("bulkheads", name)  # type: ignore[no-any-return]
+
+
+def get_circuit_breaker(name: str) -> CircuitBreaker:
+    """The circuit breaker ``name`` from ``RATELIMIT_R4["circuitbreakers"]["instances"]``."""
+    return _get("circuitbreakers", name)  # type: ignore[no-any-return]
+
+
+def get_retry(name: str) -> Retry:
+    """The retry ``name`` from ``RATELIMIT_R4["retries"]["instances"]``."""
+    return _get("retries", name)  # type: ignore[no-any-return]
+
+
+def get_time_limiter(name: str) -> TimeLimiter:
+    """The time limiter ``name`` from ``RATELIMIT_R4["timelimiters"]["instances"]``."""
+    return _get("timelimiters", name)  # type: ignore[no-any-return]
+
+
+def instance_options(kind: str, name: str) -> Mapping[str, Any]:
+    """The per-instance options that are not config fields, with defaults filled in.
+
+    ``ratelimiters``: ``key`` (spec or None), ``max_keys`` (int), ``key_idle_timeout`` (ns or None).
+    ``bulkheads``: ``retry_after`` (ns). Other kinds: empty. Raises like the accessors.
+    """
+    return _spec(_current_state(), kind, name).options
+
+
+def names(kind: str) -> tuple[str, ...]:
+    """Every configured instance name of ``kind`` (``"ratelimiters"``, ...), including broken ones."""
+    return _current_state().analysis.names(kind)
+
+
+def instances(kind: str) -> Iterator[tuple[str, Any]]:
+    """``(name, instance)`` for every valid configured instance of ``kind``, building as needed.
+
+    Misconfigured instances are skipped (``manage.py check`` reports them).
+    """
+    state = _current_state()
+    for name in state.analysis.specs[kind]:
+        instance = state.instances[kind].get(name)
+        yield name, instance if instance is not None else _build(state, kind, name)
+
+
+def iter_instances() -> Iterator[tuple[str, str, Any]]:
+    """``(kind, name, instance)`` for every valid configured instance of every kind."""
+    for kind in KINDS:
+        for name, instance in instances(kind):
+            yield kind, name, instance
+
+
+def keyed_rate_limiters() -> Iterator[tuple[str, KeyedRateLimiter]]:
+    """``(name, KeyedRateLimiter)`` for rate limiters with a ``key`` spec or already used per key."""
+    state = _current_state()
+    for name, spec in state.analysis.specs["ratelimiters"].items():
+        if name in state.keyed or spec.options["key"] is not None:
+            yield name, get_keyed_rate_limiter(name)
+
+
+def _built(state: _State) -> list[Any]:
+    with _lock:
+        return [i for per_kind in state.instances.values() for i in per_kind.values()] + list(
+            state.keyed.values()
+        )
+
+
+def install_clock(clock: Clock) -> None:
+    """Make every instance, built or future (keyed too), use ``clock``, with its state reset.
+
+    Each limiter's first cycle then starts at ``clock``'s current time. Used by the ``r4_clock``
+    pytest fixture; pair it with :func:`restore_clock`.
+    """
+    global _clock
+    with _lock:
+        _clock = clock
+        state = _state
+        if state is not None:
+            for instance in _built(state):
+                instance.set_clock(clock)
+                instance.reset()
+
+
+def restore_clock() -> None:
+    """Undo :func:`install_clock`: back to the system clock, every built instance reset."""
+    install_clock(SYSTEM_CLOCK)
+
+
+def reset_all() -> None:
+    """Reset every built instance to its freshly-built state (same config and clock)."""
+    state = _state
+    if state is not None:
+        for instance in _built(state):
+            instance.reset()
+
+
+def invalidate() -> None:
+    """Drop every instance and re-read ``RATELIMIT_R4`` on next use; bumps :data:`generation`.
+
+    Called automatically on ``setting_changed``; call it yourself only if you mutate settings by hand.
+    """
+    global _state, generation
+    with _lock:
+        conf.clear_cache()
+        _state = None
+        generation += 1
+
+
+def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting == conf.SETTING:
+        invalidate()
+
+
+setting_changed.connect(_on_setting_changed, dispatch_uid="django_ratelimit_r4.registry")

@@ -1,0 +1,885 @@
+"""Parse and validate ``settings.RATELIMIT_R4`` once, collecting every problem.
+
+:func:`analyse` turns the raw setting into an :class:`Analysis`: validated per-instance specs
+(config object + extra options), the top-level :class:`R4Options`, and a list of :class:`Problem`
+entries, each naming the exact setting path. The system checks (:mod:`.checks`) report those problems;
+the registry (:mod:`.registry`) builds instances from the specs and raises the same problems at first
+use of a broken instance. Field rules live in the config classes (one source of truth): this module
+only walks the dict, merges inheritance and maps each :class:`FieldError` back to where it was written.
+
+Importing this module never reads settings; :func:`get_analysis` and :func:`get_options` do, lazily,
+and cache until ``RATELIMIT_R4`` changes (``setting_changed``, so ``override_settings`` works).
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import importlib.util
+import ipaddress
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+
+from .core.bulkhead import BulkheadConfig
+from .core.circuitbreaker import CircuitBreakerConfig
+from .core.config import field_names, import_string
+from .core.durations import DurationError, Nanos, format_duration, parse_duration
+from .core.exceptions import ConfigurationError
+from .core.ratelimiter import RateLimiterConfig
+from .core.retry import RetryConfig
+from .core.timelimiter import TimeLimiterConfig
+
+__all__ = [
+    "KINDS",
+    "SETTING",
+    "Analysis",
+    "Code",
+    "InstanceSpec",
+    "Kind",
+    "Problem",
+    "R4Options",
+    "StallDetectorOptions",
+    "analyse",
+    "clear_cache",
+    "get_analysis",
+    "get_options",
+    "parse_key_spec",
+    "raw_setting",
+    "setting_path",
+]
+
+#: Name of the Django setting.
+SETTING = "RATELIMIT_R4"
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class Code(enum.Enum):
+    """Every problem the settings can have, with its stable system-check id (the one table).
+
+    ``E`` ids are errors (the named instance or option cannot be used), ``W`` ids are warnings.
+    docs/configuration.md lists the same table; a test keeps the two in sync.
+    """
+
+    title: str
+
+    def __new__(cls, check_id: str, title: str) -> Code:
+        member = object.__new__(cls)
+        member._value_ = check_id
+        member.title = title
+        return member
+
+    NOT_A_DICT = ("E001", "RATELIMIT_R4 is not a dict")
+    UNKNOWN_KEY = (
+        "E002",
+        "unknown key (section, option, config field or per-instance option), with a 'did you mean'",
+    )
+    WRONG_CONTAINER = (
+        "E003",
+        "a section, 'configs', 'instances' or an entry is not a dict, or a name is not a non-empty string",
+    )
+    INVALID_FIELD = (
+        "E004",
+        "invalid value of a config field: unitless or malformed duration, out of range, wrong type, unimportable exception class or callable",
+    )
+    UNKNOWN_BASE_CONFIG = ("E005", "base_config names a config that does not exist (or is not a string)")
+    CIRCULAR_BASE_CONFIG = ("E006", "circular base_config chain")
+    INVALID_KEY = ("E007", "invalid rate limiter 'key' spec")
+    INVALID_INSTANCE_OPTION = (
+        "E008",
+        "invalid per-instance option: max_keys, key_idle_timeout or retry_after",
+    )
+    INVALID_BACKEND = ("E009", "backend is not 'memory' or 'redis'")
+    REDIS_NOT_INSTALLED = ("E010", "backend 'redis' but the redis package is not installed")
+    INVALID_REDIS_URL = ("E011", "backend 'redis' without a valid redis_url")
+    INVALID_HEADERS = ("E012", "headers is not 'draft-10', 'draft-6' or None")
+    INVALID_RESPONSE_BUILDER = ("E013", "response_builder cannot be imported or is not callable")
+    INVALID_TRUSTED_PROXIES = ("E014", "trusted_proxies is not a count >= 0 or a list of CIDR networks")
+    INVALID_IPV6_PREFIX = ("E015", "ipv6_prefix_length is not an integer from 1 to 128")
+    INVALID_TOKEN = ("E016", "state_endpoint_token is not a non-empty string or None")
+    INVALID_STALL_DETECTOR = (
+        "E017",
+        "stall_detector 'enabled' is not a bool or 'threshold' is not a positive duration",
+    )
+    INVALID_METRICS = ("E018", "metrics is not True or False")
+    MEMORY_MULTIPROCESS = ("W001", "in-memory rate limiters in a deployment that looks multi-process")
+    METRICS_WITHOUT_PROMETHEUS = ("W002", "metrics is True but prometheus_client is not installed")
+    SHORT_TOKEN = ("W003", "state_endpoint_token is shorter than 32 characters")
+
+    @property
+    def check_id(self) -> str:
+        """The full Django check id, e.g. ``"ratelimit_r4.E004"``."""
+        return f"ratelimit_r4.{self.value}"
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One mistake in ``RATELIMIT_R4``: where it is, what is wrong and how to fix it."""
+
+    code: Code
+    path: str
+    message: str
+    hint: str | None = None
+
+    @property
+    def check_id(self) -> str:
+        """The Django check id, e.g. ``"ratelimit_r4.E002"``."""
+        return self.code.check_id
+
+    def __str__(self) -> str:
+        text = f"{self.path}: {self.message}"
+        return f"{text} (hint: {self.hint})" if self.hint else text
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """One section of the setting: which config class it validates with and which primitive it builds."""
+
+    section: str
+    type_name: str
+    config_class: type
+    primitive_path: str
+    accessor: str
+    extras: tuple[str, ...] = ()
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """Config field names settable in this section."""
+        return field_names(self.config_class)
+
+
+#: The five sections, in the order ``manage.py r4 status`` lists them.
+KINDS: dict[str, Kind] = {
+    k.section: k
+    for k in (
+        Kind(
+            "ratelimiters",
+            "ratelimiter",
+            RateLimiterConfig,
+            "django_ratelimit_r4.core.ratelimiter.RateLimiter",
+            "get_rate_limiter",
+            ("key", "max_keys", "key_idle_timeout"),
+        ),
+        Kind(
+            "bulkheads",
+            "bulkhead",
+            BulkheadConfig,
+            "django_ratelimit_r4.core.bulkhead.Bulkhead",
+            "get_bulkhead",
+            ("retry_after",),
+        ),
+        Kind(
+            "circuitbreakers",
+            "circuitbreaker",
+            CircuitBreakerConfig,
+            "django_ratelimit_r4.core.circuitbreaker.CircuitBreaker",
+            "get_circuit_breaker",
+        ),
+        Kind("retries", "retry", RetryConfig, "django_ratelimit_r4.core.retry.Retry", "get_retry"),
+        Kind(
+            "timelimiters",
+            "timelimiter",
+            TimeLimiterConfig,
+            "django_ratelimit_r4.core.timelimiter.TimeLimiter",
+            "get_time_limiter",
+        ),
+    )
+}
+
+#: Default values of the per-instance extra options.
+DEFAULT_MAX_KEYS = 100_000
+DEFAULT_BULKHEAD_RETRY_AFTER = Nanos(1_000_000_000)
+
+#: Built-in request key functions for keyed rate limiters (``header:<Name>`` and dotted paths too).
+BUILTIN_KEYS = ("ip", "user", "user_or_ip", "session")
+
+_OPTION_KEYS = (
+    "backend",
+    "redis_url",
+    "headers",
+    "response_builder",
+    "trusted_proxies",
+    "ipv6_prefix_length",
+    "state_endpoint_token",
+    "stall_detector",
+    "metrics",
+)
+_BACKENDS = ("memory", "redis")
+_HEADER_STYLES = ("draft-10", "draft-6")
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+_DURATION_HINT = "Write durations as timedelta or a string with a unit: '500ms', '1s', '5m'."
+
+
+@dataclass(frozen=True, slots=True)
+class StallDetectorOptions:
+    """``RATELIMIT_R4["stall_detector"]``: the event-loop stall monitor (off by default)."""
+
+    enabled: bool = False
+    threshold_ns: int = 20_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class R4Options:
+    """The validated top-level options of ``RATELIMIT_R4`` (read by the HTTP and operations layers).
+
+    ``response_builder`` is already imported (a callable or None); ``trusted_proxies`` is an int
+    count or a tuple of :mod:`ipaddress` networks; durations are integer nanoseconds.
+    """
+
+    backend: str = "memory"
+    redis_url: str | None = None
+    headers: str | None = "draft-10"
+    response_builder: Callable[..., Any] | None = None
+    trusted_proxies: int | tuple[IPNetwork, ...] = 0
+    ipv6_prefix_length: int = 128
+    state_endpoint_token: str | None = None
+    stall_detector: StallDetectorOptions = field(default_factory=StallDetectorOptions)
+    metrics: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceSpec:
+    """Everything needed to build one configured instance: its validated config and extra options."""
+
+    kind: str
+    name: str
+    config: Any
+    options: Mapping[str, Any]
+    path: str
+
+
+@dataclass(slots=True)
+class Analysis:
+    """The parsed setting: valid specs, broken instances with their problems, and every problem."""
+
+    raw: Any
+    problems: list[Problem] = field(default_factory=list)
+    specs: dict[str, dict[str, InstanceSpec]] = field(default_factory=lambda: {k: {} for k in KINDS})
+    broken: dict[str, dict[str, list[Problem]]] = field(default_factory=lambda: {k: {} for k in KINDS})
+    #: Problems that make a whole section unusable (not a dict, or the setting itself is not a dict).
+    section_problems: dict[str, list[Problem]] = field(default_factory=lambda: {k: [] for k in KINDS})
+    options: R4Options | None = None
+    option_problems: list[Problem] = field(default_factory=list)
+
+    def names(self, kind: str) -> tuple[str, ...]:
+        """Every configured instance name of ``kind``, valid or broken, in setting order."""
+        return tuple(self.specs[kind]) + tuple(n for n in self.broken[kind] if n not in self.specs[kind])
+
+
+# --------------------------------------------------------------------------------------------- paths
+
+
+def setting_path(*parts: object) -> str:
+    """``setting_path("ratelimiters", "instances", "api")`` -> ``'RATELIMIT_R4["ratelimiters"]["instances"]["api"]'``."""
+    return SETTING + "".join(f'["{p}"]' if isinstance(p, str) else f"[{p!r}]" for p in parts)
+
+
+def _did_you_mean(word: object, options: Iterable[str]) -> str | None:
+    if not isinstance(word, str):
+        return None
+    close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
+    return f"Did you mean '{close[0]}'?" if close else None
+
+
+def _known(options: Iterable[str]) -> str:
+    return ", ".join(sorted(options))
+
+
+class _Invalid(Exception):
+    """Internal: one invalid value, with its message and hint."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+# ------------------------------------------------------------------------------- per-instance extras
+
+
+def parse_key_spec(value: object) -> str | Callable[..., Any] | None:
+    """Validate a rate limiter ``key`` spec and return it unchanged (compile it with ``keys.compile_key``).
+
+    Accepts a built-in name (``"ip"``, ``"user"``, ``"user_or_ip"``, ``"session"``), ``"header:<Name>"``,
+    a dotted path to ``callable(request) -> str | None`` or the callable itself. Raises ``ValueError``
+    with a readable message when the spec is not usable.
+    """
+    try:
+        return _parse_key(value)
+    except _Invalid as exc:
+        raise ValueError(exc.message) from None
+
+
+def _parse_key(value: object) -> str | Callable[..., Any] | None:
+    # keys.validate_key_spec is the single source of the key rules (it imports dotted paths).
+    from .keys import validate_key_spec
+
+    try:
+        error = validate_key_spec(value)
+    except Exception as exc:  # a user module imported by the dotted path may raise anything
+        error = f"cannot import key function {value!r}: {exc!r}"
+    if error is None:
+        return value  # type: ignore[return-value]
+    hint = _did_you_mean(value, BUILTIN_KEYS) if isinstance(value, str) and "." not in value else None
+    raise _Invalid(
+        error,
+        hint
+        or "Use 'ip', 'user', 'user_or_ip', 'session', 'header:<Name>' or a dotted path to callable(request) -> str | None.",
+    )
+
+
+def _parse_max_keys(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Invalid(f"must be an integer, got {value!r}")
+    if value < 1:
+        raise _Invalid(f"must be >= 1, got {value}")
+    return value
+
+
+def _parse_positive_duration(value: object) -> Nanos:
+    try:
+        nanos = parse_duration(value)
+    except DurationError as exc:
+        raise _Invalid(str(exc), _DURATION_HINT) from None
+    if nanos <= 0:
+        raise _Invalid(f"must be longer than 0s, got {format_duration(nanos)}", _DURATION_HINT)
+    return nanos
+
+
+def _parse_idle_timeout(value: object) -> Nanos | None:
+    return None if value is None else _parse_positive_duration(value)
+
+
+# (parser, default, problem code) of every extra option
+_EXTRAS: dict[str, tuple[Callable[[Any], Any], Any, Code]] = {
+    "key": (_parse_key, None, Code.INVALID_KEY),
+    "max_keys": (_parse_max_keys, DEFAULT_MAX_KEYS, Code.INVALID_INSTANCE_OPTION),
+    "key_idle_timeout": (_parse_idle_timeout, None, Code.INVALID_INSTANCE_OPTION),
+    "retry_after": (_parse_positive_duration, DEFAULT_BULKHEAD_RETRY_AFTER, Code.INVALID_INSTANCE_OPTION),
+}
+
+
+# ------------------------------------------------------------------------------------------ sections
+
+
+class _Section:
+    """Walks one section (``configs`` + ``instances``), resolving inheritance with origin tracking."""
+
+    def __init__(self, kind: Kind, raw: object, analysis: Analysis) -> None:
+        self.kind = kind
+        self.analysis = analysis
+        self.problems: list[Problem] = []
+        self.allowed = (*kind.fields, *kind.extras, "base_config")
+        self.configs: dict[str, Mapping[str, Any]] = {}
+        self.instances: dict[str, Mapping[str, Any]] = {}
+        # problems of one entry's own keys, keyed by ("configs"|"instances", name)
+        self.entry_problems: dict[tuple[str, str], list[Problem]] = {}
+        self._read(raw)
+
+    def _add(self, problem: Problem, sink: list[Problem] | None = None) -> None:
+        self.analysis.problems.append(problem)
+        if sink is not None:
+            sink.append(problem)
+
+    def _read(self, raw: object) -> None:
+        section = self.kind.section
+        sink = self.analysis.section_problems[section]
+        if not isinstance(raw, Mapping):
+            self._add(
+                Problem(
+                    Code.WRONG_CONTAINER,
+                    setting_path(section),
+                    f"must be a dict with 'configs' and/or 'instances', got {type(raw).__name__}",
+                    'Write it as {"configs": {"default": {...}}, "instances": {"name": {...}}}.',
+                ),
+                sink,
+            )
+            return
+        for key in raw:
+            if key not in ("configs", "instances"):
+                self._add(
+                    Problem(
+                        Code.UNKNOWN_KEY,
+                        setting_path(section, key),
+                        f"unknown key {key!r}; a section has only 'configs' and 'instances'",
+                        _did_you_mean(key, ("configs", "instances")),
+                    ),
+                    sink,
+                )
+        for group, target in (("configs", self.configs), ("instances", self.instances)):
+            entries = raw.get(group, {})
+            if entries is None:
+                continue
+            if not isinstance(entries, Mapping):
+                self._add(
+                    Problem(
+                        Code.WRONG_CONTAINER,
+                        setting_path(section, group),
+                        f"must be a dict of name -> options, got {type(entries).__name__}",
+                    ),
+                    sink,
+                )
+                continue
+            for name, entry in entries.items():
+                self._read_entry(group, name, entry, target)
+
+    def _read_entry(
+        self, group: str, name: object, entry: object, target: dict[str, Mapping[str, Any]]
+    ) -> None:
+        section = self.kind.section
+        if not isinstance(name, str) or not name:
+            self._add(
+                Problem(
+                    Code.WRONG_CONTAINER,
+                    setting_path(section, group, name),
+                    f"names must be non-empty strings, got {name!r}",
+                )
+            )
+            return
+        own: list[Problem] = []
+        self.entry_problems[(group, name)] = own
+        if not isinstance(entry, Mapping):
+            self._add(
+                Problem(
+                    Code.WRONG_CONTAINER,
+                    setting_path(section, group, name),
+                    f"must be a dict of options, got {type(entry).__name__}",
+                    "Write {} for all defaults.",
+                ),
+                own,
+            )
+            entry = {}
+        for key in entry:
+            if key in self.allowed:
+                continue
+            hint = _did_you_mean(key, self.allowed)
+            owners = [
+                k.section
+                for k in KINDS.values()
+                if isinstance(key, str) and (key in k.fields or key in k.extras)
+            ]
+            if hint is None and owners:
+                hint = f"'{key}' belongs to {', '.join(owners)}, not {section}."
+            self._add(
+                Problem(
+                    Code.UNKNOWN_KEY,
+                    setting_path(section, group, name, key),
+                    f"unknown option {key!r} for {section}",
+                    hint or f"Known options: {_known(self.allowed)}.",
+                ),
+                own,
+            )
+        if group == "configs" and name == "default" and "base_config" in entry:
+            self._add(
+                Problem(
+                    Code.CIRCULAR_BASE_CONFIG,
+                    setting_path(section, group, name, "base_config"),
+                    "configs['default'] cannot have a base_config: it is the root every config inherits",
+                    "Remove base_config from the default config.",
+                ),
+                own,
+            )
+            entry = {k: v for k, v in entry.items() if k != "base_config"}
+        target[name] = entry
+
+    # ---- inheritance
+
+    def lineage(
+        self, group: str, name: str
+    ) -> tuple[list[tuple[tuple[str, str], Mapping[str, Any]]], list[Problem]]:
+        """Entries from the root config to ``name`` (leaf last), or the problem that stops the walk."""
+        section = self.kind.section
+        source = self.configs if group == "configs" else self.instances
+        chain: list[tuple[tuple[str, str], Mapping[str, Any]]] = [((group, name), source[name])]
+        visited: list[str] = [name] if group == "configs" else []
+        current, current_group, current_name = source[name], group, name
+        problems: list[Problem] = []
+        while True:
+            base = current.get("base_config")
+            if base is None:
+                if (
+                    current_group == "configs" and current_name == "default"
+                ) or "default" not in self.configs:
+                    break
+                base = "default"
+            at = setting_path(section, current_group, current_name, "base_config")
+            if not isinstance(base, str) or base not in self.configs:
+                hint = _did_you_mean(base, self.configs)
+                if hint is None:
+                    hint = (
+                        f"Configured configs: {_known(self.configs)}."
+                        if self.configs
+                        else f"Define it under {setting_path(section, 'configs')}."
+                    )
+                problems.append(Problem(Code.UNKNOWN_BASE_CONFIG, at, f"unknown config {base!r}", hint))
+                break
+            if base in visited:
+                cycle = visited[visited.index(base) :]
+                start = cycle.index(min(cycle))  # one canonical report per cycle, whoever finds it
+                cycle = cycle[start:] + cycle[:start]
+                problems.append(
+                    Problem(
+                        Code.CIRCULAR_BASE_CONFIG,
+                        setting_path(section, "configs", cycle[-1], "base_config"),
+                        "circular base_config: " + " -> ".join([*cycle, cycle[0]]),
+                        "Break the cycle: a config may inherit only from configs that do not inherit from it.",
+                    )
+                )
+                break
+            visited.append(base)
+            current, current_group, current_name = self.configs[base], "configs", base
+            chain.append((("configs", base), current))
+        chain.reverse()
+        return chain, problems
+
+    def resolve(self, group: str, name: str) -> tuple[InstanceSpec | None, list[Problem]]:
+        """Merge ``name``'s lineage, build its config and extras; return the spec or its problems."""
+        section = self.kind.section
+        chain, problems = self.lineage(group, name)
+        for key, _entry in chain:
+            problems.extend(self.entry_problems.get(key, ()))
+        merged: dict[str, Any] = {}
+        origin: dict[str, str] = {}
+        for (g, n), entry in chain:
+            for key, value in entry.items():
+                if key != "base_config" and key in self.allowed:
+                    merged[key] = value
+                    origin[key] = setting_path(section, g, n, key)
+
+        def where(fld: str) -> str:
+            return origin.get(fld, setting_path(section, group, name, fld))
+
+        config = None
+        try:
+            config = self.kind.config_class(**{k: merged[k] for k in self.kind.fields if k in merged})
+        except ConfigurationError as exc:
+            for err in exc.errors:
+                problems.append(Problem(Code.INVALID_FIELD, where(err.field), err.message, err.hint))
+        except Exception as exc:  # a user module imported by a dotted path may raise anything
+            problems.append(
+                Problem(Code.INVALID_FIELD, setting_path(section, group, name), f"cannot be built: {exc!r}")
+            )
+        options: dict[str, Any] = {}
+        for extra in self.kind.extras:
+            parser, default, code = _EXTRAS[extra]
+            if extra not in merged:
+                options[extra] = default
+                continue
+            try:
+                options[extra] = parser(merged[extra])
+            except _Invalid as exc:
+                problems.append(Problem(code, where(extra), exc.message, exc.hint))
+        if problems:
+            return None, problems
+        return InstanceSpec(
+            section, name, config, MappingProxyType(options), setting_path(section, group, name)
+        ), []
+
+    def run(self) -> None:
+        """Validate every config (used or not) and every instance; record specs and problems."""
+        seen = {(p.code, p.path, p.message) for p in self.analysis.problems}
+        for group, source in (("configs", self.configs), ("instances", self.instances)):
+            for name in source:
+                spec, problems = self.resolve(group, name)
+                for problem in problems:
+                    if (problem.code, problem.path, problem.message) not in seen:
+                        seen.add((problem.code, problem.path, problem.message))
+                        self.analysis.problems.append(problem)
+                if group == "instances":
+                    if spec is None:
+                        self.analysis.broken[self.kind.section][name] = problems
+                    else:
+                        self.analysis.specs[self.kind.section][name] = spec
+
+
+# ------------------------------------------------------------------------------------------- options
+
+
+def _option_backend(value: object, raw: Mapping[str, Any]) -> str:
+    if not isinstance(value, str) or value.lower() not in _BACKENDS:
+        raise _Invalid(f"must be 'memory' or 'redis', got {value!r}", _did_you_mean(value, _BACKENDS))
+    return value.lower()
+
+
+def _option_headers(value: object, raw: Mapping[str, Any]) -> str | None:
+    if value is None or value is False:
+        return None
+    if not isinstance(value, str) or value.lower() not in _HEADER_STYLES:
+        raise _Invalid(
+            f"must be 'draft-10', 'draft-6' or None, got {value!r}",
+            _did_you_mean(value, _HEADER_STYLES) or "None turns the RateLimit headers off.",
+        )
+    return value.lower()
+
+
+def _option_response_builder(value: object, raw: Mapping[str, Any]) -> Callable[..., Any] | None:
+    hint = (
+        "Give a dotted path to callable(request, exc) -> HttpResponse, e.g. 'myproject.responses.too_many'."
+    )
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = import_string(value)
+        except Exception as exc:
+            raise _Invalid(f"cannot import {raw['response_builder']!r}: {exc}", hint) from None
+    if not callable(value):
+        raise _Invalid(f"must be callable or a dotted path to a callable, got {value!r}", hint)
+    return value  # type: ignore[no-any-return]
+
+
+def _option_trusted_proxies(value: object, raw: Mapping[str, Any]) -> int | tuple[IPNetwork, ...]:
+    hint = "Give the number of proxies in front of Django (e.g. 1) or a list of CIDRs, e.g. ['10.0.0.0/8']."
+    if isinstance(value, bool):
+        raise _Invalid(f"must be an integer or a list of CIDR strings, got {value!r}", hint)
+    if isinstance(value, int):
+        if value < 0:
+            raise _Invalid(f"must be >= 0, got {value}", hint)
+        return value
+    if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
+        raise _Invalid(f"must be an integer or a list of CIDR strings, got {value!r}", hint)
+    networks: list[IPNetwork] = []
+    bad: list[str] = []
+    for item in value:
+        try:
+            networks.append(
+                ipaddress.ip_network(item, strict=False) if isinstance(item, str) else _not_cidr(item)
+            )
+        except ValueError as exc:
+            bad.append(f"{item!r} ({exc})")
+    if bad:
+        raise _Invalid(
+            "not valid CIDR networks: " + "; ".join(bad),
+            "Write networks with their prefix, e.g. '10.0.0.0/8', '2001:db8::/32', '203.0.113.7/32'.",
+        )
+    return tuple(networks)
+
+
+def _not_cidr(item: object) -> IPNetwork:
+    raise ValueError(f"expected a string, got {type(item).__name__}")
+
+
+def _option_ipv6_prefix(value: object, raw: Mapping[str, Any]) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 128:
+        raise _Invalid(
+            f"must be an integer from 1 to 128, got {value!r}", "64 groups every client of one /64 network."
+        )
+    return value
+
+
+def _option_token(value: object, raw: Mapping[str, Any]) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise _Invalid(
+            f"must be a non-empty string or None, got {value!r}",
+            "Generate one with: python -c 'import secrets; print(secrets.token_urlsafe(32))'.",
+        )
+    return value
+
+
+def _option_metrics(value: object, raw: Mapping[str, Any]) -> bool:
+    if not isinstance(value, bool):
+        raise _Invalid(f"must be True or False, got {value!r}")
+    return value
+
+
+_OPTION_PARSERS: dict[str, tuple[Callable[[Any, Mapping[str, Any]], Any], Code]] = {
+    "backend": (_option_backend, Code.INVALID_BACKEND),
+    "headers": (_option_headers, Code.INVALID_HEADERS),
+    "response_builder": (_option_response_builder, Code.INVALID_RESPONSE_BUILDER),
+    "trusted_proxies": (_option_trusted_proxies, Code.INVALID_TRUSTED_PROXIES),
+    "ipv6_prefix_length": (_option_ipv6_prefix, Code.INVALID_IPV6_PREFIX),
+    "state_endpoint_token": (_option_token, Code.INVALID_TOKEN),
+    "metrics": (_option_metrics, Code.INVALID_METRICS),
+}
+
+
+def _parse_stall_detector(value: object, problems: list[Problem]) -> StallDetectorOptions:
+    default = StallDetectorOptions()
+    if value is None:
+        return default
+    if not isinstance(value, Mapping):
+        problems.append(
+            Problem(
+                Code.WRONG_CONTAINER,
+                setting_path("stall_detector"),
+                f"must be a dict, got {type(value).__name__}",
+                'Write it as {"enabled": True, "threshold": "20ms"}.',
+            )
+        )
+        return default
+    for key in value:
+        if key not in ("enabled", "threshold"):
+            problems.append(
+                Problem(
+                    Code.UNKNOWN_KEY,
+                    setting_path("stall_detector", key),
+                    f"unknown option {key!r}",
+                    _did_you_mean(key, ("enabled", "threshold")) or "Known options: enabled, threshold.",
+                )
+            )
+    enabled = value.get("enabled", default.enabled)
+    if not isinstance(enabled, bool):
+        problems.append(
+            Problem(
+                Code.INVALID_STALL_DETECTOR,
+                setting_path("stall_detector", "enabled"),
+                f"must be True or False, got {enabled!r}",
+            )
+        )
+        enabled = default.enabled
+    threshold = default.threshold_ns
+    if "threshold" in value:
+        try:
+            threshold = _parse_positive_duration(value["threshold"])
+        except _Invalid as exc:
+            problems.append(
+                Problem(
+                    Code.INVALID_STALL_DETECTOR,
+                    setting_path("stall_detector", "threshold"),
+                    exc.message,
+                    exc.hint,
+                )
+            )
+    return StallDetectorOptions(enabled=enabled, threshold_ns=threshold)
+
+
+def _parse_options(raw: Mapping[str, Any], analysis: Analysis) -> None:
+    problems: list[Problem] = []
+    values: dict[str, Any] = {}
+    for key, (parser, code) in _OPTION_PARSERS.items():
+        if key in raw:
+            try:
+                values[key] = parser(raw[key], raw)
+            except _Invalid as exc:
+                problems.append(Problem(code, setting_path(key), exc.message, exc.hint))
+    values["stall_detector"] = _parse_stall_detector(raw.get("stall_detector"), problems)
+    redis_url = raw.get("redis_url")
+    if redis_url is not None and (not isinstance(redis_url, str) or not redis_url.startswith(_REDIS_SCHEMES)):
+        problems.append(
+            Problem(
+                Code.INVALID_REDIS_URL,
+                setting_path("redis_url"),
+                f"must be a redis://, rediss:// or unix:// URL, got {redis_url!r}",
+                "For example 'redis://127.0.0.1:6379/0'.",
+            )
+        )
+    elif redis_url is not None:
+        values["redis_url"] = redis_url
+    if values.get("backend") == "redis":
+        if importlib.util.find_spec("redis") is None:
+            problems.append(
+                Problem(
+                    Code.REDIS_NOT_INSTALLED,
+                    setting_path("backend"),
+                    "backend 'redis' needs the redis package, which is not installed",
+                    "pip install 'django-ratelimit-r4[redis]'",
+                )
+            )
+        if redis_url is None:
+            problems.append(
+                Problem(
+                    Code.INVALID_REDIS_URL,
+                    setting_path("redis_url"),
+                    "backend 'redis' needs redis_url",
+                    'Set RATELIMIT_R4["redis_url"] = "redis://127.0.0.1:6379/0".',
+                )
+            )
+    analysis.problems.extend(problems)
+    analysis.option_problems = problems
+    if not problems:
+        analysis.options = R4Options(**values)
+
+
+# ------------------------------------------------------------------------------------------ analyse
+
+
+def analyse(raw: object) -> Analysis:
+    """Validate a ``RATELIMIT_R4`` value and report every problem in it (never raises)."""
+    analysis = Analysis(raw=raw)
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        problem = Problem(
+            Code.NOT_A_DICT,
+            SETTING,
+            f"must be a dict, got {type(raw).__name__}",
+            'Write it as RATELIMIT_R4 = {"ratelimiters": {"instances": {"api": {"limit_for_period": 10}}}}.',
+        )
+        analysis.problems.append(problem)
+        analysis.option_problems = [problem]
+        for section in KINDS:
+            analysis.section_problems[section].append(problem)
+        return analysis
+    allowed = (*KINDS, *_OPTION_KEYS)
+    for key in raw:
+        if key not in allowed:
+            analysis.problems.append(
+                Problem(
+                    Code.UNKNOWN_KEY,
+                    setting_path(key),
+                    f"unknown key {key!r}",
+                    _did_you_mean(key, allowed) or f"Known keys: {_known(allowed)}.",
+                )
+            )
+    for kind in KINDS.values():
+        if kind.section in raw:
+            _Section(kind, raw[kind.section], analysis).run()
+    _parse_options(raw, analysis)
+    return analysis
+
+
+# ------------------------------------------------------------------------------------------ caching
+
+_lock = threading.Lock()
+_cached: Analysis | None = None
+
+
+def raw_setting() -> object:
+    """The current ``settings.RATELIMIT_R4`` as written (``{}`` when unset)."""
+    from django.conf import settings
+
+    return getattr(settings, SETTING, {})
+
+
+def get_analysis() -> Analysis:
+    """The analysis of the current ``settings.RATELIMIT_R4``, cached until the setting changes."""
+    global _cached
+    analysis = _cached
+    if analysis is None:
+        with _lock:
+            analysis = _cached
+            if analysis is None:
+                analysis = _cached = analyse(raw_setting())
+    return analysis
+
+
+def get_options() -> R4Options:
+    """The validated top-level options. Raises ``ImproperlyConfigured`` listing every bad option."""
+    analysis = get_analysis()
+    if analysis.options is None:
+        details = "\n".join(f"  - {p}" for p in analysis.option_problems)
+        raise ImproperlyConfigured(f"{SETTING} has invalid options (run `manage.py check`):\n{details}")
+    return analysis.options
+
+
+def clear_cache() -> None:
+    """Forget the cached analysis; the next :func:`get_analysis` re-reads the setting."""
+    global _cached
+    with _lock:
+        _cached = None
+
+
+def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting == SETTING:
+        clear_cache()
+
+
+setting_changed.connect(_on_setting_changed, dispatch_uid="django_ratelimit_r4.conf")
