@@ -2,13 +2,43 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+import functools
+import inspect
+import threading
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, ParamSpec, TypeVar, cast
 
+from ..backends.base import BackendFactory, RateLimiterBackend
+from ..backends.memory import MemoryBackend
+from .clock import SYSTEM_CLOCK, Clock
 from .config import Validator
+from .durations import format_duration
+from .events import Event, EventPublisher
+from .exceptions import RequestNotPermitted
 
-__all__ = ["RateLimiterConfig"]
+__all__ = [
+    "DRAINED",
+    "FAILED_ACQUIRE",
+    "SUCCESSFUL_ACQUIRE",
+    "RateLimiter",
+    "RateLimiterConfig",
+    "RateLimiterEvent",
+    "RateLimiterEvents",
+    "RateLimiterMetrics",
+    "acquire_all",
+]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_NS_PER_S = 1_000_000_000
+
+#: Event types, Resilience4j's names.
+SUCCESSFUL_ACQUIRE = "SUCCESSFUL_ACQUIRE"
+FAILED_ACQUIRE = "FAILED_ACQUIRE"
+DRAINED = "DRAINED"
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,3 +64,398 @@ class RateLimiterConfig:
         v.callable_or_path("drain_permissions_on_result")
         v.boolean("writable_stack_trace_enabled")
         v.done()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Events
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimiterEvent(Event):
+    """A rate-limiter event: ``SUCCESSFUL_ACQUIRE``, ``FAILED_ACQUIRE`` or ``DRAINED``.
+
+    ``number_of_permits`` is the permits asked for, or for ``DRAINED`` the number actually drained.
+    """
+
+    number_of_permits: int = 1
+
+
+class RateLimiterEvents(EventPublisher[RateLimiterEvent]):
+    """Listeners of one :class:`RateLimiter`. A listener that raises is logged and never breaks a call."""
+
+    EVENT_TYPES: ClassVar[tuple[str, ...]] = (SUCCESSFUL_ACQUIRE, FAILED_ACQUIRE, DRAINED)
+
+    __slots__ = ("wants_drained", "wants_failed", "wants_successful")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._sync_flags()
+
+    def _sync_flags(self) -> None:
+        # Per-type flags so a listener of one type costs the other paths nothing (one attribute read).
+        self.wants_successful = self.wants(SUCCESSFUL_ACQUIRE)
+        self.wants_failed = self.wants(FAILED_ACQUIRE)
+        self.wants_drained = self.wants(DRAINED)
+
+    def _on(self, event_type: str, listener: Callable[[RateLimiterEvent], object]) -> Callable[[RateLimiterEvent], object]:
+        result = super()._on(event_type, listener)
+        self._sync_flags()
+        return result
+
+    def on_event(self, listener: Callable[[RateLimiterEvent], object]) -> Callable[[RateLimiterEvent], object]:
+        """Register ``listener`` for every event type. Returns it, so it works as a decorator."""
+        result = super().on_event(listener)
+        self._sync_flags()
+        return result
+
+    def remove_listener(self, listener: Callable[[RateLimiterEvent], object]) -> None:
+        """Unregister ``listener`` from every type it was registered for."""
+        super().remove_listener(listener)
+        self._sync_flags()
+
+    def on_successful_acquire(self, listener: Callable[[RateLimiterEvent], object]) -> Callable[[RateLimiterEvent], object]:
+        """Call ``listener`` for every granted acquisition or reservation. Usable as a decorator."""
+        return self._on(SUCCESSFUL_ACQUIRE, listener)
+
+    def on_failed_acquire(self, listener: Callable[[RateLimiterEvent], object]) -> Callable[[RateLimiterEvent], object]:
+        """Call ``listener`` for every rejected acquisition or reservation. Usable as a decorator."""
+        return self._on(FAILED_ACQUIRE, listener)
+
+    def on_drained(self, listener: Callable[[RateLimiterEvent], object]) -> Callable[[RateLimiterEvent], object]:
+        """Call ``listener`` after :meth:`RateLimiter.drain_permissions`. Usable as a decorator."""
+        return self._on(DRAINED, listener)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Metrics
+
+
+class RateLimiterMetrics:
+    """Live figures of one :class:`RateLimiter`, computed when read; reading never changes the limiter."""
+
+    __slots__ = ("_limiter",)
+
+    def __init__(self, limiter: RateLimiter) -> None:
+        self._limiter = limiter
+
+    @property
+    def available_permissions(self) -> int:
+        """Permissions available now after the lazy refresh; negative while reservations are outstanding."""
+        return self._limiter._backend.state()[1]
+
+    @property
+    def nanos_to_wait(self) -> int:
+        """Nanoseconds until one permit is available (0 if one is available now)."""
+        return self._limiter._backend.state()[2]
+
+    @property
+    def cycle(self) -> int:
+        """The current cycle number, counted from the limiter's creation (or last ``reset``/``set_clock``)."""
+        return self._limiter._backend.state()[0]
+
+    @property
+    def number_of_waiting_threads(self) -> int:
+        """Callers (threads or tasks) currently waiting for a reserved permit."""
+        return self._limiter._waiting
+
+    @property
+    def successful_calls(self) -> int:
+        """Acquisitions and reservations granted since the last reset (a monotonic counter)."""
+        return self._limiter._backend.successful_calls
+
+    @property
+    def failed_calls(self) -> int:
+        """Acquisitions and reservations rejected since the last reset (a monotonic counter)."""
+        return self._limiter._backend.failed_calls
+
+    def __repr__(self) -> str:
+        cycle, available, wait = self._limiter._backend.state()
+        return (
+            f"RateLimiterMetrics(available_permissions={available}, nanos_to_wait={wait}, cycle={cycle}, "
+            f"number_of_waiting_threads={self.number_of_waiting_threads}, "
+            f"successful_calls={self.successful_calls}, failed_calls={self.failed_calls})"
+        )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The limiter
+
+
+class RateLimiter:
+    """Resilience4j's ``AtomicRateLimiter``: ``limit_for_period`` permits per ``limit_refresh_period``.
+
+    Cycles are counted from the limiter's creation (or its last :meth:`reset` / :meth:`set_clock`), and
+    permissions refresh lazily on the next decision: ``min(left + elapsed_cycles * limit, limit)``. It is a
+    fixed window: up to ``2 * limit`` calls can pass within a moment around a cycle boundary, and an idle
+    limiter never banks more than one period's worth. Reservations (``reserve_permission``, or an acquire
+    that waits within ``timeout_duration``) may drive the permissions negative; later cycles repay the debt.
+
+    Differences from Resilience4j, all deliberate: ``timeout_duration`` defaults to 0; a caller whose wait
+    exceeds the timeout is rejected at once instead of sleeping the whole timeout; ``drain_permissions`` drains
+    the refreshed permissions and keeps debt; rejections carry the wait for ``Retry-After``.
+
+    Every decision is one call into the backend (default :class:`~django_ratelimit_r4.backends.memory.MemoryBackend`,
+    two ints behind one lock held only for the arithmetic), so it is exact under concurrency and O(1).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        config: RateLimiterConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        backend: BackendFactory | None = None,
+    ) -> None:
+        """Build a limiter, full, whose first cycle starts at ``clock``'s current time.
+
+        ``backend`` builds the state holder; it defaults to the in-process ``MemoryBackend``.
+        """
+        self.name = name
+        self.config: RateLimiterConfig = config if config is not None else RateLimiterConfig()
+        self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
+        self.events = RateLimiterEvents()
+        self.metrics = RateLimiterMetrics(self)
+        factory: BackendFactory = backend if backend is not None else MemoryBackend
+        self._backend: RateLimiterBackend = factory(
+            name, self.config.limit_for_period, int(self.config.limit_refresh_period), self.clock
+        )
+        # Bound once: the hot path is one call into the backend and a couple of attribute reads.
+        self._acquire = self._backend.acquire
+        self._timeout_ns: int = int(self.config.timeout_duration)
+        self._waiting = 0
+        self._waiting_lock = threading.Lock()
+
+    @property
+    def backend(self) -> RateLimiterBackend:
+        """The object holding this limiter's state."""
+        return self._backend
+
+    # -- acquiring ------------------------------------------------------------------------------------------
+
+    def acquire_permission(self, permits: int = 1) -> bool:
+        """Take ``permits``; True if granted.
+
+        Waits (``clock.sleep``) only when the needed wait fits in ``timeout_duration``, having reserved the
+        permits first; otherwise returns False at once and reserves nothing. Blocks the thread while waiting:
+        from async code use :meth:`aacquire_permission`.
+        """
+        wait = self._acquire(permits, self._timeout_ns)
+        if wait == 0:
+            if self.events.wants_successful:
+                self._publish(SUCCESSFUL_ACQUIRE, permits)
+            return True
+        if wait < 0:
+            if self.events.wants_failed:
+                self._publish(FAILED_ACQUIRE, permits)
+            return False
+        self._wait(wait)
+        if self.events.wants_successful:
+            self._publish(SUCCESSFUL_ACQUIRE, permits)
+        return True
+
+    async def aacquire_permission(self, permits: int = 1) -> bool:
+        """Async twin of :meth:`acquire_permission`: waits with ``await clock.asleep``, never blocking the loop.
+
+        If the waiting task is cancelled the reserved permits are not given back (as in Resilience4j).
+        """
+        wait = self._acquire(permits, self._timeout_ns)
+        if wait == 0:
+            if self.events.wants_successful:
+                self._publish(SUCCESSFUL_ACQUIRE, permits)
+            return True
+        if wait < 0:
+            if self.events.wants_failed:
+                self._publish(FAILED_ACQUIRE, permits)
+            return False
+        await self._await(wait)
+        if self.events.wants_successful:
+            self._publish(SUCCESSFUL_ACQUIRE, permits)
+        return True
+
+    def acquire_or_raise(self, permits: int = 1) -> None:
+        """Like :meth:`acquire_permission`, but raise :class:`RequestNotPermitted` on rejection.
+
+        The exception's ``wait_ns`` is the wait computed in the same critical section as the decision.
+        """
+        wait = self._acquire(permits, self._timeout_ns)
+        if wait < 0:
+            if self.events.wants_failed:
+                self._publish(FAILED_ACQUIRE, permits)
+            raise RequestNotPermitted(self, -wait)
+        if wait > 0:
+            self._wait(wait)
+        if self.events.wants_successful:
+            self._publish(SUCCESSFUL_ACQUIRE, permits)
+
+    async def aacquire_or_raise(self, permits: int = 1) -> None:
+        """Async twin of :meth:`acquire_or_raise`."""
+        wait = self._acquire(permits, self._timeout_ns)
+        if wait < 0:
+            if self.events.wants_failed:
+                self._publish(FAILED_ACQUIRE, permits)
+            raise RequestNotPermitted(self, -wait)
+        if wait > 0:
+            await self._await(wait)
+        if self.events.wants_successful:
+            self._publish(SUCCESSFUL_ACQUIRE, permits)
+
+    def reserve_permission(self, permits: int = 1) -> int:
+        """Reserve ``permits`` without waiting: 0 (use them now), nanoseconds the caller must wait before
+        using them (reserved), or -1 when the wait would exceed ``timeout_duration`` (nothing reserved)."""
+        wait = self._acquire(permits, self._timeout_ns)
+        if wait >= 0:
+            if self.events.wants_successful:
+                self._publish(SUCCESSFUL_ACQUIRE, permits)
+            return wait
+        if self.events.wants_failed:
+            self._publish(FAILED_ACQUIRE, permits)
+        return -1
+
+    def drain_permissions(self) -> int:
+        """Set the current (refreshed) permissions to 0 and return how many were drained.
+
+        Outstanding reservations (negative permissions) are kept. Resilience4j drains the stale count from the
+        last call instead, and forgives debt; this does neither.
+        """
+        drained = self._backend.drain()
+        if self.events.wants_drained:
+            self._publish(DRAINED, drained)
+        return drained
+
+    # -- protecting calls -----------------------------------------------------------------------------------
+
+    def call(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Acquire one permit (or raise :class:`RequestNotPermitted`), then return ``fn(*args, **kwargs)``.
+
+        The outcome (result or exception) goes to ``config.drain_permissions_on_result``; True drains.
+        """
+        self.acquire_or_raise()
+        drain_if = self.config.drain_permissions_on_result
+        if drain_if is None:
+            return fn(*args, **kwargs)
+        try:
+            result = fn(*args, **kwargs)
+        except Exception as exc:
+            if drain_if(exc):
+                self.drain_permissions()
+            raise
+        if drain_if(result):
+            self.drain_permissions()
+        return result
+
+    async def acall(self, fn: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Async twin of :meth:`call` for a coroutine function."""
+        await self.aacquire_or_raise()
+        drain_if = self.config.drain_permissions_on_result
+        if drain_if is None:
+            return await fn(*args, **kwargs)
+        try:
+            result = await fn(*args, **kwargs)
+        except Exception as exc:
+            if drain_if(exc):
+                self.drain_permissions()
+            raise
+        if drain_if(result):
+            self.drain_permissions()
+        return result
+
+    def decorate(self, fn: Callable[P, R]) -> Callable[P, R]:
+        """Wrap ``fn`` (sync or ``async def``) so each call goes through :meth:`call` / :meth:`acall`."""
+        if inspect.iscoroutinefunction(fn):
+            async_fn = cast("Callable[P, Awaitable[Any]]", fn)
+
+            @functools.wraps(fn)
+            async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
+                return await self.acall(async_fn, *args, **kwargs)
+
+            return cast("Callable[P, R]", async_wrapper)
+
+        @functools.wraps(fn)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            return self.call(fn, *args, **kwargs)
+
+        return wrapper
+
+    # -- runtime changes ------------------------------------------------------------------------------------
+
+    def change_limit_for_period(self, limit_for_period: int) -> None:
+        """Use a new limit at once in wait calculations; current permissions are capped at the next cycle.
+
+        As in Resilience4j the cycle and permissions are kept; invalid values raise ``ConfigurationError``.
+        """
+        config = dataclasses.replace(self.config, limit_for_period=limit_for_period)
+        self._backend.change_limit(config.limit_for_period)
+        self.config = config
+
+    def change_timeout_duration(self, timeout_duration: Any) -> None:
+        """Use a new timeout (``timedelta``, ``"200ms"``, ``Nanos`` or 0) for later calls; waiters are unaffected."""
+        config = dataclasses.replace(self.config, timeout_duration=timeout_duration)
+        self._timeout_ns = int(config.timeout_duration)
+        self.config = config
+
+    def set_clock(self, clock: Clock) -> None:
+        """Read time from ``clock`` and reset, so the first cycle starts at ``clock``'s current time."""
+        self.clock = clock
+        self._backend.reset(clock)
+
+    def reset(self) -> None:
+        """Return to the freshly built state: full, cycle 0 from now, counters at 0 (config and clock kept)."""
+        self._backend.reset(self.clock)
+
+    # -- internals ------------------------------------------------------------------------------------------
+
+    def _wait(self, wait_ns: int) -> None:
+        with self._waiting_lock:
+            self._waiting += 1
+        try:
+            self.clock.sleep(wait_ns / _NS_PER_S)
+        finally:
+            with self._waiting_lock:
+                self._waiting -= 1
+
+    async def _await(self, wait_ns: int) -> None:
+        # The lock is only ever held for an increment, so taking it on the loop cannot stall it.
+        with self._waiting_lock:
+            self._waiting += 1
+        try:
+            await self.clock.asleep(wait_ns / _NS_PER_S)
+        finally:
+            with self._waiting_lock:
+                self._waiting -= 1
+
+    def _publish(self, event_type: str, permits: int) -> None:
+        self.events.publish(RateLimiterEvent(event_type, self.name, number_of_permits=permits))
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (
+            f"RateLimiter({self.name!r}, limit_for_period={c.limit_for_period}, "
+            f"limit_refresh_period={format_duration(c.limit_refresh_period)}, "
+            f"timeout_duration={format_duration(c.timeout_duration)})"
+        )
+
+
+def acquire_all(limiters: Sequence[RateLimiter], permits: int = 1) -> tuple[RateLimiter, int] | None:
+    """All-or-nothing: take ``permits`` from every limiter, or from none.
+
+    Each limiter decides with timeout 0 while all of them are locked (in a fixed order, so overlapping calls
+    cannot deadlock). Returns None when all granted. Otherwise nothing is consumed anywhere and the result is
+    ``(the rejecting limiter with the largest wait, that wait in ns)``; every rejecting limiter counts a failed
+    call, and the returned one publishes ``FAILED_ACQUIRE``. All limiters must share one backend type.
+    """
+    if permits < 1:
+        raise ValueError(f"permits must be >= 1, got {permits}")
+    if not limiters:
+        return None
+    backends = [limiter._backend for limiter in limiters]
+    outcome = backends[0].acquire_many(backends, permits)
+    if outcome is None:
+        for limiter in limiters:
+            if limiter.events.wants_successful:
+                limiter._publish(SUCCESSFUL_ACQUIRE, permits)
+        return None
+    index, wait = outcome
+    rejecting = limiters[index]
+    if rejecting.events.wants_failed:
+        rejecting._publish(FAILED_ACQUIRE, permits)
+    return rejecting, wait

@@ -1,0 +1,126 @@
+"""The rate-limiter backend interface and the pure decision every backend implements.
+
+A :class:`~django_ratelimit_r4.core.ratelimiter.RateLimiter` keeps no limiter state of its own: it asks a
+:class:`RateLimiterBackend` to decide and commit atomically, one call per decision. The in-process
+implementation is :class:`~django_ratelimit_r4.backends.memory.MemoryBackend`; a Redis backend implements the
+same protocol with one Lua round trip per decision, so callers never change.
+
+The algorithm is Resilience4j's ``AtomicRateLimiter``. Its whole state is two integers, ``(cycle,
+permissions)``, plus the time anchor the cycles are counted from. :func:`decide` is the decision as a pure
+function over integers. Backends may inline it for speed, but must give the same answers (a property test
+checks the memory backend against it); a Lua script should mirror it line by line, and a per-client keyed store
+needs to keep only the two integers per key and call it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from ..core.clock import Clock
+
+__all__ = ["BackendFactory", "RateLimiterBackend", "decide", "div_ceil", "nanos_to_wait", "refresh"]
+
+
+def div_ceil(x: int, y: int) -> int:
+    """Java's ``(x + y - 1) / y`` for ``y > 0``: integer division that truncates toward zero.
+
+    Resilience4j's ``divCeil`` gives 0 for every ``x <= 0`` with ``x > -y``; Python's ``//`` floors, which
+    differs on negative numerators, so the truncation is spelled out here.
+    """
+    n = x + y - 1
+    return n // y if n >= 0 else -((-n) // y)
+
+
+def refresh(cycle: int, permissions: int, current_cycle: int, limit: int) -> int:
+    """Lazy refresh: the permissions at ``current_cycle``, given ``permissions`` recorded at ``cycle``.
+
+    ``min(permissions + elapsed_cycles * limit, limit)``: reservation debt (negative permissions) is repaid by
+    later cycles, and an idle limiter never holds more than one period's worth.
+    """
+    if current_cycle == cycle:
+        return permissions
+    return min(permissions + (current_cycle - cycle) * limit, limit)
+
+
+def nanos_to_wait(permissions: int, permits: int, current_cycle: int, now_ns: int, period_ns: int, limit: int) -> int:
+    """Nanoseconds until ``permits`` are available, from refreshed ``permissions`` at ``current_cycle``.
+
+    Exactly Resilience4j's formula: 0 when enough permissions are there, otherwise the time to the next cycle
+    boundary plus as many whole periods as the remaining deficit needs.
+    """
+    if permissions >= permits:
+        return 0
+    to_next_cycle = (current_cycle + 1) * period_ns - now_ns
+    return to_next_cycle + div_ceil(permits - (permissions + limit), limit) * period_ns
+
+
+def decide(
+    cycle: int, permissions: int, permits: int, timeout_ns: int, now_ns: int, period_ns: int, limit: int
+) -> tuple[int, int, int, bool]:
+    """One rate-limiter decision as a pure function: ``(new_cycle, new_permissions, nanos_to_wait, granted)``.
+
+    ``now_ns`` is nanoseconds since the limiter's anchor (its creation, ``set_clock`` or ``reset``), so
+    cycle ``n`` covers ``[n * period_ns, (n + 1) * period_ns)``. The permits are reserved (``granted``) when
+    the wait fits in ``timeout_ns``: ``timeout_ns >= nanos_to_wait``, so a wait of 0 is granted with timeout 0
+    and a negative timeout never reserves (a side-effect-free peek). Reservations may drive permissions
+    negative. The refreshed cycle and permissions are returned even when nothing is reserved; storing them
+    is harmless because the refresh composes (refreshing twice equals refreshing once).
+    """
+    current_cycle = now_ns // period_ns
+    permissions = refresh(cycle, permissions, current_cycle, limit)
+    wait = nanos_to_wait(permissions, permits, current_cycle, now_ns, period_ns, limit)
+    granted = timeout_ns >= wait
+    if granted:
+        permissions -= permits
+    return current_cycle, permissions, wait, granted
+
+
+@runtime_checkable
+class RateLimiterBackend(Protocol):
+    """Where one limiter's state lives; every method is atomic with respect to the others.
+
+    ``acquire`` returns a single int so the hot path allocates nothing: ``>= 0`` means granted with the
+    permits reserved (the value is how long the caller must wait before using them, usually 0); ``< 0`` means
+    rejected with nothing reserved, and ``-value`` is the wait that was needed (always > 0).
+    """
+
+    #: Decisions granted / rejected through :meth:`acquire` and :meth:`acquire_many` since the last reset.
+    successful_calls: int
+    failed_calls: int
+
+    def acquire(self, permits: int, timeout_ns: int) -> int:
+        """Decide and, when the wait fits in ``timeout_ns``, reserve ``permits``. See the class doc."""
+        ...
+
+    def state(self) -> tuple[int, int, int]:
+        """``(cycle, available_permissions, nanos_to_wait for one permit)`` now, without changing anything."""
+        ...
+
+    def drain(self) -> int:
+        """Set the refreshed current permissions to 0 (any debt stays) and return how many were removed."""
+        ...
+
+    def change_limit(self, limit_for_period: int) -> None:
+        """Use ``limit_for_period`` from now on; the stored cycle and permissions are kept (Resilience4j)."""
+        ...
+
+    def reset(self, clock: Clock) -> None:
+        """Forget all state and counters; cycles are counted again from ``clock``'s current time, full."""
+        ...
+
+    def acquire_many(self, backends: Sequence[RateLimiterBackend], permits: int) -> tuple[int, int] | None:
+        """All-or-nothing over ``backends`` (all of this backend's type, ``self`` among them), timeout 0.
+
+        Returns None when every backend granted and reserved ``permits``; otherwise nothing is reserved
+        anywhere and the result is ``(index of the rejecting backend with the largest wait, that wait)``.
+        """
+        ...
+
+
+class BackendFactory(Protocol):
+    """Builds one limiter's backend. ``MemoryBackend`` itself is such a factory (its constructor)."""
+
+    def __call__(self, name: str, limit_for_period: int, limit_refresh_period_ns: int, clock: Clock) -> RateLimiterBackend:
+        """Return the backend for the limiter ``name``, full, anchored at ``clock``'s current time."""
+        ...
