@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from fractions import Fraction
 
 __all__ = ["DurationError", "Nanos", "format_duration", "parse_duration"]
 
@@ -54,22 +55,29 @@ def parse_duration(value: object) -> Nanos:
     if isinstance(value, (int, float)):
         if value == 0:
             return Nanos(0)
+        if value < 0:
+            raise DurationError(f"duration must not be negative, got {value!r}")
         raise DurationError(
             f"bare number {value!r} has no unit; write it with one, e.g. '{value}ms' or '{value}s'"
         )
     if isinstance(value, str):
         match = _DURATION_RE.match(value)
         if match is None:
-            if value.strip().lstrip("-").replace(".", "", 1).isdigit():
+            stripped = value.strip()
+            if stripped.startswith("-") and _DURATION_RE.match(stripped[1:]):
+                raise DurationError(f"duration must not be negative, got '{value}'")
+            if stripped.lstrip("-").replace(".", "", 1).isdigit():
+                if stripped.startswith("-"):
+                    raise DurationError(f"duration must not be negative, got '{value}'")
                 raise DurationError(
-                    f"'{value}' has no unit; write it with one, e.g. '{value.strip()}ms' or '{value.strip()}s'"
+                    f"'{value}' has no unit; write it with one, e.g. '{stripped}ms' or '{stripped}s'"
                 )
             raise DurationError(
                 f"'{value}' is not a duration; use a number and a unit: ns, us, ms, s, m, h or d (e.g. '200ms')"
             )
         number, unit = match.groups()
-        nanos = float(number) * _UNITS_NS[unit] if "." in number else int(number) * _UNITS_NS[unit]
-        return Nanos(round(nanos))
+        # Fraction keeps decimals exact ("0.3s" is 300000000ns, not a float's neighbour of it).
+        return Nanos(round(Fraction(number) * _UNITS_NS[unit]))
     raise DurationError(f"expected a timedelta or a string such as '1s', got {type(value).__name__}")
 
 
