@@ -377,7 +377,7 @@ class Retry:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             return call(fn, *args, **kwargs)
 
-        return wrapper  # type: ignore[return-value]
+        return wrapper
 
     def __repr__(self) -> str:
         return f"Retry({self.name!r}, max_attempts={self._max_attempts}, wait={format_duration(self._wait_ns)})"

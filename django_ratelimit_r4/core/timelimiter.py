@@ -183,7 +183,7 @@ class TimeLimiter:
                     self.metrics.number_of_successful_calls += 1
                 if self.events.has_listeners:
                     self.events.publish(TimeLimiterEvent(SUCCESS, self.name))
-                return task.result()  # type: ignore[no-any-return]
+                return task.result()
             if isinstance(exc, Exception):
                 with self._lock:
                     self.metrics.number_of_failed_calls += 1
