@@ -69,6 +69,9 @@ _lock = threading.RLock()
 _state: _State | None = None
 #: The clock new instances get: a test clock from :func:`install_clock`, else the system clock.
 _clock: Clock = SYSTEM_CLOCK
+#: States that lived while a test clock was installed, so restore_clock reaches instances that an
+#: override_settings rebuild has since orphaned but a caller may still hold.
+_clocked_states: list[_State] = []
 _classes: dict[str, type] = {}
 
 
@@ -126,6 +129,8 @@ def _load_state() -> _State:
     with _lock:
         if _state is None:
             _state = _State(conf.get_analysis(), generation)
+            if _clock is not SYSTEM_CLOCK:
+                _clocked_states.append(_state)
         return _state
 
 
@@ -294,14 +299,29 @@ def install_clock(clock: Clock) -> None:
         _clock = clock
         state = _state
         if state is not None:
+            if state not in _clocked_states:
+                _clocked_states.append(state)
             for instance in _built(state):
                 instance.set_clock(clock)
                 instance.reset()
 
 
 def restore_clock() -> None:
-    """Undo :func:`install_clock`: back to the system clock, every built instance reset."""
-    install_clock(SYSTEM_CLOCK)
+    """Undo :func:`install_clock`: back to the system clock, every built instance reset.
+
+    Also reaches instances of registry generations replaced while the test clock was installed.
+    """
+    global _clock
+    with _lock:
+        _clock = SYSTEM_CLOCK
+        states = list(_clocked_states)
+        _clocked_states.clear()
+        if _state is not None and _state not in states:
+            states.append(_state)
+        for state in states:
+            for instance in _built(state):
+                instance.set_clock(SYSTEM_CLOCK)
+                instance.reset()
 
 
 def reset_all() -> None:
