@@ -113,7 +113,9 @@ def _exhaust(fn: Callable[[], bool]) -> Callable[[], bool]:
     return fn
 
 
-def _best_pair(subject: Callable[[], Any], baseline: Callable[[], Any], number: int, repeat: int) -> tuple[float, float]:
+def _best_pair(
+    subject: Callable[[], Any], baseline: Callable[[], Any], number: int, repeat: int
+) -> tuple[float, float]:
     """Best ns/op of ``subject`` and ``baseline``, their repeats interleaved."""
     t_subject = timeit.Timer("f()", globals={"f": subject})
     t_baseline = timeit.Timer("f()", globals={"f": baseline})
@@ -130,8 +132,15 @@ def run(number: int = NUMBER, repeat: int = REPEAT) -> list[dict[str, Any]]:
 
     def row(name: str, subject: Callable[[], Any], baseline: Callable[[], Any], target: float | None) -> None:
         ns, base = _best_pair(subject, baseline, number, repeat)
-        rows.append({"name": name, "ns_per_op": round(ns, 1), "baseline_ns": round(base, 1),
-                     "ratio": round(ns / base, 3), "target": target})
+        rows.append(
+            {
+                "name": name,
+                "ns_per_op": round(ns, 1),
+                "baseline_ns": round(base, 1),
+                "ratio": round(ns / base, 3),
+                "target": target,
+            }
+        )
 
     allowed_base = FixedWindowCounter(10**15, HOUR_NS).acquire
     denied_base = _exhaust(FixedWindowCounter(10_000, HOUR_NS).acquire)
@@ -150,10 +159,22 @@ def run(number: int = NUMBER, repeat: int = REPEAT) -> list[dict[str, Any]]:
 
     # Informational: where the time goes. The limiter's backend uses acquire()/try/finally (cheaper than
     # ``with``); the first row compares it with a baseline written the same way.
-    row("info: allowed vs try/finally baseline", allowed_h, _TryFinallyFixedWindow(10**15, HOUR_NS).acquire, None)
+    row(
+        "info: allowed vs try/finally baseline",
+        allowed_h,
+        _TryFinallyFixedWindow(10**15, HOUR_NS).acquire,
+        None,
+    )
     backend = _limiter(10**15, "1h").backend
-    row("info: MemoryBackend.acquire(1, 0) alone", functools.partial(backend.acquire, 1, 0), allowed_base, None)
-    row("info: backend calling pure decide()", _PureDecideLimiter(10**15, HOUR_NS).acquire, allowed_base, None)
+    row(
+        "info: MemoryBackend.acquire(1, 0) alone",
+        functools.partial(backend.acquire, 1, 0),
+        allowed_base,
+        None,
+    )
+    row(
+        "info: backend calling pure decide()", _PureDecideLimiter(10**15, HOUR_NS).acquire, allowed_base, None
+    )
     listened = _limiter(10**15, "1h")
     listened.events.on_failed_acquire(lambda event: None)  # listeners of another type: no event built
     row("info: allowed with an on_failed_acquire listener", listened.acquire_permission, allowed_base, None)
@@ -171,7 +192,9 @@ def main() -> int:
         flag = ""
         if r["target"] is not None and r["ratio"] > r["target"]:
             flag, missed = "  MISSED", True
-        print(f"{r['name']:<{width}}  {r['ns_per_op']:>8.1f}  {r['baseline_ns']:>8.1f}  {r['ratio']:>6.2f}  {target}{flag}")
+        print(
+            f"{r['name']:<{width}}  {r['ns_per_op']:>8.1f}  {r['baseline_ns']:>8.1f}  {r['ratio']:>6.2f}  {target}{flag}"
+        )
     return 1 if missed else 0
 
 

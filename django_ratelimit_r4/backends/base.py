@@ -43,7 +43,9 @@ def refresh(cycle: int, permissions: int, current_cycle: int, limit: int) -> int
     return min(permissions + (current_cycle - cycle) * limit, limit)
 
 
-def nanos_to_wait(permissions: int, permits: int, current_cycle: int, now_ns: int, period_ns: int, limit: int) -> int:
+def nanos_to_wait(
+    permissions: int, permits: int, current_cycle: int, now_ns: int, period_ns: int, limit: int
+) -> int:
     """Nanoseconds until ``permits`` are available, from refreshed ``permissions`` at ``current_cycle``.
 
     Exactly Resilience4j's formula: 0 when enough permissions are there, otherwise the time to the next cycle
@@ -121,6 +123,8 @@ class RateLimiterBackend(Protocol):
 class BackendFactory(Protocol):
     """Builds one limiter's backend. ``MemoryBackend`` itself is such a factory (its constructor)."""
 
-    def __call__(self, name: str, limit_for_period: int, limit_refresh_period_ns: int, clock: Clock) -> RateLimiterBackend:
+    def __call__(
+        self, name: str, limit_for_period: int, limit_refresh_period_ns: int, clock: Clock
+    ) -> RateLimiterBackend:
         """Return the backend for the limiter ``name``, full, anchored at ``clock``'s current time."""
         ...

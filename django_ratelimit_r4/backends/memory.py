@@ -159,7 +159,7 @@ class MemoryBackend:
                 refreshed.append((cycle, permissions))
             if worst is not None:
                 return worst
-            for backend, (cycle, permissions) in zip(members, refreshed):
+            for backend, (cycle, permissions) in zip(members, refreshed, strict=True):
                 backend._cycle = cycle
                 backend._cycle_end = backend._anchor + (cycle + 1) * backend._period
                 backend._permissions = permissions - permits

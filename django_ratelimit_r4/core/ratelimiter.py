@@ -97,12 +97,16 @@ class RateLimiterEvents(EventPublisher[RateLimiterEvent]):
         self.wants_failed = self.wants(FAILED_ACQUIRE)
         self.wants_drained = self.wants(DRAINED)
 
-    def _on(self, event_type: str, listener: Callable[[RateLimiterEvent], object]) -> Callable[[RateLimiterEvent], object]:
+    def _on(
+        self, event_type: str, listener: Callable[[RateLimiterEvent], object]
+    ) -> Callable[[RateLimiterEvent], object]:
         result = super()._on(event_type, listener)
         self._sync_flags()
         return result
 
-    def on_event(self, listener: Callable[[RateLimiterEvent], object]) -> Callable[[RateLimiterEvent], object]:
+    def on_event(
+        self, listener: Callable[[RateLimiterEvent], object]
+    ) -> Callable[[RateLimiterEvent], object]:
         """Register ``listener`` for every event type. Returns it, so it works as a decorator."""
         result = super().on_event(listener)
         self._sync_flags()
@@ -113,15 +117,21 @@ class RateLimiterEvents(EventPublisher[RateLimiterEvent]):
         super().remove_listener(listener)
         self._sync_flags()
 
-    def on_successful_acquire(self, listener: Callable[[RateLimiterEvent], object]) -> Callable[[RateLimiterEvent], object]:
+    def on_successful_acquire(
+        self, listener: Callable[[RateLimiterEvent], object]
+    ) -> Callable[[RateLimiterEvent], object]:
         """Call ``listener`` for every granted acquisition or reservation. Usable as a decorator."""
         return self._on(SUCCESSFUL_ACQUIRE, listener)
 
-    def on_failed_acquire(self, listener: Callable[[RateLimiterEvent], object]) -> Callable[[RateLimiterEvent], object]:
+    def on_failed_acquire(
+        self, listener: Callable[[RateLimiterEvent], object]
+    ) -> Callable[[RateLimiterEvent], object]:
         """Call ``listener`` for every rejected acquisition or reservation. Usable as a decorator."""
         return self._on(FAILED_ACQUIRE, listener)
 
-    def on_drained(self, listener: Callable[[RateLimiterEvent], object]) -> Callable[[RateLimiterEvent], object]:
+    def on_drained(
+        self, listener: Callable[[RateLimiterEvent], object]
+    ) -> Callable[[RateLimiterEvent], object]:
         """Call ``listener`` after :meth:`RateLimiter.drain_permissions`. Usable as a decorator."""
         return self._on(DRAINED, listener)
 
@@ -330,7 +340,8 @@ class RateLimiter:
         The outcome (result or exception) goes to ``config.drain_permissions_on_result``; True drains.
         """
         self.acquire_or_raise()
-        drain_if = self.config.drain_permissions_on_result
+        # The config stores the predicate already imported when it was given as a dotted path.
+        drain_if: Callable[[Any], bool] | None = self.config.drain_permissions_on_result  # type: ignore[assignment]
         if drain_if is None:
             return fn(*args, **kwargs)
         try:
@@ -346,7 +357,8 @@ class RateLimiter:
     async def acall(self, fn: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs) -> R:
         """Async twin of :meth:`call` for a coroutine function."""
         await self.aacquire_or_raise()
-        drain_if = self.config.drain_permissions_on_result
+        # The config stores the predicate already imported when it was given as a dotted path.
+        drain_if: Callable[[Any], bool] | None = self.config.drain_permissions_on_result  # type: ignore[assignment]
         if drain_if is None:
             return await fn(*args, **kwargs)
         try:
