@@ -41,57 +41,422 @@ def ours(messages: list) -> list:
 
 # (setting, id, exact path, text in the message, text in the hint)
 CASES = [
-    pytest.param(["not", "a", "dict"], "E001", "RATELIMIT_R4", "must be a dict, got list", "Write it as", id="E001-not-dict"),
-    pytest.param({"ratelimiter": {}}, "E002", 'RATELIMIT_R4["ratelimiter"]', "unknown key 'ratelimiter'", "Did you mean 'ratelimiters'?", id="E002-section"),
-    pytest.param({"header": "draft-6"}, "E002", 'RATELIMIT_R4["header"]', "unknown key", "Did you mean 'headers'?", id="E002-option"),
-    pytest.param({"ratelimiters": {"instance": {}}}, "E002", f'{RL}["instance"]', "only 'configs' and 'instances'", "Did you mean 'instances'?", id="E002-group"),
-    pytest.param(rl({"limit_for_perod": 10}), "E002", f'{RL}["instances"]["api"]["limit_for_perod"]', "unknown option 'limit_for_perod'", "Did you mean 'limit_for_period'?", id="E002-field"),
-    pytest.param(rl(configs={"default": {"timeout": "1s"}}), "E002", f'{RL}["configs"]["default"]["timeout"]', "unknown option 'timeout'", "Did you mean 'timeout_duration'?", id="E002-config-field"),
-    pytest.param({"bulkheads": {"instances": {"db": {"key": "ip"}}}}, "E002", f'{BH}["instances"]["db"]["key"]', "unknown option 'key' for bulkheads", "'key' belongs to ratelimiters", id="E002-other-kind"),
-    pytest.param({"retries": {"instances": {"r": {"zzz": 1}}}}, "E002", 'RATELIMIT_R4["retries"]["instances"]["r"]["zzz"]', "unknown option 'zzz'", "Known options: base_config, enable_exponential_backoff", id="E002-known-list"),
-    pytest.param({"stall_detector": {"treshold": "20ms"}}, "E002", 'RATELIMIT_R4["stall_detector"]["treshold"]', "unknown option", "Did you mean 'threshold'?", id="E002-stall"),
-    pytest.param({"bulkheads": ["db"]}, "E003", BH, "must be a dict with 'configs' and/or 'instances', got list", "Write it as", id="E003-section"),
-    pytest.param({"ratelimiters": {"instances": ["api"]}}, "E003", f'{RL}["instances"]', "must be a dict of name -> options", None, id="E003-instances"),
-    pytest.param({"ratelimiters": {"instances": {"api": 10}}}, "E003", f'{RL}["instances"]["api"]', "must be a dict of options, got int", "Write {} for all defaults.", id="E003-entry"),
-    pytest.param({"ratelimiters": {"instances": {"": {}}}}, "E003", f'{RL}["instances"][""]', "names must be non-empty strings", None, id="E003-name"),
-    pytest.param({"stall_detector": True}, "E003", 'RATELIMIT_R4["stall_detector"]', "must be a dict, got bool", '"enabled": True', id="E003-stall"),
-    pytest.param(rl({"limit_refresh_period": 500}), "E004", f'{RL}["instances"]["api"]["limit_refresh_period"]', "bare number 500 has no unit", "Write durations as timedelta or a string with a unit", id="E004-unitless"),
-    pytest.param(rl({"timeout_duration": "1 sec"}), "E004", f'{RL}["instances"]["api"]["timeout_duration"]', "'1 sec' is not a duration", "Write durations", id="E004-malformed"),
-    pytest.param(rl({"limit_for_period": 0}), "E004", f'{RL}["instances"]["api"]["limit_for_period"]', "must be >= 1, got 0", None, id="E004-range"),
-    pytest.param(rl(configs={"default": {"limit_refresh_period": "0s"}}), "E004", f'{RL}["configs"]["default"]["limit_refresh_period"]', "must be at least 1ns", None, id="E004-reported-where-written"),
-    pytest.param({"bulkheads": {"instances": {"db": {"fair_call_handling": "yes"}}}}, "E004", f'{BH}["instances"]["db"]["fair_call_handling"]', "must be True or False, got 'yes'", None, id="E004-type"),
-    pytest.param({"circuitbreakers": {"instances": {"p": {"failure_rate_threshold": 150}}}}, "E004", f'{CB}["instances"]["p"]["failure_rate_threshold"]', "must be <= 100", None, id="E004-float-range"),
-    pytest.param({"circuitbreakers": {"instances": {"p": {"record_exceptions": ["requests_typo.exceptions.Timeout"]}}}}, "E004", f'{CB}["instances"]["p"]["record_exceptions"]', "cannot import 'requests_typo.exceptions.Timeout'", "full dotted path", id="E004-exception-path"),
-    pytest.param({"circuitbreakers": {"instances": {"p": {"record_exceptions": ["os.sep"]}}}}, "E004", f'{CB}["instances"]["p"]["record_exceptions"]', "is not an exception class", None, id="E004-not-exception"),
-    pytest.param({"retries": {"instances": {"r": {"retry_on_result": "os.sep"}}}}, "E004", 'RATELIMIT_R4["retries"]["instances"]["r"]["retry_on_result"]', "must be callable", None, id="E004-not-callable"),
-    pytest.param({"circuitbreakers": {"instances": {"p": {"enable_exponential_backoff": True, "enable_randomized_wait": True}}}}, "E004", f'{CB}["instances"]["p"]["enable_randomized_wait"]', "cannot be combined", "Pick one", id="E004-cross-field"),
-    pytest.param(rl({"base_config": "slo"}, {"slow": {}}), "E005", f'{RL}["instances"]["api"]["base_config"]', "unknown config 'slo'", "Did you mean 'slow'?", id="E005-typo"),
-    pytest.param(rl({"base_config": "zzz"}), "E005", f'{RL}["instances"]["api"]["base_config"]', "unknown config 'zzz'", 'Define it under RATELIMIT_R4["ratelimiters"]["configs"]', id="E005-none"),
-    pytest.param(rl({"base_config": 3}, {"slow": {}}), "E005", f'{RL}["instances"]["api"]["base_config"]', "unknown config 3", "Configured configs: slow.", id="E005-type"),
-    pytest.param(rl({"base_config": "a"}, {"a": {"base_config": "b"}, "b": {"base_config": "a"}}), "E006", f'{RL}["configs"]["b"]["base_config"]', "circular base_config: a -> b -> a", "Break the cycle", id="E006-cycle"),
-    pytest.param(rl(configs={"default": {"base_config": "x"}, "x": {}}), "E006", f'{RL}["configs"]["default"]["base_config"]', "cannot have a base_config", "Remove base_config", id="E006-default"),
-    pytest.param(rl({"key": "ipp"}), "E007", f'{RL}["instances"]["api"]["key"]', "unknown key 'ipp'", "Did you mean 'ip'?", id="E007-typo"),
-    pytest.param(rl({"key": "header:"}), "E007", f'{RL}["instances"]["api"]["key"]', "header name after 'header:' is empty", "'header:<Name>'", id="E007-header"),
-    pytest.param(rl({"key": "myapp_typo.keys.tenant"}), "E007", f'{RL}["instances"]["api"]["key"]', "cannot import key function 'myapp_typo.keys.tenant'", "dotted path to callable(request)", id="E007-import"),
-    pytest.param(rl({"key": 5}), "E007", f'{RL}["instances"]["api"]["key"]', "key must be a string or a callable", None, id="E007-type"),
-    pytest.param(rl({"max_keys": 0}), "E008", f'{RL}["instances"]["api"]["max_keys"]', "must be >= 1, got 0", None, id="E008-max-keys"),
-    pytest.param(rl({"key_idle_timeout": 300}), "E008", f'{RL}["instances"]["api"]["key_idle_timeout"]', "bare number 300 has no unit", "Write durations", id="E008-idle"),
-    pytest.param({"bulkheads": {"instances": {"db": {"retry_after": "0s"}}}}, "E008", f'{BH}["instances"]["db"]["retry_after"]', "must be longer than 0s", "Write durations", id="E008-retry-after"),
-    pytest.param({"backend": "memcached"}, "E009", 'RATELIMIT_R4["backend"]', "must be 'memory' or 'redis', got 'memcached'", None, id="E009"),
-    pytest.param({"backend": "redis"}, "E011", 'RATELIMIT_R4["redis_url"]', "backend 'redis' needs redis_url", "redis://127.0.0.1:6379/0", id="E011-missing"),
-    pytest.param({"backend": "redis", "redis_url": "http://cache:6379"}, "E011", 'RATELIMIT_R4["redis_url"]', "must be a redis://, rediss:// or unix:// URL", "For example", id="E011-scheme"),
-    pytest.param({"headers": "draft10"}, "E012", 'RATELIMIT_R4["headers"]', "must be 'draft-10', 'draft-6' or None, got 'draft10'", "Did you mean 'draft-10'?", id="E012"),
-    pytest.param({"response_builder": "myproject_typo.responses.build"}, "E013", 'RATELIMIT_R4["response_builder"]', "cannot import 'myproject_typo.responses.build'", "callable(request, exc)", id="E013-import"),
-    pytest.param({"response_builder": "os.sep"}, "E013", 'RATELIMIT_R4["response_builder"]', "must be callable", None, id="E013-callable"),
-    pytest.param({"trusted_proxies": ["10.0.0.0/8", "10.0.0.0/33", "proxy"]}, "E014", 'RATELIMIT_R4["trusted_proxies"]', "not valid CIDR networks: '10.0.0.0/33'", "e.g. '10.0.0.0/8'", id="E014-cidr"),
-    pytest.param({"trusted_proxies": "10.0.0.0/8"}, "E014", 'RATELIMIT_R4["trusted_proxies"]', "must be an integer or a list of CIDR strings", "number of proxies", id="E014-str"),
-    pytest.param({"trusted_proxies": -1}, "E014", 'RATELIMIT_R4["trusted_proxies"]', "must be >= 0, got -1", None, id="E014-negative"),
-    pytest.param({"ipv6_prefix_length": 129}, "E015", 'RATELIMIT_R4["ipv6_prefix_length"]', "must be an integer from 1 to 128, got 129", "/64", id="E015"),
-    pytest.param({"state_endpoint_token": ""}, "E016", 'RATELIMIT_R4["state_endpoint_token"]', "must be a non-empty string or None", "secrets.token_urlsafe", id="E016"),
-    pytest.param({"stall_detector": {"enabled": "yes"}}, "E017", 'RATELIMIT_R4["stall_detector"]["enabled"]', "must be True or False", None, id="E017-enabled"),
-    pytest.param({"stall_detector": {"threshold": 20}}, "E017", 'RATELIMIT_R4["stall_detector"]["threshold"]', "bare number 20 has no unit", "Write durations", id="E017-threshold"),
-    pytest.param({"metrics": "yes"}, "E018", 'RATELIMIT_R4["metrics"]', "must be True or False, got 'yes'", None, id="E018"),
-    pytest.param({"state_endpoint_token": "short"}, "W003", 'RATELIMIT_R4["state_endpoint_token"]', "5 characters long", "at least 32 random characters", id="W003"),
+    pytest.param(
+        ["not", "a", "dict"],
+        "E001",
+        "RATELIMIT_R4",
+        "must be a dict, got list",
+        "Write it as",
+        id="E001-not-dict",
+    ),
+    pytest.param(
+        {"ratelimiter": {}},
+        "E002",
+        'RATELIMIT_R4["ratelimiter"]',
+        "unknown key 'ratelimiter'",
+        "Did you mean 'ratelimiters'?",
+        id="E002-section",
+    ),
+    pytest.param(
+        {"header": "draft-6"},
+        "E002",
+        'RATELIMIT_R4["header"]',
+        "unknown key",
+        "Did you mean 'headers'?",
+        id="E002-option",
+    ),
+    pytest.param(
+        {"ratelimiters": {"instance": {}}},
+        "E002",
+        f'{RL}["instance"]',
+        "only 'configs' and 'instances'",
+        "Did you mean 'instances'?",
+        id="E002-group",
+    ),
+    pytest.param(
+        rl({"limit_for_perod": 10}),
+        "E002",
+        f'{RL}["instances"]["api"]["limit_for_perod"]',
+        "unknown option 'limit_for_perod'",
+        "Did you mean 'limit_for_period'?",
+        id="E002-field",
+    ),
+    pytest.param(
+        rl(configs={"default": {"timeout": "1s"}}),
+        "E002",
+        f'{RL}["configs"]["default"]["timeout"]',
+        "unknown option 'timeout'",
+        "Did you mean 'timeout_duration'?",
+        id="E002-config-field",
+    ),
+    pytest.param(
+        {"bulkheads": {"instances": {"db": {"key": "ip"}}}},
+        "E002",
+        f'{BH}["instances"]["db"]["key"]',
+        "unknown option 'key' for bulkheads",
+        "'key' belongs to ratelimiters",
+        id="E002-other-kind",
+    ),
+    pytest.param(
+        {"retries": {"instances": {"r": {"zzz": 1}}}},
+        "E002",
+        'RATELIMIT_R4["retries"]["instances"]["r"]["zzz"]',
+        "unknown option 'zzz'",
+        "Known options: base_config, enable_exponential_backoff",
+        id="E002-known-list",
+    ),
+    pytest.param(
+        {"stall_detector": {"treshold": "20ms"}},
+        "E002",
+        'RATELIMIT_R4["stall_detector"]["treshold"]',
+        "unknown option",
+        "Did you mean 'threshold'?",
+        id="E002-stall",
+    ),
+    pytest.param(
+        {"bulkheads": ["db"]},
+        "E003",
+        BH,
+        "must be a dict with 'configs' and/or 'instances', got list",
+        "Write it as",
+        id="E003-section",
+    ),
+    pytest.param(
+        {"ratelimiters": {"instances": ["api"]}},
+        "E003",
+        f'{RL}["instances"]',
+        "must be a dict of name -> options",
+        None,
+        id="E003-instances",
+    ),
+    pytest.param(
+        {"ratelimiters": {"instances": {"api": 10}}},
+        "E003",
+        f'{RL}["instances"]["api"]',
+        "must be a dict of options, got int",
+        "Write {} for all defaults.",
+        id="E003-entry",
+    ),
+    pytest.param(
+        {"ratelimiters": {"instances": {"": {}}}},
+        "E003",
+        f'{RL}["instances"][""]',
+        "names must be non-empty strings",
+        None,
+        id="E003-name",
+    ),
+    pytest.param(
+        {"stall_detector": True},
+        "E003",
+        'RATELIMIT_R4["stall_detector"]',
+        "must be a dict, got bool",
+        '"enabled": True',
+        id="E003-stall",
+    ),
+    pytest.param(
+        rl({"limit_refresh_period": 500}),
+        "E004",
+        f'{RL}["instances"]["api"]["limit_refresh_period"]',
+        "bare number 500 has no unit",
+        "Write durations as timedelta or a string with a unit",
+        id="E004-unitless",
+    ),
+    pytest.param(
+        rl({"timeout_duration": "1 sec"}),
+        "E004",
+        f'{RL}["instances"]["api"]["timeout_duration"]',
+        "'1 sec' is not a duration",
+        "Write durations",
+        id="E004-malformed",
+    ),
+    pytest.param(
+        rl({"limit_for_period": 0}),
+        "E004",
+        f'{RL}["instances"]["api"]["limit_for_period"]',
+        "must be >= 1, got 0",
+        None,
+        id="E004-range",
+    ),
+    pytest.param(
+        rl(configs={"default": {"limit_refresh_period": "0s"}}),
+        "E004",
+        f'{RL}["configs"]["default"]["limit_refresh_period"]',
+        "must be at least 1ns",
+        None,
+        id="E004-reported-where-written",
+    ),
+    pytest.param(
+        {"bulkheads": {"instances": {"db": {"fair_call_handling": "yes"}}}},
+        "E004",
+        f'{BH}["instances"]["db"]["fair_call_handling"]',
+        "must be True or False, got 'yes'",
+        None,
+        id="E004-type",
+    ),
+    pytest.param(
+        {"circuitbreakers": {"instances": {"p": {"failure_rate_threshold": 150}}}},
+        "E004",
+        f'{CB}["instances"]["p"]["failure_rate_threshold"]',
+        "must be <= 100",
+        None,
+        id="E004-float-range",
+    ),
+    pytest.param(
+        {
+            "circuitbreakers": {
+                "instances": {"p": {"record_exceptions": ["requests_typo.exceptions.Timeout"]}}
+            }
+        },
+        "E004",
+        f'{CB}["instances"]["p"]["record_exceptions"]',
+        "cannot import 'requests_typo.exceptions.Timeout'",
+        "full dotted path",
+        id="E004-exception-path",
+    ),
+    pytest.param(
+        {"circuitbreakers": {"instances": {"p": {"record_exceptions": ["os.sep"]}}}},
+        "E004",
+        f'{CB}["instances"]["p"]["record_exceptions"]',
+        "is not an exception class",
+        None,
+        id="E004-not-exception",
+    ),
+    pytest.param(
+        {"retries": {"instances": {"r": {"retry_on_result": "os.sep"}}}},
+        "E004",
+        'RATELIMIT_R4["retries"]["instances"]["r"]["retry_on_result"]',
+        "must be callable",
+        None,
+        id="E004-not-callable",
+    ),
+    pytest.param(
+        {
+            "circuitbreakers": {
+                "instances": {"p": {"enable_exponential_backoff": True, "enable_randomized_wait": True}}
+            }
+        },
+        "E004",
+        f'{CB}["instances"]["p"]["enable_randomized_wait"]',
+        "cannot be combined",
+        "Pick one",
+        id="E004-cross-field",
+    ),
+    pytest.param(
+        rl({"base_config": "slo"}, {"slow": {}}),
+        "E005",
+        f'{RL}["instances"]["api"]["base_config"]',
+        "unknown config 'slo'",
+        "Did you mean 'slow'?",
+        id="E005-typo",
+    ),
+    pytest.param(
+        rl({"base_config": "zzz"}),
+        "E005",
+        f'{RL}["instances"]["api"]["base_config"]',
+        "unknown config 'zzz'",
+        'Define it under RATELIMIT_R4["ratelimiters"]["configs"]',
+        id="E005-none",
+    ),
+    pytest.param(
+        rl({"base_config": 3}, {"slow": {}}),
+        "E005",
+        f'{RL}["instances"]["api"]["base_config"]',
+        "unknown config 3",
+        "Configured configs: slow.",
+        id="E005-type",
+    ),
+    pytest.param(
+        rl({"base_config": "a"}, {"a": {"base_config": "b"}, "b": {"base_config": "a"}}),
+        "E006",
+        f'{RL}["configs"]["b"]["base_config"]',
+        "circular base_config: a -> b -> a",
+        "Break the cycle",
+        id="E006-cycle",
+    ),
+    pytest.param(
+        rl(configs={"default": {"base_config": "x"}, "x": {}}),
+        "E006",
+        f'{RL}["configs"]["default"]["base_config"]',
+        "cannot have a base_config",
+        "Remove base_config",
+        id="E006-default",
+    ),
+    pytest.param(
+        rl({"key": "ipp"}),
+        "E007",
+        f'{RL}["instances"]["api"]["key"]',
+        "unknown key 'ipp'",
+        "Did you mean 'ip'?",
+        id="E007-typo",
+    ),
+    pytest.param(
+        rl({"key": "header:"}),
+        "E007",
+        f'{RL}["instances"]["api"]["key"]',
+        "header name after 'header:' is empty",
+        "'header:<Name>'",
+        id="E007-header",
+    ),
+    pytest.param(
+        rl({"key": "myapp_typo.keys.tenant"}),
+        "E007",
+        f'{RL}["instances"]["api"]["key"]',
+        "cannot import key function 'myapp_typo.keys.tenant'",
+        "dotted path to callable(request)",
+        id="E007-import",
+    ),
+    pytest.param(
+        rl({"key": 5}),
+        "E007",
+        f'{RL}["instances"]["api"]["key"]',
+        "key must be a string or a callable",
+        None,
+        id="E007-type",
+    ),
+    pytest.param(
+        rl({"max_keys": 0}),
+        "E008",
+        f'{RL}["instances"]["api"]["max_keys"]',
+        "must be >= 1, got 0",
+        None,
+        id="E008-max-keys",
+    ),
+    pytest.param(
+        rl({"key_idle_timeout": 300}),
+        "E008",
+        f'{RL}["instances"]["api"]["key_idle_timeout"]',
+        "bare number 300 has no unit",
+        "Write durations",
+        id="E008-idle",
+    ),
+    pytest.param(
+        {"bulkheads": {"instances": {"db": {"retry_after": "0s"}}}},
+        "E008",
+        f'{BH}["instances"]["db"]["retry_after"]',
+        "must be longer than 0s",
+        "Write durations",
+        id="E008-retry-after",
+    ),
+    pytest.param(
+        {"backend": "memcached"},
+        "E009",
+        'RATELIMIT_R4["backend"]',
+        "must be 'memory' or 'redis', got 'memcached'",
+        None,
+        id="E009",
+    ),
+    pytest.param(
+        {"backend": "redis"},
+        "E011",
+        'RATELIMIT_R4["redis_url"]',
+        "backend 'redis' needs redis_url",
+        "redis://127.0.0.1:6379/0",
+        id="E011-missing",
+    ),
+    pytest.param(
+        {"backend": "redis", "redis_url": "http://cache:6379"},
+        "E011",
+        'RATELIMIT_R4["redis_url"]',
+        "must be a redis://, rediss:// or unix:// URL",
+        "For example",
+        id="E011-scheme",
+    ),
+    pytest.param(
+        {"headers": "draft10"},
+        "E012",
+        'RATELIMIT_R4["headers"]',
+        "must be 'draft-10', 'draft-6' or None, got 'draft10'",
+        "Did you mean 'draft-10'?",
+        id="E012",
+    ),
+    pytest.param(
+        {"response_builder": "myproject_typo.responses.build"},
+        "E013",
+        'RATELIMIT_R4["response_builder"]',
+        "cannot import 'myproject_typo.responses.build'",
+        "callable(request, exc)",
+        id="E013-import",
+    ),
+    pytest.param(
+        {"response_builder": "os.sep"},
+        "E013",
+        'RATELIMIT_R4["response_builder"]',
+        "must be callable",
+        None,
+        id="E013-callable",
+    ),
+    pytest.param(
+        {"trusted_proxies": ["10.0.0.0/8", "10.0.0.0/33", "proxy"]},
+        "E014",
+        'RATELIMIT_R4["trusted_proxies"]',
+        "not valid CIDR networks: '10.0.0.0/33'",
+        "e.g. '10.0.0.0/8'",
+        id="E014-cidr",
+    ),
+    pytest.param(
+        {"trusted_proxies": "10.0.0.0/8"},
+        "E014",
+        'RATELIMIT_R4["trusted_proxies"]',
+        "must be an integer or a list of CIDR strings",
+        "number of proxies",
+        id="E014-str",
+    ),
+    pytest.param(
+        {"trusted_proxies": -1},
+        "E014",
+        'RATELIMIT_R4["trusted_proxies"]',
+        "must be >= 0, got -1",
+        None,
+        id="E014-negative",
+    ),
+    pytest.param(
+        {"ipv6_prefix_length": 129},
+        "E015",
+        'RATELIMIT_R4["ipv6_prefix_length"]',
+        "must be an integer from 1 to 128, got 129",
+        "/64",
+        id="E015",
+    ),
+    pytest.param(
+        {"state_endpoint_token": ""},
+        "E016",
+        'RATELIMIT_R4["state_endpoint_token"]',
+        "must be a non-empty string or None",
+        "secrets.token_urlsafe",
+        id="E016",
+    ),
+    pytest.param(
+        {"stall_detector": {"enabled": "yes"}},
+        "E017",
+        'RATELIMIT_R4["stall_detector"]["enabled"]',
+        "must be True or False",
+        None,
+        id="E017-enabled",
+    ),
+    pytest.param(
+        {"stall_detector": {"threshold": 20}},
+        "E017",
+        'RATELIMIT_R4["stall_detector"]["threshold"]',
+        "bare number 20 has no unit",
+        "Write durations",
+        id="E017-threshold",
+    ),
+    pytest.param(
+        {"metrics": "yes"},
+        "E018",
+        'RATELIMIT_R4["metrics"]',
+        "must be True or False, got 'yes'",
+        None,
+        id="E018",
+    ),
+    pytest.param(
+        {"state_endpoint_token": "short"},
+        "W003",
+        'RATELIMIT_R4["state_endpoint_token"]',
+        "5 characters long",
+        "at least 32 random characters",
+        id="W003",
+    ),
 ]
 
 
@@ -111,7 +476,9 @@ def test_each_mistake_has_its_id_path_message_and_hint(setting, code, path, text
     assert message.is_serious() == code.startswith("E")
 
 
-@pytest.mark.parametrize(("setting", "code", "path", "text", "hint"), [c for c in CASES if c.values[1].startswith("E")][::5])
+@pytest.mark.parametrize(
+    ("setting", "code", "path", "text", "hint"), [c for c in CASES if c.values[1].startswith("E")][::5]
+)
 def test_manage_py_check_fails_with_the_formatted_message(setting, code, path, text, hint) -> None:
     with override_settings(RATELIMIT_R4=setting), pytest.raises(SystemCheckError) as info:
         call_command("check")
@@ -125,7 +492,11 @@ def test_manage_py_check_fails_with_the_formatted_message(setting, code, path, t
 EVERYTHING_WRONG = {
     "ratelimiter": {},
     "ratelimiters": {
-        "configs": {"default": {"limit_refresh_period": 500}, "a": {"base_config": "b"}, "b": {"base_config": "a"}},
+        "configs": {
+            "default": {"limit_refresh_period": 500},
+            "a": {"base_config": "b"},
+            "b": {"base_config": "a"},
+        },
         "instances": {
             "api": {"limit_for_perod": 10, "key": "ipp", "max_keys": 0},
             "search": {"base_config": "slo"},
@@ -133,7 +504,9 @@ EVERYTHING_WRONG = {
         },
     },
     "bulkheads": {"instances": {"db": {"max_concurrent_calls": "ten", "retry_after": 1}}},
-    "circuitbreakers": {"instances": {"p": {"record_exceptions": ["nope_pkg.Error"], "sliding_window_type": "COUNTED"}}},
+    "circuitbreakers": {
+        "instances": {"p": {"record_exceptions": ["nope_pkg.Error"], "sliding_window_type": "COUNTED"}}
+    },
     "retries": [],
     "timelimiters": {"instances": {"t": {"timeout_duration": 0}}},
     "backend": "redis",
@@ -212,7 +585,9 @@ def test_no_setting_at_all_is_clean() -> None:
         assert ours(check_settings()) == []
 
 
-def test_a_dotted_path_whose_module_raises_is_reported_not_raised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_dotted_path_whose_module_raises_is_reported_not_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "r4_exploding_module.py").write_text("raise RuntimeError('boom at import')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     setting = {
@@ -231,7 +606,11 @@ def test_a_dotted_path_whose_module_raises_is_reported_not_raised(tmp_path: Path
 
 def test_redis_backend_without_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
     real_find_spec = conf.importlib.util.find_spec
-    monkeypatch.setattr(conf.importlib.util, "find_spec", lambda name, *a: None if name == "redis" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        conf.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "redis" else real_find_spec(name, *a),
+    )
     with override_settings(RATELIMIT_R4={"backend": "redis", "redis_url": "redis://127.0.0.1:6379/0"}):
         messages = ours(check_settings())
     assert [m.id for m in messages] == ["ratelimit_r4.E010"]
@@ -240,13 +619,23 @@ def test_redis_backend_without_the_package(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_redis_backend_with_package_and_url_is_clean() -> None:
-    with override_settings(RATELIMIT_R4={"backend": "redis", "redis_url": "rediss://cache:6380/1", "ratelimiters": {"instances": {"a": {"limit_refresh_period": "1s"}}}}):
+    with override_settings(
+        RATELIMIT_R4={
+            "backend": "redis",
+            "redis_url": "rediss://cache:6380/1",
+            "ratelimiters": {"instances": {"a": {"limit_refresh_period": "1s"}}},
+        }
+    ):
         assert ours(check_settings()) == []
 
 
 def test_metrics_true_without_prometheus_client_warns(monkeypatch: pytest.MonkeyPatch) -> None:
     real_find_spec = checks.importlib.util.find_spec
-    monkeypatch.setattr(checks.importlib.util, "find_spec", lambda name, *a: None if name == "prometheus_client" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        checks.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "prometheus_client" else real_find_spec(name, *a),
+    )
     with override_settings(RATELIMIT_R4={"metrics": True}):
         messages = ours(check_settings())
     assert [m.id for m in messages] == ["ratelimit_r4.W002"]
@@ -263,8 +652,16 @@ def test_metrics_true_without_prometheus_client_warns(monkeypatch: pytest.Monkey
         ({"GUNICORN_CMD_ARGS": "--bind 0.0.0.0:8000 -w 3"}, ["manage.py"], "GUNICORN_CMD_ARGS workers=3"),
         ({"GUNICORN_CMD_ARGS": "--workers=2 --threads 4"}, ["manage.py"], "GUNICORN_CMD_ARGS workers=2"),
         ({}, ["/venv/bin/gunicorn", "proj.wsgi", "-w4"], "--workers 4 on the command line"),
-        ({}, ["/venv/bin/uvicorn", "proj.asgi:application", "--workers", "2"], "--workers 2 on the command line"),
-        ({"SERVER_SOFTWARE": "gunicorn/23.0.0"}, ["x"], "SERVER_SOFTWARE=gunicorn/23.0.0 (worker count unknown)"),
+        (
+            {},
+            ["/venv/bin/uvicorn", "proj.asgi:application", "--workers", "2"],
+            "--workers 2 on the command line",
+        ),
+        (
+            {"SERVER_SOFTWARE": "gunicorn/23.0.0"},
+            ["x"],
+            "SERVER_SOFTWARE=gunicorn/23.0.0 (worker count unknown)",
+        ),
         ({"WEB_CONCURRENCY": "1", "SERVER_SOFTWARE": "gunicorn/23.0.0"}, ["x"], None),
         ({"WEB_CONCURRENCY": "1"}, ["/venv/bin/gunicorn", "-w", "1"], None),
         ({"WEB_CONCURRENCY": "lots"}, ["manage.py"], None),
@@ -296,7 +693,13 @@ def test_in_memory_limiters_under_several_workers_warn(monkeypatch: pytest.Monke
 
 def test_no_multiprocess_warning_with_redis_or_without_rate_limiters(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WEB_CONCURRENCY", "4")
-    with override_settings(RATELIMIT_R4={"backend": "redis", "redis_url": "redis://r:6379/0", "ratelimiters": {"instances": {"a": {"limit_refresh_period": "1s"}}}}):
+    with override_settings(
+        RATELIMIT_R4={
+            "backend": "redis",
+            "redis_url": "redis://r:6379/0",
+            "ratelimiters": {"instances": {"a": {"limit_refresh_period": "1s"}}},
+        }
+    ):
         assert ours(check_settings()) == []
     with override_settings(RATELIMIT_R4={"bulkheads": {"instances": {"db": {}}}}):
         assert ours(check_settings()) == []
@@ -313,7 +716,9 @@ def test_ids_are_unique_stable_and_documented() -> None:
     assert errors == [f"E{n:03d}" for n in range(1, len(errors) + 1)]  # no gaps
     doc = (ROOT / "docs" / "configuration.md").read_text()
     for code in Code:
-        assert re.search(rf"\|\s*`ratelimit_r4\.{code.value}`\s*\|", doc), f"{code.check_id} missing from docs"
+        assert re.search(rf"\|\s*`ratelimit_r4\.{code.value}`\s*\|", doc), (
+            f"{code.check_id} missing from docs"
+        )
 
 
 def test_every_error_id_has_a_test_case() -> None:

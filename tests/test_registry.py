@@ -67,7 +67,11 @@ def test_default_config_named_configs_and_instance_values_merge_in_order() -> No
     assert (get("own").config.limit_for_period, get("own").config.limit_refresh_period) == (3, S)
     # base_config "slow" still inherits default's limit_for_period.
     search = get("search").config
-    assert (search.limit_for_period, search.limit_refresh_period, search.timeout_duration) == (7, 60 * S, 5_000_000)
+    assert (search.limit_for_period, search.limit_refresh_period, search.timeout_duration) == (
+        7,
+        60 * S,
+        5_000_000,
+    )
     deep = get("deep").config
     assert (deep.limit_for_period, deep.limit_refresh_period) == (4, 60 * S)
     # Library defaults where nothing is set.
@@ -166,7 +170,11 @@ def test_override_settings_rebuilds_and_bumps_generation() -> None:
     before = registry.get_rate_limiter("api")
     gen0, looked_up = registry.lookup("ratelimiters", "api")
     assert looked_up is before and gen0 == registry.generation
-    with override_settings(RATELIMIT_R4={"ratelimiters": {"instances": {"api": {"limit_for_period": 3, "limit_refresh_period": "1m"}}}}):
+    with override_settings(
+        RATELIMIT_R4={
+            "ratelimiters": {"instances": {"api": {"limit_for_period": 3, "limit_refresh_period": "1m"}}}
+        }
+    ):
         assert registry.generation == gen0 + 1
         inside = registry.get_rate_limiter("api")
         assert inside is not before
@@ -218,12 +226,12 @@ def test_concurrent_first_use_builds_each_instance_exactly_once(monkeypatch: pyt
         barrier = threading.Barrier(threads_per_trial)
         seen: list[object] = []
 
-        def worker() -> None:
+        def worker(barrier: threading.Barrier, seen: list[object]) -> None:
             barrier.wait()
             seen.append(registry.get_rate_limiter("api"))
             seen.append(registry.get_rate_limiter("slow"))
 
-        threads = [threading.Thread(target=worker) for _ in range(threads_per_trial)]
+        threads = [threading.Thread(target=worker, args=(barrier, seen)) for _ in range(threads_per_trial)]
         for t in threads:
             t.start()
         for t in threads:
@@ -266,7 +274,9 @@ def test_install_clock_resets_built_instances_and_reaches_future_ones() -> None:
         # Built after installing: uses the fake clock too.
         cb = registry.get_circuit_breaker("acquirer")
         assert cb.clock is clock
-        with override_settings(RATELIMIT_R4={"ratelimiters": {"instances": {"x": {"limit_refresh_period": "1s"}}}}):
+        with override_settings(
+            RATELIMIT_R4={"ratelimiters": {"instances": {"x": {"limit_refresh_period": "1s"}}}}
+        ):
             assert registry.get_rate_limiter("x").clock is clock
     finally:
         registry.restore_clock()
