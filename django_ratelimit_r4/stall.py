@@ -190,8 +190,8 @@ class StallDetector:
         logger: where stalls are logged (one WARNING with the stack per stall).
         on_stall: called with a :class:`StallEvent` on the watchdog thread after each stall.
         hang_report_after: if a stall is still going on after this many seconds, log it once more
-            right away with the stack, so a loop that never recovers is reported too; ``None``
-            turns that off.
+            right away with the stack, so a loop that never recovers is reported too (at least
+            ``2 * threshold``); ``None`` turns that off.
         name: a label for logs and exporters.
 
     Cumulative counters, plain attributes written only by the watchdog thread: ``stalls_total``,
@@ -210,9 +210,7 @@ class StallDetector:
         name: str = "default",
     ) -> None:
         self.threshold: float = _to_seconds(threshold, "threshold")
-        self.interval: float = (
-            self.threshold / 2 if interval is None else _to_seconds(interval, "interval")
-        )
+        self.interval: float = self.threshold / 2 if interval is None else _to_seconds(interval, "interval")
         self.logger = logger
         self.on_stall = on_stall
         self.hang_report_after = hang_report_after
@@ -313,7 +311,7 @@ class StallDetector:
         counts = self.snapshot().bucket_counts
         out: list[tuple[float, int]] = []
         running = 0
-        for bound, count in zip((*self.buckets, float("inf")), counts):
+        for bound, count in zip((*self.buckets, float("inf")), counts, strict=True):
             running += count
             out.append((bound, running))
         return out
@@ -377,8 +375,13 @@ class StallDetector:
         # A loop that is merely not running (between run_until_complete calls) is not stalled.
         stalled = loop.is_running()
         stack = _capture_stack(watch.loop_thread_id) if stalled else traceback.StackSummary()
-        hang_at = sent + self.hang_report_after if stalled and self.hang_report_after is not None else None
-        while not pong.wait(_POLL_S if hang_at is None else max(0.0, min(_POLL_S, hang_at - time.monotonic()))):
+        hang_at = None
+        if stalled and self.hang_report_after is not None:
+            # Never report a "hang" in the same breath as detecting the stall.
+            hang_at = sent + max(self.hang_report_after, 2 * self.threshold)
+        while not pong.wait(
+            _POLL_S if hang_at is None else max(0.0, min(_POLL_S, hang_at - time.monotonic()))
+        ):
             if stop.is_set() or loop.is_closed():
                 return False
             if hang_at is not None and time.monotonic() >= hang_at:

@@ -63,7 +63,7 @@ def test_panels_fit_the_grid_without_overlapping(dashboard: dict[str, Any]) -> N
     boxes = []
     for panel in dashboard["panels"]:
         g = panel["gridPos"]
-        assert 0 <= g["x"] and g["x"] + g["w"] <= 24 and g["h"] > 0, panel["title"]
+        assert g["x"] >= 0 and g["x"] + g["w"] <= 24 and g["h"] > 0, panel["title"]
         boxes.append((g["x"], g["y"], g["x"] + g["w"], g["y"] + g["h"], panel["title"]))
     for i, a in enumerate(boxes):
         for b in boxes[i + 1 :]:

@@ -107,7 +107,9 @@ async def test_multiple_stalls_are_counted_one_each() -> None:
     async with StallDetector(THRESHOLD, on_stall=events.append, hang_report_after=None) as detector:
         for expected in (1, 2, 3):
             blocking_handler_for_test(0.12)
-            await wait_until(lambda n=expected: sum("blocking_handler_for_test" in _names(e) for e in events) >= n)
+            await wait_until(
+                lambda n=expected: sum("blocking_handler_for_test" in _names(e) for e in events) >= n
+            )
             await asyncio.sleep(0.05)
     blamed = [e for e in events if "blocking_handler_for_test" in _names(e)]
     assert len(blamed) == 3
