@@ -101,7 +101,7 @@ class ClientIPResolver:
     work only. Thread-safe. See the module docstring for the trust model.
     """
 
-    __slots__ = ("_count", "_cache", "_header", "_networks", "ipv6_prefix_length", "trusted_proxies")
+    __slots__ = ("_cache", "_count", "_header", "_networks", "ipv6_prefix_length", "trusted_proxies")
 
     def __init__(
         self,
@@ -155,9 +155,15 @@ class ClientIPResolver:
             try:
                 net = ipaddress.ip_network(spec, strict=False)
             except (TypeError, ValueError) as exc:
-                raise ValueError(f"trusted_proxies entry {spec!r} is not an IP network (CIDR): {exc}") from None
+                raise ValueError(
+                    f"trusted_proxies entry {spec!r} is not an IP network (CIDR): {exc}"
+                ) from None
             # Addresses are normalised from IPv4-mapped IPv6 to IPv4, so normalise such networks too.
-            if isinstance(net, ipaddress.IPv6Network) and net.prefixlen >= 96 and net.network_address.ipv4_mapped:
+            if (
+                isinstance(net, ipaddress.IPv6Network)
+                and net.prefixlen >= 96
+                and net.network_address.ipv4_mapped
+            ):
                 net = ipaddress.IPv4Network((net.network_address.ipv4_mapped, net.prefixlen - 96))
             yield net
 

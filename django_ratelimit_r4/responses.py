@@ -147,10 +147,14 @@ def status_for(exc: ResilienceError) -> int:
         return 429
     if isinstance(exc, (CallNotPermitted, BulkheadFull)):
         return 503
-    raise TypeError(f"no HTTP response is defined for {type(exc).__name__}; expected one of HANDLED_EXCEPTIONS")
+    raise TypeError(
+        f"no HTTP response is defined for {type(exc).__name__}; expected one of HANDLED_EXCEPTIONS"
+    )
 
 
-def retry_after_for(exc: ResilienceError, bulkhead_retry_after_ns: int = _DEFAULT_BULKHEAD_RETRY_AFTER_NS) -> int:
+def retry_after_for(
+    exc: ResilienceError, bulkhead_retry_after_ns: int = _DEFAULT_BULKHEAD_RETRY_AFTER_NS
+) -> int:
     """``Retry-After`` seconds for a rejection: the exception's wait, or the bulkhead's configured one."""
     if isinstance(exc, BulkheadFull):
         return retry_after_seconds(int(bulkhead_retry_after_ns))
@@ -174,7 +178,9 @@ def _problem(exc: ResilienceError, status: int, retry_after: int) -> tuple[dict[
     return body, detail
 
 
-def default_response(request: HttpRequest, exc: ResilienceError, *, status: int, retry_after: int) -> HttpResponse:
+def default_response(
+    request: HttpRequest, exc: ResilienceError, *, status: int, retry_after: int
+) -> HttpResponse:
     """The built-in body (problem+json or text) with ``status``. Headers are added by the caller.
 
     Exposed so a custom builder can wrap it.

@@ -105,14 +105,22 @@ class TestDispatch:
 class TestRounding:
     @pytest.mark.parametrize(
         ("period_ns", "w"),
-        [(1, 1), (100_000_000, 1), (999_999_999, 1), (1_000_000_000, 1), (1_000_000_001, 2),
-         (1_500_000_000, 2), (60_000_000_000, 60)],
+        [
+            (1, 1),
+            (100_000_000, 1),
+            (999_999_999, 1),
+            (1_000_000_000, 1),
+            (1_000_000_001, 2),
+            (1_500_000_000, 2),
+            (60_000_000_000, 60),
+        ],
     )
     def test_window_rounds_up_to_a_positive_integer(self, period_ns, w):
         assert window_seconds(period_ns) == w
 
     @pytest.mark.parametrize(
-        ("wait_ns", "t"), [(-5, 0), (0, 0), (1, 1), (999_999_999, 1), (1_000_000_000, 1), (50_000_000_001, 51)]
+        ("wait_ns", "t"),
+        [(-5, 0), (0, 0), (1, 1), (999_999_999, 1), (1_000_000_000, 1), (50_000_000_001, 51)],
     )
     def test_delay_seconds_rounds_up(self, wait_ns, t):
         assert delay_seconds(wait_ns) == t

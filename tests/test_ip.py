@@ -96,7 +96,10 @@ class TestProxyCount:
 
     def test_forwarded_header(self):
         r = ClientIPResolver(1)
-        assert r(req("10.0.0.1", fwd='for=6.6.6.6, for="[2001:db8:cafe::17]:4711";proto=https')) == "2001:db8:cafe::17"
+        assert (
+            r(req("10.0.0.1", fwd='for=6.6.6.6, for="[2001:db8:cafe::17]:4711";proto=https'))
+            == "2001:db8:cafe::17"
+        )
 
     def test_ports_stripped(self):
         r = ClientIPResolver(1)
@@ -195,7 +198,7 @@ def test_cache_never_stores_long_strings():
     assert r._cache.cache_info().currsize <= 1
 
 
-_header_text = st.text(alphabet=st.sampled_from(list("0123456789abcdef.:,;=[]\" _%forFOR")), max_size=60)
+_header_text = st.text(alphabet=st.sampled_from(list('0123456789abcdef.:,;=[]" _%forFOR')), max_size=60)
 
 
 @settings(max_examples=300, deadline=None)

@@ -1,0 +1,502 @@
+"""Per-client rate limits: one AtomicRateLimiter state per key, in bounded memory.
+
+A :class:`KeyedRateLimiter` gives every distinct key (client IP, user id, API key, ...) its own budget
+of ``limit_for_period`` permits per ``limit_refresh_period``, with the exact decision of the unkeyed
+limiter: :func:`django_ratelimit_r4.backends.base.decide` over two ints ``(cycle, permissions)``.
+
+Memory. A key's state is packed into one int in one ``OrderedDict`` (about 200 bytes per live key
+including the key string; ``benchmarks/bench_keyed.py`` measures it). The store relies on one fact:
+**a key whose lazily refreshed state is full (no debt, all permits) behaves exactly like an absent
+key**, because an absent key is read as ``(cycle 0, limit)``, which refreshes to full. So:
+
+* a decision that leaves a key full stores nothing (and removes the entry);
+* entries are kept in order of the cycle they were last used in, so the oldest are at the front; each
+  insertion and each first use of a key in a new cycle looks at the two oldest entries and drops them
+  when they are full (lossless) or idle longer than ``idle_timeout_ns``;
+* at ``max_keys`` the oldest entry is evicted (least recently used by cycle). Only this can lose state
+  (a key in debt, or that used permits in the current cycle); it is counted in ``lossy_evictions``.
+
+All keys share one time anchor (creation, :meth:`~KeyedRateLimiter.reset` or
+:meth:`~KeyedRateLimiter.set_clock`), so their cycles are aligned; a new key starts full. One lock
+guards the store and is held only for the dict operations and the integer decision.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from .backends.base import decide, nanos_to_wait, refresh
+from .core.clock import SYSTEM_CLOCK, Clock
+from .core.exceptions import RequestNotPermitted
+from .core.ratelimiter import (
+    DRAINED,
+    FAILED_ACQUIRE,
+    SUCCESSFUL_ACQUIRE,
+    RateLimiterConfig,
+    RateLimiterEvent,
+    RateLimiterEvents,
+)
+
+__all__ = ["KeyMetrics", "KeyedRateLimiter", "KeyedRateLimiterMetrics", "KeyedRateLimiterView"]
+
+_NS_PER_S = 1_000_000_000
+# (cycle, permissions) packed as cycle << 64 | (permissions + 2**63): one int object per key.
+_SHIFT = 64
+_OFFSET = 1 << 63
+_MASK = (1 << 64) - 1
+_FRONT_CHECKS = 2  # oldest entries examined per insertion / cycle change: O(1), keeps the store clean
+
+
+class KeyedRateLimiterMetrics:
+    """Aggregate figures of a :class:`KeyedRateLimiter`; plain reads, for exporters at scrape time."""
+
+    __slots__ = ("_limiter",)
+
+    def __init__(self, limiter: KeyedRateLimiter) -> None:
+        self._limiter = limiter
+
+    @property
+    def successful_calls(self) -> int:
+        """Granted decisions, all keys, since the last full reset."""
+        return self._limiter.successful_calls
+
+    @property
+    def failed_calls(self) -> int:
+        """Rejected decisions, all keys, since the last full reset."""
+        return self._limiter.failed_calls
+
+    @property
+    def live_keys(self) -> int:
+        """Keys currently holding state (others are full, i.e. as if never seen)."""
+        return len(self._limiter)
+
+    @property
+    def lossy_evictions(self) -> int:
+        """Keys evicted at ``max_keys`` while holding state (they came back with a fresh budget)."""
+        return self._limiter.lossy_evictions
+
+    @property
+    def number_of_waiting_threads(self) -> int:
+        """Callers currently waiting for a reserved permit (only with ``timeout_duration > 0``)."""
+        return self._limiter._waiting
+
+    def __repr__(self) -> str:
+        return (
+            f"KeyedRateLimiterMetrics(live_keys={self.live_keys}, successful_calls={self.successful_calls}, "
+            f"failed_calls={self.failed_calls}, lossy_evictions={self.lossy_evictions})"
+        )
+
+
+class KeyedRateLimiter:
+    """A rate limiter per key, created on first use, with the instance's ``RateLimiterConfig``.
+
+    Follows the primitives' contract (``name``, ``config``, ``clock``, ``metrics``, ``events``,
+    ``reset``, ``set_clock``) with a ``key`` first argument on every decision. ``get(key)`` returns a
+    :class:`KeyedRateLimiterView` that looks like a ``RateLimiter`` for one key.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        config: RateLimiterConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        max_keys: int = 100_000,
+        idle_timeout_ns: int | None = None,
+    ) -> None:
+        """Build an empty store.
+
+        :param max_keys: live keys kept at most (>= 1); the least recently used is evicted beyond it.
+        :param idle_timeout_ns: also drop keys unused for this long even if not full (e.g. a long debt);
+            ``None`` drops only full keys early. Precision is one refresh period.
+        """
+        if isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1:
+            raise ValueError(f"max_keys must be an int >= 1, got {max_keys!r}")
+        if idle_timeout_ns is not None and (not isinstance(idle_timeout_ns, int) or idle_timeout_ns < 0):
+            raise ValueError(f"idle_timeout_ns must be None or an int >= 0, got {idle_timeout_ns!r}")
+        self.name = name
+        self.config: RateLimiterConfig = config if config is not None else RateLimiterConfig()
+        self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
+        self.max_keys = max_keys
+        self.idle_timeout_ns = idle_timeout_ns
+        self.events = RateLimiterEvents()
+        self.metrics = KeyedRateLimiterMetrics(self)
+        self._limit = int(self.config.limit_for_period)
+        self._period = int(self.config.limit_refresh_period)
+        self._timeout_ns = int(self.config.timeout_duration)
+        # Keys idle for this many whole cycles are dropped even with state; None = never.
+        self._idle_cycles = None if idle_timeout_ns is None else -(-idle_timeout_ns // self._period) + 1
+        self._lock = threading.Lock()
+        self._waiting = 0
+        self._states: OrderedDict[str, int] = OrderedDict()
+        self._reset_locked(self.clock)
+
+    # -- store internals (caller holds the lock) ----------------------------------------------------------
+
+    def _reset_locked(self, clock: Clock) -> None:
+        self._now = clock.now_ns
+        self._anchor = self._now()
+        self._states.clear()
+        self.successful_calls = 0
+        self.failed_calls = 0
+        self.lossy_evictions = 0
+
+    def _load(self, key: str) -> tuple[int, int, int | None]:
+        """``(cycle, permissions, packed or None)``; an absent key reads as ``(0, limit)``, i.e. full."""
+        packed = self._states.get(key)
+        if packed is None:
+            return 0, self._limit, None
+        return packed >> _SHIFT, (packed & _MASK) - _OFFSET, packed
+
+    def _store(self, key: str, old_packed: int | None, old_cycle: int, cycle: int, permissions: int) -> None:
+        """Write a key's new state, applying the full-equals-absent rule and the eviction policy."""
+        states = self._states
+        if permissions >= self._limit:
+            if old_packed is not None:
+                del states[key]  # full again: the entry carries no information
+            return
+        packed = (cycle << _SHIFT) | (permissions + _OFFSET)
+        if old_packed is not None:
+            states[key] = packed
+            if cycle != old_cycle:
+                states.move_to_end(key)  # keep the store ordered by cycle of last use
+                self._sweep_front(cycle)
+            return
+        self._sweep_front(cycle)
+        if len(states) >= self.max_keys:
+            # The sweep stopped at the oldest entry because it holds state: evicting it loses that state.
+            states.popitem(last=False)
+            self.lossy_evictions += 1
+        states[key] = packed
+
+    def _sweep_front(self, cycle: int) -> None:
+        """Drop up to ``_FRONT_CHECKS`` oldest entries that are full now or idle too long."""
+        states = self._states
+        limit = self._limit
+        idle = self._idle_cycles
+        for _ in range(_FRONT_CHECKS):
+            if not states:
+                return
+            key = next(iter(states))
+            packed = states[key]
+            old_cycle = packed >> _SHIFT
+            full = refresh(old_cycle, (packed & _MASK) - _OFFSET, cycle, limit) >= limit
+            if not full and (idle is None or cycle - old_cycle < idle):
+                return
+            del states[key]
+
+    def _decide(self, key: str, permits: int, timeout_ns: int) -> int:
+        """Decide and commit for ``key``: wait ``>= 0`` granted (reserved), ``< 0`` rejected (``-wait``).
+
+        ``timeout_ns`` is ``>= 0`` here (peeks go through :meth:`state`).
+        """
+        lock = self._lock
+        lock.acquire()
+        try:
+            states = self._states
+            packed = states.get(key)
+            now = self._now() - self._anchor
+            if packed is None:
+                cycle, permissions = 0, self._limit
+            else:
+                cycle = packed >> _SHIFT
+                permissions = (packed & _MASK) - _OFFSET
+                if now < (cycle + 1) * self._period and permits > 0:
+                    # Still in the stored cycle, so decide() would not refresh: its answer is
+                    # nanos_to_wait() against the stored permissions, granted when the timeout covers
+                    # it. Spelled out here to skip decide()'s calls on the common paths. Subtracting from
+                    # the packed int decrements its permissions field. A property test checks the store
+                    # against decide() step by step.
+                    if permissions >= permits:
+                        states[key] = packed - permits
+                        self.successful_calls += 1
+                        return 0
+                    wait = nanos_to_wait(permissions, permits, cycle, now, self._period, self._limit)
+                    if timeout_ns >= wait:
+                        states[key] = packed - permits
+                        self.successful_calls += 1
+                        return wait
+                    self.failed_calls += 1
+                    return -wait
+            if permits < 1:
+                raise ValueError(f"permits must be >= 1, got {permits!r}")
+            new_cycle, new_permissions, wait, granted = decide(
+                cycle, permissions, permits, timeout_ns, now, self._period, self._limit
+            )
+            if granted:
+                self.successful_calls += 1
+                self._store(key, packed, cycle, new_cycle, new_permissions)
+                return wait
+            self.failed_calls += 1
+            return -wait
+        finally:
+            lock.release()
+
+    # -- deciding ---------------------------------------------------------------------------------------
+
+    def acquire_permission(self, key: str, permits: int = 1) -> bool:
+        """Take ``permits`` from ``key``'s budget; True if granted.
+
+        Waits with ``clock.sleep`` only when the wait fits in ``timeout_duration`` (permits reserved
+        first); otherwise returns False at once. From async code use :meth:`aacquire_permission`.
+        """
+        wait = self._decide(key, permits, self._timeout_ns)
+        if wait < 0:
+            if self.events.wants_failed:
+                self._publish(FAILED_ACQUIRE, permits)
+            return False
+        if wait > 0:
+            self._wait(wait)
+        if self.events.wants_successful:
+            self._publish(SUCCESSFUL_ACQUIRE, permits)
+        return True
+
+    async def aacquire_permission(self, key: str, permits: int = 1) -> bool:
+        """Async twin of :meth:`acquire_permission`; waits with ``await clock.asleep``."""
+        wait = self._decide(key, permits, self._timeout_ns)
+        if wait < 0:
+            if self.events.wants_failed:
+                self._publish(FAILED_ACQUIRE, permits)
+            return False
+        if wait > 0:
+            await self._await(wait)
+        if self.events.wants_successful:
+            self._publish(SUCCESSFUL_ACQUIRE, permits)
+        return True
+
+    def acquire_or_raise(self, key: str, permits: int = 1) -> None:
+        """Like :meth:`acquire_permission` but raise :class:`RequestNotPermitted` on rejection.
+
+        The exception's ``wait_ns`` is ``key``'s wait, computed with the decision; ``exc.key`` is the key
+        (for logs; responses never echo it).
+        """
+        wait = self._decide(key, permits, self._timeout_ns)
+        if wait < 0:
+            raise self._rejection(key, permits, -wait)
+        if wait > 0:
+            self._wait(wait)
+        if self.events.wants_successful:
+            self._publish(SUCCESSFUL_ACQUIRE, permits)
+
+    async def aacquire_or_raise(self, key: str, permits: int = 1) -> None:
+        """Async twin of :meth:`acquire_or_raise`."""
+        wait = self._decide(key, permits, self._timeout_ns)
+        if wait < 0:
+            raise self._rejection(key, permits, -wait)
+        if wait > 0:
+            await self._await(wait)
+        if self.events.wants_successful:
+            self._publish(SUCCESSFUL_ACQUIRE, permits)
+
+    def reserve_permission(self, key: str, permits: int = 1) -> int:
+        """Reserve without waiting: 0 (use now), ns the caller must wait (reserved), or -1 (rejected)."""
+        wait = self._decide(key, permits, self._timeout_ns)
+        if wait >= 0:
+            if self.events.wants_successful:
+                self._publish(SUCCESSFUL_ACQUIRE, permits)
+            return wait
+        if self.events.wants_failed:
+            self._publish(FAILED_ACQUIRE, permits)
+        return -1
+
+    def drain_permissions(self, key: str) -> int:
+        """Set ``key``'s refreshed permissions to 0 (debt kept) and return how many were drained."""
+        with self._lock:
+            cycle, permissions, packed = self._load(key)
+            current, permissions, _, _ = decide(
+                cycle, permissions, 1, -1, self._now() - self._anchor, self._period, self._limit
+            )
+            drained = permissions if permissions > 0 else 0
+            self._store(key, packed, cycle, current, permissions - drained)
+        if self.events.wants_drained:
+            self._publish(DRAINED, drained)
+        return drained
+
+    def state(self, key: str) -> tuple[int, int, int]:
+        """``(cycle, available_permissions, nanos_to_wait for 1 permit)`` for ``key``; changes nothing."""
+        with self._lock:
+            cycle, permissions, _ = self._load(key)
+            current, permissions, wait, _ = decide(
+                cycle, permissions, 1, -1, self._now() - self._anchor, self._period, self._limit
+            )
+        return current, permissions, wait
+
+    def get(self, key: str) -> KeyedRateLimiterView:
+        """A ``RateLimiter``-like view of ``key`` (creates nothing until it is used)."""
+        return KeyedRateLimiterView(self, key)
+
+    # -- management -------------------------------------------------------------------------------------
+
+    def purge(self) -> int:
+        """Drop every full (or idle-expired) entry now; returns how many. O(live keys); for housekeeping."""
+        with self._lock:
+            cycle = (self._now() - self._anchor) // self._period
+            limit = self._limit
+            idle = self._idle_cycles
+            dead = [
+                key
+                for key, packed in self._states.items()
+                if refresh(packed >> _SHIFT, (packed & _MASK) - _OFFSET, cycle, limit) >= limit
+                or (idle is not None and cycle - (packed >> _SHIFT) >= idle)
+            ]
+            for key in dead:
+                del self._states[key]
+            return len(dead)
+
+    def reset(self, key: str | None = None) -> None:
+        """Forget ``key`` (it is full again), or with no key return to the freshly built state."""
+        with self._lock:
+            if key is None:
+                self._reset_locked(self.clock)
+            else:
+                self._states.pop(key, None)
+
+    def set_clock(self, clock: Clock) -> None:
+        """Read time from ``clock`` and reset everything, so cycles start at ``clock``'s current time."""
+        with self._lock:
+            self.clock = clock
+            self._reset_locked(clock)
+
+    def __len__(self) -> int:
+        """Number of keys holding state."""
+        return len(self._states)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._states
+
+    # -- internals --------------------------------------------------------------------------------------
+
+    def _rejection(self, key: str, permits: int, wait_ns: int) -> RequestNotPermitted:
+        if self.events.wants_failed:
+            self._publish(FAILED_ACQUIRE, permits)
+        exc = RequestNotPermitted(self, wait_ns)  # type: ignore[arg-type]
+        exc.key = key  # type: ignore[attr-defined]
+        return exc
+
+    def _wait(self, wait_ns: int) -> None:
+        with self._lock:
+            self._waiting += 1
+        try:
+            self.clock.sleep(wait_ns / _NS_PER_S)
+        finally:
+            with self._lock:
+                self._waiting -= 1
+
+    async def _await(self, wait_ns: int) -> None:
+        # The lock is only held for an increment, so taking it on the event loop cannot stall it.
+        with self._lock:
+            self._waiting += 1
+        try:
+            await self.clock.asleep(wait_ns / _NS_PER_S)
+        finally:
+            with self._lock:
+                self._waiting -= 1
+
+    def _publish(self, event_type: str, permits: int) -> None:
+        self.events.publish(RateLimiterEvent(event_type, self.name, number_of_permits=permits))
+
+    def __repr__(self) -> str:
+        return (
+            f"KeyedRateLimiter({self.name!r}, limit_for_period={self._limit}, "
+            f"limit_refresh_period_ns={self._period}, live_keys={len(self)}, max_keys={self.max_keys})"
+        )
+
+
+class KeyMetrics:
+    """Per-key figures of a :class:`KeyedRateLimiterView`, computed when read (side-effect free)."""
+
+    __slots__ = ("_key", "_parent")
+
+    def __init__(self, parent: KeyedRateLimiter, key: str) -> None:
+        self._parent = parent
+        self._key = key
+
+    @property
+    def available_permissions(self) -> int:
+        """Permissions available now for this key; negative while reservations are outstanding."""
+        return self._parent.state(self._key)[1]
+
+    @property
+    def nanos_to_wait(self) -> int:
+        """Nanoseconds until one permit is available for this key (0 if one is available now)."""
+        return self._parent.state(self._key)[2]
+
+    @property
+    def cycle(self) -> int:
+        """The current cycle, counted from the keyed limiter's anchor."""
+        return self._parent.state(self._key)[0]
+
+    def __repr__(self) -> str:
+        cycle, available, wait = self._parent.state(self._key)
+        return f"KeyMetrics(available_permissions={available}, nanos_to_wait={wait}, cycle={cycle})"
+
+
+class KeyedRateLimiterView:
+    """One key of a :class:`KeyedRateLimiter`, shaped like a ``RateLimiter``.
+
+    ``name``, ``config`` and ``clock`` are the parent's; ``metrics`` are this key's. Holding a view
+    keeps no state alive: it is a (parent, key) pair, and the key's state may be evicted as usual.
+    """
+
+    __slots__ = ("key", "metrics", "parent")
+
+    def __init__(self, parent: KeyedRateLimiter, key: str) -> None:
+        self.parent = parent
+        self.key = key
+        self.metrics = KeyMetrics(parent, key)
+
+    @property
+    def name(self) -> str:
+        """The keyed limiter's name (never the key)."""
+        return self.parent.name
+
+    @property
+    def config(self) -> RateLimiterConfig:
+        """The keyed limiter's config."""
+        return self.parent.config
+
+    @property
+    def clock(self) -> Clock:
+        """The keyed limiter's clock."""
+        return self.parent.clock
+
+    def acquire_permission(self, permits: int = 1) -> bool:
+        """See :meth:`KeyedRateLimiter.acquire_permission`."""
+        return self.parent.acquire_permission(self.key, permits)
+
+    async def aacquire_permission(self, permits: int = 1) -> bool:
+        """See :meth:`KeyedRateLimiter.aacquire_permission`."""
+        return await self.parent.aacquire_permission(self.key, permits)
+
+    def acquire_or_raise(self, permits: int = 1) -> None:
+        """See :meth:`KeyedRateLimiter.acquire_or_raise`."""
+        self.parent.acquire_or_raise(self.key, permits)
+
+    async def aacquire_or_raise(self, permits: int = 1) -> None:
+        """See :meth:`KeyedRateLimiter.aacquire_or_raise`."""
+        await self.parent.aacquire_or_raise(self.key, permits)
+
+    def reserve_permission(self, permits: int = 1) -> int:
+        """See :meth:`KeyedRateLimiter.reserve_permission`."""
+        return self.parent.reserve_permission(self.key, permits)
+
+    def drain_permissions(self) -> int:
+        """See :meth:`KeyedRateLimiter.drain_permissions`."""
+        return self.parent.drain_permissions(self.key)
+
+    def reset(self) -> None:
+        """Forget this key's state (full again)."""
+        self.parent.reset(self.key)
+
+    def __eq__(self, other: Any) -> bool:
+        return (
+            isinstance(other, KeyedRateLimiterView) and other.parent is self.parent and other.key == self.key
+        )
+
+    def __hash__(self) -> int:
+        return hash((id(self.parent), self.key))
+
+    def __repr__(self) -> str:
+        return f"KeyedRateLimiterView({self.parent.name!r}, key=<{len(self.key)} chars>)"
