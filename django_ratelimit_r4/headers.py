@@ -59,6 +59,12 @@ HEADER_STYLES: tuple[str | None, ...] = (DRAFT_10, DRAFT_6, None)
 
 _NS_PER_S = 1_000_000_000
 _PK_BYTES = 12  # 96 bits: collision-free in practice, 16 base64 characters on the wire
+_SF_INT_MAX = 999_999_999_999_999  # RFC 9651 Integers have at most 15 digits
+
+
+def _sf_int(value: int) -> int:
+    """Clamp to a valid non-negative sf-integer (negative remaining = debt is sent as 0)."""
+    return 0 if value < 0 else min(value, _SF_INT_MAX)
 
 
 def window_seconds(period_ns: int) -> int:
@@ -124,8 +130,8 @@ def draft10_headers(statuses: Sequence[QuotaStatus], *, salt: bytes = b"") -> di
     for s in statuses:
         name = sf_string(s.policy)
         pk = "" if s.key is None else ";pk=" + partition_key(s.key, salt)
-        policies.append(f"{name};q={s.limit};w={s.window}{pk}")
-        states.append(f"{name};r={max(0, s.remaining)};t={max(0, s.reset)}{pk}")
+        policies.append(f"{name};q={_sf_int(s.limit)};w={_sf_int(s.window)}{pk}")
+        states.append(f"{name};r={_sf_int(s.remaining)};t={_sf_int(s.reset)}{pk}")
     return {"RateLimit-Policy": ", ".join(policies), "RateLimit": ", ".join(states)}
 
 

@@ -53,6 +53,11 @@ class TestDraft10:
         headers = draft10_headers([QuotaStatus("api", 2, 1, -3, 2)])
         assert headers["RateLimit"] == '"api";r=0;t=2'
 
+    def test_huge_values_clamped_to_valid_sf_integers(self):
+        headers = draft10_headers([QuotaStatus("api", 10**18, 1, 10**18, 0)])
+        assert headers["RateLimit-Policy"] == '"api";q=999999999999999;w=1'
+        assert headers["RateLimit"] == '"api";r=999999999999999;t=0'
+
     def test_policy_name_escaped(self):
         headers = draft10_headers([QuotaStatus('we"ird\\näme', 1, 1, 1, 0)])
         assert headers["RateLimit-Policy"] == '"we\\"ird\\\\n_me";q=1;w=1'
