@@ -220,7 +220,31 @@ class CircuitBreakerEvents(EventPublisher[Event]):
         "FAILURE_RATE_EXCEEDED",
         "SLOW_CALL_RATE_EXCEEDED",
     )
-    __slots__ = ()
+    __slots__ = ("_owner",)
+
+    def __init__(self, owner: CircuitBreaker | None = None) -> None:
+        super().__init__()
+        self._owner = owner
+
+    def _notify(self) -> None:
+        if self._owner is not None:
+            self._owner._listeners_changed()
+
+    def on_event(self, listener: Callable[[Event], object]) -> Callable[[Event], object]:
+        """Register ``listener`` for every event type."""
+        result = super().on_event(listener)
+        self._notify()
+        return result
+
+    def _on(self, event_type: str, listener: Callable[[Any], object]) -> Callable[[Any], object]:
+        result = super()._on(event_type, listener)
+        self._notify()
+        return result
+
+    def remove_listener(self, listener: Callable[[Any], object]) -> None:
+        """Unregister ``listener`` from every type it was registered for."""
+        super().remove_listener(listener)
+        self._notify()
 
     def on_success(self, listener: Callable[[CircuitBreakerOnSuccessEvent], object]) -> Any:
         """Register ``listener`` for ``SUCCESS`` events."""
@@ -408,7 +432,7 @@ class _StateData:
 
     __slots__ = (
         "allow_publish", "attempts", "deadline", "fast", "max_permits", "permits", "rate_flags",
-        "state", "timed", "window",
+        "ring_fast", "state", "timed", "window",
     )
 
     def __init__(self, state: State, window: _Window, attempts: int) -> None:
@@ -422,6 +446,9 @@ class _StateData:
         self.permits = 0
         self.max_permits = 0
         self.rate_flags = 0  # METRICS_ONLY: which *_RATE_EXCEEDED events were already published
+        # CLOSED / METRICS_ONLY over a count ring: a plain success replacing a plain success changes
+        # no counter and no verdict, so the hot path may skip everything but moving the head.
+        self.ring_fast = self.fast and state is not State.DISABLED and type(window) is _CountWindow
 
 
 # Results of a threshold check (CircuitBreakerMetrics.Result), as bit flags.
@@ -541,7 +568,9 @@ class CircuitBreakerMetrics:
     @property
     def total_not_permitted_calls(self) -> int:
         """Cumulative rejected calls."""
-        return self._cb._tot_not_permitted
+        cb = self._cb
+        with cb._lock:
+            return cb._retired_not_permitted + cb._st.window.not_permitted
 
     def __repr__(self) -> str:
         return (
@@ -563,6 +592,7 @@ _MAX_INTERVAL_MS = 2**52  # keeps exponential backoff inside exact float range (
 # once, the rest are anchored at "now" instead of replaying every cycle one by one.
 _MAX_REPLAYED_TRANSITIONS = 64
 
+_new_exception = BaseException.__new__
 T = TypeVar("T")
 _Pending = list  # events to publish once the lock is released: ("TYPE", *args)
 
@@ -589,10 +619,10 @@ class CircuitBreaker:
     """
 
     __slots__ = (
-        "__weakref__", "_after_hw", "_auto", "_count_based", "_exp", "_fthr", "_hw_ns", "_ignore_exc", "_lock",
+        "__weakref__", "_after_hw", "_auto", "_count_based", "_exp", "_fast_ns", "_fthr", "_hw_ns", "_ignore_exc", "_lock",
         "_max_ms", "_min_calls", "_mult", "_now", "_permitted", "_rand", "_rand_factor", "_record_exc",
         "_record_result", "_size", "_slow_ns", "_st", "_sthr", "_tot_failed", "_tot_failed_ns", "_tot_ignored",
-        "_tot_ignored_ns", "_tot_not_permitted", "_tot_success", "_tot_success_ns", "_wait_ns", "clock",
+        "_tot_ignored_ns", "_retired_not_permitted", "_tot_success", "_tot_success_ns", "_tpl_forced_open", "_tpl_half_open", "_tpl_open", "_wait_ns", "clock",
         "config", "events", "metrics", "name",
     )
 
@@ -602,14 +632,25 @@ class CircuitBreaker:
         self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
         self._now = self.clock.now_ns
         self._lock = threading.Lock()
-        self.events = CircuitBreakerEvents()
+        self.events = CircuitBreakerEvents(self)
         self.metrics = CircuitBreakerMetrics(self)
         self._tot_success = self._tot_success_ns = 0
         self._tot_failed = self._tot_failed_ns = 0
         self._tot_ignored = self._tot_ignored_ns = 0
-        self._tot_not_permitted = 0
+        # Lifetime rejections = those of retired state objects + the current one's counter (one
+        # increment per rejection instead of two).
+        self._retired_not_permitted = 0
+        # Per rejecting state: (state, args, attributes) of a CallNotPermitted built once and cloned
+        # per rejection. Held in slots, not a dict: hashing an Enum member runs Python code.
+        self._tpl_open = self._template(State.OPEN)
+        self._tpl_half_open = self._template(State.HALF_OPEN)
+        self._tpl_forced_open = self._template(State.FORCED_OPEN)
         self._read_config(self.config)
         self._st = self._initial_state(self._now())
+
+    def _template(self, state: State) -> tuple[State, tuple[Any, ...], dict[str, Any]]:
+        template = CallNotPermitted(self, state, 0)
+        return (state, template.args, dict(template.__dict__))
 
     def _read_config(self, c: CircuitBreakerConfig) -> None:
         # Copied once into slots: the hot path never touches the config object.
@@ -636,6 +677,13 @@ class CircuitBreaker:
         self._max_ms = None if max_wait is None else int(max_wait) // _NS_PER_MS
         self._rand = c.enable_randomized_wait
         self._rand_factor = float(c.randomized_wait_factor)
+        self._listeners_changed()
+
+    def _listeners_changed(self) -> None:
+        # One comparison on the hot path instead of three: a success no longer than _fast_ns may take
+        # the inlined path; -1 disables it (listeners to notify, or a record_result predicate to run).
+        plain = self._record_result is None and not self.events.has_listeners
+        self._fast_ns = self._slow_ns if plain else -1
 
     # ---------------------------------------------------------------- state objects
 
@@ -703,7 +751,9 @@ class CircuitBreaker:
             window = cur.window  # OPEN keeps the previous window and not-permitted counter
             if attempts is None:
                 attempts = cur.attempts + 1
-        elif to is _FORCED_OPEN:
+        else:
+            self._retired_not_permitted += cur.window.not_permitted
+        if to is _FORCED_OPEN:
             attempts = cur.attempts + 1
         elif to is _HALF_OPEN:
             attempts = cur.attempts
@@ -744,16 +794,34 @@ class CircuitBreaker:
 
     # ---------------------------------------------------------------- permission
 
-    def _acquire_slow(self) -> tuple[_StateData | None, int]:
-        """Acquire in a state that may reject. Returns (granting state, 0) or (None, wait_ns)."""
-        out: _Pending = []
+    def _acquire_slow(self) -> _StateData | CallNotPermitted:
+        """Acquire in a state that may reject: the granting state object, or the exception to raise."""
         lock = self._lock
         lock.acquire()
         try:
             now = self._now()
             st = self._st
-            if st.timed:
-                st = self._poll_locked(now, out)
+            if st.state is _OPEN and not st.timed and now <= st.deadline:  # type: ignore[operator]
+                # The common rejection; the first call strictly after the deadline goes HALF_OPEN.
+                st.window.not_permitted += 1
+                wait = st.deadline - now  # type: ignore[operator]
+            else:
+                wait = -1
+        finally:
+            lock.release()
+        if wait < 0:
+            return self._acquire_general()
+        return self._rejection(self._tpl_open, wait)
+
+    def _acquire_general(self) -> _StateData | CallNotPermitted:
+        out: _Pending = []
+        rejected: tuple[State, tuple[Any, ...], dict[str, Any]] | None = None
+        wait = 0
+        lock = self._lock
+        lock.acquire()
+        try:
+            now = self._now()
+            st = self._poll_locked(now, out) if self._st.timed else self._st
             state = st.state
             if state is _OPEN:
                 if now > st.deadline:  # type: ignore[operator]  # strictly after, like Instant.isAfter
@@ -761,35 +829,33 @@ class CircuitBreaker:
                     st = self._st
                     state = _HALF_OPEN
                 else:
-                    st.window.not_permitted += 1
-                    self._tot_not_permitted += 1
-                    granted, wait = None, st.deadline - now  # type: ignore[operator]
-                    state = None  # type: ignore[assignment]
+                    rejected, wait = self._tpl_open, st.deadline - now  # type: ignore[operator]
             if state is _HALF_OPEN:
                 if st.permits > 0:
                     st.permits -= 1
-                    granted, wait = st, 0
                 else:
-                    st.window.not_permitted += 1
-                    self._tot_not_permitted += 1
-                    granted, wait = None, 0
+                    rejected = self._tpl_half_open
             elif state is _FORCED_OPEN:
+                rejected, wait = self._tpl_forced_open, self._wait_ns
+            if rejected is not None:
                 st.window.not_permitted += 1
-                self._tot_not_permitted += 1
-                granted, wait = None, self._wait_ns
-            elif state is not None:
-                granted, wait = st, 0
         finally:
             lock.release()
-        if out:
-            self._flush(out)
-        return granted, wait
+            if out:
+                self._flush(out)
+        return st if rejected is None else self._rejection(rejected, wait)
 
-    def _reject(self, wait_ns: int) -> CallNotPermitted:
-        st = self._st
-        if self.events.has_listeners and st.allow_publish:
+    def _rejection(self, template: tuple[State, tuple[Any, ...], dict[str, Any]], wait_ns: int) -> CallNotPermitted:
+        """Publish NOT_PERMITTED and build the exception to raise (outside the lock)."""
+        state, args, attrs = template
+        if self.events.has_listeners and state is not _FORCED_OPEN:
             self.events.publish(CircuitBreakerOnCallNotPermittedEvent("NOT_PERMITTED", self.name))
-        return CallNotPermitted(self, st.state, wait_ns)
+        # A new instance per rejection (never a shared one whose traceback would grow), cloned from
+        # a per-state template: CallNotPermitted.__init__ formats its message, 2.5x the cost.
+        exc: CallNotPermitted = _new_exception(CallNotPermitted, *args)
+        exc.__dict__.update(attrs)
+        exc.wait_ns = wait_ns
+        return exc
 
     def try_acquire_permission(self) -> bool:
         """Take a permission without raising: False when OPEN, FORCED_OPEN or out of half-open trials.
@@ -800,19 +866,18 @@ class CircuitBreaker:
         """
         if self._st.fast:
             return True
-        granted, wait = self._acquire_slow()
-        if granted is None:
-            self._reject(wait)
-            return False
-        return True
+        return self._acquire_slow().__class__ is _StateData
 
     def acquire_permission(self) -> None:
         """Like :meth:`try_acquire_permission` but raises :class:`CallNotPermitted` (with ``wait_ns``)."""
         if self._st.fast:
             return
-        granted, wait = self._acquire_slow()
-        if granted is None:
-            raise self._reject(wait)
+        granted: Any = self._acquire_slow()
+        if granted.__class__ is not _StateData:
+            try:
+                raise granted
+            finally:
+                granted = None  # no exc -> traceback -> frame -> exc cycle
 
     def release_permission(self) -> None:
         """Give back a half-open trial permission taken but not used (never above the configured N)."""
@@ -868,12 +933,23 @@ class CircuitBreaker:
     def _success(self, duration_ns: int, end: int) -> None:
         if self.events.has_listeners:
             self._publish(CircuitBreakerOnSuccessEvent("SUCCESS", self.name, elapsed_ns=duration_ns))
-        out: _Pending = []
         lock = self._lock
         lock.acquire()
         try:
             self._tot_success += 1
             self._tot_success_ns += duration_ns
+            st = self._st
+            if st.ring_fast and duration_ns <= self._slow_ns:
+                w = st.window
+                head = w.head + 1
+                if head == w.size:
+                    head = 0
+                # An occupied next slot means the ring is full (so >= minimum calls); a plain
+                # success replacing a plain success cannot change any rate. (Same in call/acall.)
+                if w.ring[head] == 1:
+                    w.head = head
+                    return
+            out: _Pending = []
             self._record(_SLOW_SUCCESS if duration_ns > self._slow_ns else _SUCCESS, end, out)
         finally:
             lock.release()
@@ -939,11 +1015,27 @@ class CircuitBreaker:
 
     def call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """Run ``fn(*args, **kwargs)`` under the breaker; raises :class:`CallNotPermitted` if refused."""
-        st: _StateData | None = self._st
-        if not st.fast:  # type: ignore[union-attr]
-            st, wait = self._acquire_slow()
-            if st is None:
-                raise self._reject(wait)
+        st: Any = self._st
+        if not st.fast:
+            # Inlined common case of _acquire_slow: OPEN before its deadline rejects.
+            lock = self._lock
+            lock.acquire()
+            try:
+                now_ns = self._now()
+                st = self._st
+                if st.state is _OPEN and not st.timed and now_ns <= st.deadline:
+                    st.window.not_permitted += 1
+                    wait = st.deadline - now_ns
+                else:
+                    wait = -1
+            finally:
+                lock.release()
+            st = self._rejection(self._tpl_open, wait) if wait >= 0 else self._acquire_general()
+            if st.__class__ is not _StateData:
+                try:
+                    raise st
+                finally:
+                    st = None  # the traceback holds this frame: break the exc -> frame -> exc cycle
         now = self._now
         start = now()
         try:
@@ -956,19 +1048,55 @@ class CircuitBreaker:
             self._release_granted(st)
             raise
         end = now()
+        duration = end - start
+        if duration <= self._fast_ns:
+            # Inlined fast path of _success: plain (not slow) success, no listeners, no record_result,
+            # CLOSED or METRICS_ONLY over a full count ring.
+            lock = self._lock
+            lock.acquire()
+            try:
+                st = self._st
+                if st.ring_fast:
+                    w = st.window
+                    head = w.head + 1
+                    if head == w.size:
+                        head = 0
+                    if w.ring[head] == 1:
+                        w.head = head
+                        self._tot_success += 1
+                        self._tot_success_ns += duration
+                        return result
+            finally:
+                lock.release()
         if self._record_result is None:
-            self._success(end - start, end)
+            self._success(duration, end)
         else:
-            self._result(end - start, result, end)
+            self._result(duration, result, end)
         return result
 
     async def acall(self, fn: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any) -> T:
         """Await ``fn(*args, **kwargs)`` under the breaker (same rules as :meth:`call`)."""
-        st: _StateData | None = self._st
-        if not st.fast:  # type: ignore[union-attr]
-            st, wait = self._acquire_slow()
-            if st is None:
-                raise self._reject(wait)
+        st: Any = self._st
+        if not st.fast:
+            # Inlined common case of _acquire_slow: OPEN before its deadline rejects.
+            lock = self._lock
+            lock.acquire()
+            try:
+                now_ns = self._now()
+                st = self._st
+                if st.state is _OPEN and not st.timed and now_ns <= st.deadline:
+                    st.window.not_permitted += 1
+                    wait = st.deadline - now_ns
+                else:
+                    wait = -1
+            finally:
+                lock.release()
+            st = self._rejection(self._tpl_open, wait) if wait >= 0 else self._acquire_general()
+            if st.__class__ is not _StateData:
+                try:
+                    raise st
+                finally:
+                    st = None  # the traceback holds this frame: break the exc -> frame -> exc cycle
         now = self._now
         start = now()
         try:
@@ -981,10 +1109,30 @@ class CircuitBreaker:
             self._release_granted(st)
             raise
         end = now()
+        duration = end - start
+        if duration <= self._fast_ns:
+            # Inlined fast path of _success: plain (not slow) success, no listeners, no record_result,
+            # CLOSED or METRICS_ONLY over a full count ring.
+            lock = self._lock
+            lock.acquire()
+            try:
+                st = self._st
+                if st.ring_fast:
+                    w = st.window
+                    head = w.head + 1
+                    if head == w.size:
+                        head = 0
+                    if w.ring[head] == 1:
+                        w.head = head
+                        self._tot_success += 1
+                        self._tot_success_ns += duration
+                        return result
+            finally:
+                lock.release()
         if self._record_result is None:
-            self._success(end - start, end)
+            self._success(duration, end)
         else:
-            self._result(end - start, result, end)
+            self._result(duration, result, end)
         return result
 
     def decorate(self, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -1085,6 +1233,7 @@ class CircuitBreaker:
         """
         with self._lock:
             previous = self._st.state
+            self._retired_not_permitted += self._st.window.not_permitted
             self._st = self._initial_state(self._now())
             current = self._st.state
         if self.events.has_listeners:
@@ -1101,6 +1250,7 @@ class CircuitBreaker:
         with self._lock:
             self.clock = clock
             self._now = clock.now_ns
+            self._retired_not_permitted += self._st.window.not_permitted
             self._st = self._initial_state(clock.now_ns())
 
     def __repr__(self) -> str:
