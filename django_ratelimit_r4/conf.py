@@ -542,8 +542,8 @@ class _Section:
         """Merge ``name``'s lineage, build its config and extras; return the spec or its problems."""
         section = self.kind.section
         chain, problems = self.lineage(group, name)
-        for key, _entry in chain:
-            problems.extend(self.entry_problems.get(key, ()))
+        for entry_id, _entry in chain:
+            problems.extend(self.entry_problems.get(entry_id, ()))
         merged: dict[str, Any] = {}
         origin: dict[str, str] = {}
         for (g, n), entry in chain:
@@ -628,10 +628,10 @@ def _option_response_builder(value: object, raw: Mapping[str, Any]) -> Callable[
         try:
             value = import_string(value)
         except Exception as exc:
-            raise _Invalid(f"cannot import {raw['response_builder']!r}: {exc}", hint) from None
+            raise _Invalid(f"cannot import {value!r}: {exc}", hint) from None
     if not callable(value):
         raise _Invalid(f"must be callable or a dotted path to a callable, got {value!r}", hint)
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 def _option_trusted_proxies(value: object, raw: Mapping[str, Any]) -> int | tuple[IPNetwork, ...]:

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from .core.ratelimiter import RateLimiter
     from .core.retry import Retry
     from .core.timelimiter import TimeLimiter
-    from .keyed import KeyedRateLimiter
+    from .keyed import KeyedRateLimiter, KeyedRateLimiterView
 
 __all__ = [
     "KINDS",
@@ -188,14 +188,14 @@ def lookup(kind: str, name: str) -> tuple[int, Any]:
     return state.generation, instance
 
 
-def get_rate_limiter(name: str, key: str | None = None) -> RateLimiter:
+def get_rate_limiter(name: str, key: str | None = None) -> RateLimiter | KeyedRateLimiterView:
     """The rate limiter ``name``; with ``key``, that client's own limiter (same config, own budget).
 
     Without ``key`` this is the instance's single shared limiter, even when the instance has a
     ``key`` spec for requests (the HTTP layer then uses the per-key limiters).
     """
     if key is not None:
-        return get_keyed_rate_limiter(name).get(key)  # type: ignore[no-any-return]
+        return get_keyed_rate_limiter(name).get(key)
     return _get("ratelimiters", name)  # type: ignore[no-any-return]
 
 
