@@ -1,0 +1,93 @@
+"""Settings of the demo: embedded SQLite, in-memory backend, nothing else to start."""
+
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+SECRET_KEY = "demo-only-not-secret"
+DEBUG = True
+ALLOWED_HOSTS = ["*"]
+USE_TZ = True
+ROOT_URLCONF = "demo.urls"
+WSGI_APPLICATION = "demo.wsgi.application"
+ASGI_APPLICATION = "demo.asgi.application"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_prometheus",
+    "django_ratelimit_r4",
+    "cards",
+]
+
+MIDDLEWARE = [
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    # Turns RequestNotPermitted / CallNotPermitted / BulkheadFull raised below a view into 429/503.
+    "django_ratelimit_r4.middleware.ResilienceMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
+]
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": BASE_DIR / "db.sqlite3"}}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+STATIC_URL = "static/"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_ratelimit_r4": {"handlers": ["console"], "level": "INFO"}},
+}
+
+# The numbers come from the two source articles: 10 per second per client with a 0 wait (seed 000),
+# and the acquirer's bulkhead + breaker (seed 002: window 20, minimum 10, 50 %, 3 s open, 3 trial calls).
+# Bulkhead size from Little's law: 100 calls/s x 0.3 s = 30 in flight on average, plus headroom.
+RATELIMIT_R4 = {
+    "ratelimiters": {
+        "configs": {"default": {"limit_refresh_period": "1s", "timeout_duration": "0s"}},
+        "instances": {
+            "per-client": {"limit_for_period": 10, "key": "ip"},
+            "authorize-global": {"limit_for_period": 200},
+        },
+    },
+    "bulkheads": {"instances": {"acquirer": {"max_concurrent_calls": 40, "max_wait_duration": "0s"}}},
+    "circuitbreakers": {
+        "instances": {
+            "acquirer": {
+                "sliding_window_type": "COUNT_BASED",
+                "sliding_window_size": 20,
+                "minimum_number_of_calls": 10,
+                "failure_rate_threshold": 50,
+                "wait_duration_in_open_state": "3s",
+                "permitted_number_of_calls_in_half_open_state": 3,
+                "record_exceptions": ["cards.acquirer.AcquirerError"],
+            }
+        }
+    },
+    # The dashboard and `manage.py r4 status --url http://127.0.0.1:8000/r4/ --token demo-token` use this.
+    "state_endpoint_token": "demo-token",
+}

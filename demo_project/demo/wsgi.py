@@ -1,0 +1,8 @@
+"""WSGI entry point (gunicorn demo.wsgi)."""
+
+import os
+
+from django.core.wsgi import get_wsgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "demo.settings")
+application = get_wsgi_application()
