@@ -1,0 +1,1 @@
+"""Optional integrations (Prometheus, ...). Each submodule imports its third-party package itself."""

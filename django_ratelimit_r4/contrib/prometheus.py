@@ -1,0 +1,697 @@
+"""Prometheus metrics for every configured instance, in prometheus_client's default registry.
+
+django-prometheus's ``/metrics`` view (or any exporter of ``prometheus_client.REGISTRY``) shows the
+series below. Names are Resilience4j's Micrometer names as Prometheus renders them, so Resilience4j
+dashboards keep working. Every series has a ``name`` label (the instance name); client keys of a keyed
+limiter never become labels.
+
+==========================================================  =========  =========================  ==========
+series                                                      type       extra labels               mp mode
+==========================================================  =========  =========================  ==========
+``resilience4j_ratelimiter_available_permissions``          gauge                                 liveall
+``resilience4j_ratelimiter_waiting_threads``                gauge                                 livesum
+``resilience4j_ratelimiter_calls_total``                    counter    ``kind`` successful|failed
+``resilience4j_ratelimiter_keys``                           gauge      (keyed limiters only)      livesum
+``resilience4j_bulkhead_available_concurrent_calls``        gauge                                 liveall
+``resilience4j_bulkhead_max_allowed_concurrent_calls``      gauge                                 livesum
+``resilience4j_circuitbreaker_state``                       gauge 0/1  ``state`` (6 values)       livemax
+``resilience4j_circuitbreaker_failure_rate``                gauge                                 livemax
+``resilience4j_circuitbreaker_slow_call_rate``              gauge                                 livemax
+``resilience4j_circuitbreaker_buffered_calls``              gauge      ``kind`` successful|failed livesum
+``resilience4j_circuitbreaker_calls_seconds``               summary    ``kind`` succ.|failed|ign.
+``resilience4j_circuitbreaker_not_permitted_calls_total``   counter
+``resilience4j_retry_calls_total``                          counter    ``kind`` (4 outcomes)
+``resilience4j_timelimiter_calls_total``                    counter    ``kind`` succ.|failed|timeout
+``r4_event_loop_stalls_total``                              counter    (stall detector name)
+``r4_event_loop_stall_seconds``                             histogram  ``le``
+==========================================================  =========  =========================  ==========
+
+A **keyed** rate limiter (one budget per client) is one series per instance name: ``calls_total`` is
+the sum over all keys (plus the instance's shared limiter), ``waiting_threads`` likewise, and
+``resilience4j_ratelimiter_keys`` counts the keys currently holding state (clients that used part of
+their budget this period, or are in debt). An instance with a ``key`` spec exports **no**
+``available_permissions``: there is one value per client, and its shared limiter is not what
+requests use, so any single number would mislead.
+
+Two modes, chosen once by :func:`install`:
+
+* **Single process** (no ``PROMETHEUS_MULTIPROC_DIR``): one custom collector, :data:`collector`,
+  reads the primitives' plain counters at scrape time. A decision pays nothing for metrics.
+* **Multiprocess** (``PROMETHEUS_MULTIPROC_DIR`` set, e.g. gunicorn): prometheus_client ignores custom
+  collectors there, so real ``Gauge``/``Counter``/``Summary``/``Histogram`` objects (multiprocess modes
+  in the table) are updated by a per-worker daemon thread that every ``interval`` (1 s) reads the same
+  counters and pushes counter *deltas* and gauge values. Decisions still pay nothing; values lag by at
+  most ``interval``. The thread starts lazily in the worker, on its first request (or the first
+  :func:`sync_now`), never in the gunicorn master, and a last sync runs at interpreter exit.
+  Stalls are observed from :func:`django_ratelimit_r4.stall.add_stall_listener`.
+
+gunicorn configuration for multiprocess mode (wipe the directory before each start)::
+
+    # gunicorn.conf.py
+    from prometheus_client import multiprocess
+
+    def worker_exit(server, worker):          # flush the last interval of this worker
+        from django_ratelimit_r4.contrib import prometheus
+        prometheus.sync_now()
+
+    def child_exit(server, worker):           # drop the dead worker's live* gauges
+        multiprocess.mark_process_dead(worker.pid)
+
+Counters restart from zero when an instance is rebuilt (``override_settings``) or ``reset()``;
+Prometheus' ``rate()`` treats that as a counter reset. In multiprocess mode the deltas stay
+non-negative across such restarts. Gauges of an instance removed from the settings keep their last
+value until the worker restarts (multiprocess files cannot remove series).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Iterable, Iterator
+from typing import Any, NamedTuple
+
+from django.core.signals import request_started
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, Summary
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    SummaryMetricFamily,
+)
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from .. import registry as r4_registry
+from ..core.circuitbreaker import State
+
+try:  # written separately and optional: no stall series without it
+    from .. import stall as _stall
+except ImportError:  # pragma: no cover - depends on the installation
+    _stall = None  # type: ignore[assignment]
+
+__all__ = [
+    "DEFAULT_SYNC_INTERVAL_S",
+    "MULTIPROCESS",
+    "SINGLE_PROCESS",
+    "R4Collector",
+    "collector",
+    "install",
+    "installed_mode",
+    "multiprocess_requested",
+    "sync_now",
+    "uninstall",
+]
+
+logger = logging.getLogger("django_ratelimit_r4.prometheus")
+
+#: Seconds between two pushes of the multiprocess syncer.
+DEFAULT_SYNC_INTERVAL_S = 1.0
+#: Values returned by :func:`install` and :func:`installed_mode`.
+SINGLE_PROCESS = "single_process"
+MULTIPROCESS = "multiprocess"
+
+_NS_PER_S = 1e9
+
+
+# --------------------------------------------------------------------------------------------------
+# The series
+# --------------------------------------------------------------------------------------------------
+
+
+class _Spec(NamedTuple):
+    name: str  # family name (counters without the _total prometheus_client appends)
+    type: str  # "gauge" | "counter" | "summary"
+    doc: str
+    labels: tuple[str, ...]
+    mode: str = ""  # multiprocess_mode of a gauge
+
+
+RL_AVAILABLE = _Spec(
+    "resilience4j_ratelimiter_available_permissions",
+    "gauge",
+    "Permissions left in the current refresh period (negative while reservations are outstanding).",
+    ("name",),
+    "liveall",
+)
+RL_WAITING = _Spec(
+    "resilience4j_ratelimiter_waiting_threads",
+    "gauge",
+    "Callers waiting for a reserved permission.",
+    ("name",),
+    "livesum",
+)
+RL_CALLS = _Spec(
+    "resilience4j_ratelimiter_calls",
+    "counter",
+    "Rate limiter decisions: calls let through (successful) and turned away (failed).",
+    ("name", "kind"),
+)
+RL_KEYS = _Spec(
+    "resilience4j_ratelimiter_keys",
+    "gauge",
+    "Keys of a keyed rate limiter currently holding state (client keys are never labels).",
+    ("name",),
+    "livesum",
+)
+BH_AVAILABLE = _Spec(
+    "resilience4j_bulkhead_available_concurrent_calls",
+    "gauge",
+    "Concurrent calls that can still start.",
+    ("name",),
+    "liveall",
+)
+BH_MAX = _Spec(
+    "resilience4j_bulkhead_max_allowed_concurrent_calls",
+    "gauge",
+    "The configured max_concurrent_calls.",
+    ("name",),
+    "livesum",
+)
+CB_STATE = _Spec(
+    "resilience4j_circuitbreaker_state",
+    "gauge",
+    "1 for the circuit breaker's current state, 0 for the others.",
+    ("name", "state"),
+    "livemax",
+)
+CB_FAILURE_RATE = _Spec(
+    "resilience4j_circuitbreaker_failure_rate",
+    "gauge",
+    "Failed calls in percent of the sliding window; -1 below minimum_number_of_calls.",
+    ("name",),
+    "livemax",
+)
+CB_SLOW_RATE = _Spec(
+    "resilience4j_circuitbreaker_slow_call_rate",
+    "gauge",
+    "Slow calls in percent of the sliding window; -1 below minimum_number_of_calls.",
+    ("name",),
+    "livemax",
+)
+CB_BUFFERED = _Spec(
+    "resilience4j_circuitbreaker_buffered_calls",
+    "gauge",
+    "Outcomes currently held in the sliding window.",
+    ("name", "kind"),
+    "livesum",
+)
+CB_CALLS = _Spec(
+    "resilience4j_circuitbreaker_calls_seconds",
+    "summary",
+    "Calls the circuit breaker let through, by outcome, and their total duration.",
+    ("name", "kind"),
+)
+CB_NOT_PERMITTED = _Spec(
+    "resilience4j_circuitbreaker_not_permitted_calls",
+    "counter",
+    "Calls refused because the circuit breaker was open, forced open or out of half-open probes.",
+    ("name",),
+)
+RETRY_CALLS = _Spec(
+    "resilience4j_retry_calls",
+    "counter",
+    "Logical calls through a retry, by outcome.",
+    ("name", "kind"),
+)
+TL_CALLS = _Spec(
+    "resilience4j_timelimiter_calls",
+    "counter",
+    "Calls through a time limiter, by outcome.",
+    ("name", "kind"),
+)
+STALLS = _Spec(
+    "r4_event_loop_stalls",
+    "counter",
+    "Times the event loop was blocked longer than the stall detector's threshold.",
+    ("name",),
+)
+STALL_SECONDS_NAME = "r4_event_loop_stall_seconds"
+STALL_SECONDS_DOC = "How long each event-loop stall lasted."
+
+_SPECS: tuple[_Spec, ...] = (
+    RL_AVAILABLE,
+    RL_WAITING,
+    RL_CALLS,
+    RL_KEYS,
+    BH_AVAILABLE,
+    BH_MAX,
+    CB_STATE,
+    CB_FAILURE_RATE,
+    CB_SLOW_RATE,
+    CB_BUFFERED,
+    CB_CALLS,
+    CB_NOT_PERMITTED,
+    RETRY_CALLS,
+    TL_CALLS,
+)
+
+#: ``(label value, State)`` in Resilience4j's order: lower-cased state names.
+_STATES: tuple[tuple[str, State], ...] = tuple((s.name.lower(), s) for s in State)
+_RETRY_KINDS = (
+    ("successful_without_retry", "number_of_successful_calls_without_retry_attempt"),
+    ("successful_with_retry", "number_of_successful_calls_with_retry_attempt"),
+    ("failed_with_retry", "number_of_failed_calls_with_retry_attempt"),
+    ("failed_without_retry", "number_of_failed_calls_without_retry_attempt"),
+)
+_TL_KINDS = (
+    ("successful", "number_of_successful_calls"),
+    ("failed", "number_of_failed_calls"),
+    ("timeout", "number_of_timeout_calls"),
+)
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading the primitives (shared by both modes, so they always agree)
+# --------------------------------------------------------------------------------------------------
+
+Labels = tuple[str, ...]
+
+
+class _Reading:
+    """One pass over every configured instance.
+
+    Counters are reported per *source* (``slot`` + the object that owns the number) so the
+    multiprocess syncer can compute deltas even when one of two summed sources restarts.
+    """
+
+    __slots__ = ("counters", "gauges", "summaries")
+
+    def __init__(self) -> None:
+        self.gauges: list[tuple[_Spec, Labels, float]] = []
+        self.counters: list[tuple[_Spec, Labels, str, object, int]] = []
+        # (spec, labels, source, count, duration in ns)
+        self.summaries: list[tuple[_Spec, Labels, object, int, int]] = []
+
+
+def _read(out: _Reading) -> None:
+    """Append the current value of every series of every configured instance to ``out``."""
+    gauge, counter = out.gauges.append, out.counters.append
+    keyed = dict(r4_registry.keyed_rate_limiters())
+    for name, rl in r4_registry.instances("ratelimiters"):
+        m = rl.metrics
+        waiting = m.number_of_waiting_threads
+        counter((RL_CALLS, (name, "successful"), "shared", rl, m.successful_calls))
+        counter((RL_CALLS, (name, "failed"), "shared", rl, m.failed_calls))
+        k = keyed.get(name)
+        if k is None or r4_registry.instance_options("ratelimiters", name)["key"] is None:
+            gauge((RL_AVAILABLE, (name,), m.available_permissions))
+        if k is not None:
+            km = k.metrics
+            waiting += km.number_of_waiting_threads
+            counter((RL_CALLS, (name, "successful"), "keyed", k, km.successful_calls))
+            counter((RL_CALLS, (name, "failed"), "keyed", k, km.failed_calls))
+            gauge((RL_KEYS, (name,), km.live_keys))
+        gauge((RL_WAITING, (name,), waiting))
+
+    for name, bh in r4_registry.instances("bulkheads"):
+        m = bh.metrics
+        gauge((BH_AVAILABLE, (name,), m.available_concurrent_calls))
+        gauge((BH_MAX, (name,), m.max_allowed_concurrent_calls))
+
+    for name, cb in r4_registry.instances("circuitbreakers"):
+        current = cb.state  # applies automatic transitions that fell due
+        for label, state in _STATES:
+            gauge((CB_STATE, (name, label), 1.0 if state is current else 0.0))
+        m = cb.metrics
+        gauge((CB_FAILURE_RATE, (name,), m.failure_rate))
+        gauge((CB_SLOW_RATE, (name,), m.slow_call_rate))
+        gauge((CB_BUFFERED, (name, "successful"), m.number_of_successful_calls))
+        gauge((CB_BUFFERED, (name, "failed"), m.number_of_failed_calls))
+        out.summaries.append(
+            (CB_CALLS, (name, "successful"), cb, m.total_successful_calls, m.total_successful_duration_ns)
+        )
+        out.summaries.append(
+            (CB_CALLS, (name, "failed"), cb, m.total_failed_calls, m.total_failed_duration_ns)
+        )
+        out.summaries.append(
+            (CB_CALLS, (name, "ignored"), cb, m.total_ignored_calls, m.total_ignored_duration_ns)
+        )
+        counter((CB_NOT_PERMITTED, (name,), "", cb, m.total_not_permitted_calls))
+
+    for name, retry in r4_registry.instances("retries"):
+        m = retry.metrics
+        for kind, attr in _RETRY_KINDS:
+            counter((RETRY_CALLS, (name, kind), "", retry, getattr(m, attr)))
+
+    for name, tl in r4_registry.instances("timelimiters"):
+        m = tl.metrics
+        for kind, attr in _TL_KINDS:
+            counter((TL_CALLS, (name, kind), "", tl, getattr(m, attr)))
+
+
+def _stall_families() -> Iterator[Metric]:
+    """Stall series from the running detectors, summed per detector name."""
+    if _stall is None:
+        return
+    detectors = _stall.get_detectors()
+    if not detectors:
+        return
+    bounds = (*_stall.STALL_BUCKETS, float("inf"))
+    per_name: dict[str, tuple[list[int], float]] = {}
+    for d in detectors:
+        snap = d.snapshot()
+        counts, total_s = per_name.get(d.name, ([0] * len(bounds), 0.0))
+        for i, c in enumerate(snap.bucket_counts):
+            counts[i] += c
+        per_name[d.name] = (counts, total_s + snap.stall_seconds_total)
+    stalls = CounterMetricFamily(STALLS.name, STALLS.doc, labels=STALLS.labels)
+    seconds = HistogramMetricFamily(STALL_SECONDS_NAME, STALL_SECONDS_DOC, labels=("name",))
+    for name, (counts, total_s) in per_name.items():
+        cumulative, running = [], 0
+        for bound, c in zip(bounds, counts, strict=True):
+            running += c
+            cumulative.append((_le(bound), running))
+        stalls.add_metric((name,), running)
+        seconds.add_metric((name,), cumulative, total_s)
+    yield stalls
+    yield seconds
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else repr(float(bound))
+
+
+# --------------------------------------------------------------------------------------------------
+# Single process: a collector read at scrape time
+# --------------------------------------------------------------------------------------------------
+
+
+def _family(spec: _Spec) -> Any:
+    if spec.type == "gauge":
+        return GaugeMetricFamily(spec.name, spec.doc, labels=spec.labels)
+    if spec.type == "counter":
+        return CounterMetricFamily(spec.name, spec.doc, labels=spec.labels)
+    return SummaryMetricFamily(spec.name, spec.doc, labels=spec.labels)
+
+
+class R4Collector(Collector):
+    """Reads every configured instance's counters when Prometheus scrapes; costs nothing in between.
+
+    ``collect()`` never raises: a broken ``RATELIMIT_R4`` must not take the whole ``/metrics`` page
+    down with it, so the failure is logged and the r4 series are left out of that scrape.
+    """
+
+    def describe(self) -> Iterable[Metric]:
+        """The families without samples, so registering never builds instances or reads settings."""
+        families = [_family(spec) for spec in _SPECS]
+        if _stall is not None:
+            families.append(CounterMetricFamily(STALLS.name, STALLS.doc, labels=STALLS.labels))
+            families.append(HistogramMetricFamily(STALL_SECONDS_NAME, STALL_SECONDS_DOC, labels=("name",)))
+        return families
+
+    def collect(self) -> Iterable[Metric]:
+        """One family per series with a sample per instance (and per ``kind``/``state`` label)."""
+        reading = _Reading()
+        try:
+            _read(reading)
+        except Exception:
+            logger.exception(
+                "django-ratelimit-r4 metrics could not be read; r4 series left out of this scrape"
+            )
+            return []
+        families = {spec: _family(spec) for spec in _SPECS}
+        for spec, labels, value in reading.gauges:
+            families[spec].add_metric(labels, value)
+        summed: dict[tuple[_Spec, Labels], int] = {}
+        for spec, labels, _slot, _source, value in reading.counters:
+            summed[spec, labels] = summed.get((spec, labels), 0) + value
+        for (spec, labels), value in summed.items():
+            families[spec].add_metric(labels, value)
+        for spec, labels, _source, count, duration_ns in reading.summaries:
+            families[spec].add_metric(labels, count_value=count, sum_value=duration_ns / _NS_PER_S)
+        result: list[Metric] = [f for f in families.values() if f.samples]
+        try:
+            result.extend(_stall_families())
+        except Exception:
+            logger.exception("event-loop stall metrics could not be read")
+        return result
+
+
+#: The single-process collector; :func:`install` registers it with ``prometheus_client.REGISTRY``.
+collector = R4Collector()
+
+
+# --------------------------------------------------------------------------------------------------
+# Multiprocess: real metric objects fed by a per-worker syncer
+# --------------------------------------------------------------------------------------------------
+
+
+class _Syncer:
+    """Pushes the primitives' numbers into multiprocess-safe metric objects, every ``interval``."""
+
+    def __init__(self, registry: CollectorRegistry | None, interval: float) -> None:
+        self.interval = interval
+        self.registry = registry
+        self.metrics: dict[_Spec, Any] = {}
+        for spec in _SPECS:
+            if spec.type == "gauge":
+                mode: Any = spec.mode  # one of prometheus_client's Literal modes, checked by Gauge
+                metric: Any = Gauge(
+                    spec.name, spec.doc, spec.labels, registry=registry, multiprocess_mode=mode
+                )
+            elif spec.type == "counter":
+                metric = Counter(spec.name, spec.doc, spec.labels, registry=registry)
+            else:
+                metric = Summary(spec.name, spec.doc, spec.labels, registry=registry)
+            self.metrics[spec] = metric
+        self.stalls: Counter | None = None
+        self.stall_seconds: Histogram | None = None
+        if _stall is not None:
+            self.stalls = Counter(STALLS.name, STALLS.doc, STALLS.labels, registry=registry)
+            self.stall_seconds = Histogram(
+                STALL_SECONDS_NAME,
+                STALL_SECONDS_DOC,
+                ("name",),
+                registry=registry,
+                buckets=_stall.STALL_BUCKETS,
+            )
+        self._after_fork()
+        # Survive the process: counters already pushed by the parent stay the parent's.
+        self._last: dict[tuple[_Spec, Labels, str], tuple[object, int]] = {}
+        self._gauges: dict[tuple[_Spec, Labels], float] = {}
+        self._children: dict[tuple[_Spec, Labels], Any] = {}
+
+    def _after_fork(self) -> None:
+        # Locks held by a thread of the parent at fork time would stay locked forever in the child.
+        self._lock = threading.Lock()
+        self._start_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failing = False
+
+    # -- pushing -------------------------------------------------------------------------------------
+
+    def _child(self, spec: _Spec, labels: Labels) -> Any:
+        child = self._children.get((spec, labels))
+        if child is None:
+            child = self._children[spec, labels] = self.metrics[spec].labels(*labels)
+        return child
+
+    def _delta(self, key: tuple[_Spec, Labels, str], source: object, value: int) -> int:
+        last = self._last.get(key)
+        self._last[key] = (source, value)
+        if last is None or last[0] is not source or value < last[1]:
+            return value  # a new (rebuilt) or reset source counts from zero
+        return value - last[1]
+
+    def sync(self) -> None:
+        """Read every instance once and push gauge values and counter deltas."""
+        reading = _Reading()
+        _read(reading)
+        with self._lock:
+            gauges = self._gauges
+            for spec, labels, value in reading.gauges:
+                if gauges.get((spec, labels)) != value:
+                    gauges[spec, labels] = value
+                    self._child(spec, labels).set(value)
+            for spec, labels, slot, source, value in reading.counters:
+                delta = self._delta((spec, labels, slot), source, value)
+                if delta:
+                    self._child(spec, labels).inc(delta)
+            for spec, labels, source, count, duration_ns in reading.summaries:
+                delta_count = self._delta((spec, labels, "count"), source, count)
+                delta_ns = self._delta((spec, labels, "sum"), source, duration_ns)
+                if delta_count or delta_ns:
+                    # Summary has no public "add n observations"; its two values are stable API in practice.
+                    child = self._child(spec, labels)
+                    child._count.inc(delta_count)
+                    child._sum.inc(delta_ns / _NS_PER_S)
+
+    def observe_stall(self, event: Any) -> None:
+        """Stall listener: one observation per stall, from the detector's watchdog thread."""
+        if self.stalls is not None and self.stall_seconds is not None:
+            self.stalls.labels(event.name).inc()
+            self.stall_seconds.labels(event.name).observe(event.duration_s)
+
+    # -- the thread ----------------------------------------------------------------------------------
+
+    def ensure_started(self) -> None:
+        """Start the daemon thread in this process if it is not running yet."""
+        if self._thread is not None:
+            return
+        with self._start_lock:
+            if self._thread is None and not self._stop.is_set():
+                thread = threading.Thread(target=self._run, name="r4-prometheus-sync", daemon=True)
+                thread.start()
+                self._thread = thread
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sync_logged()
+
+    def sync_logged(self) -> None:
+        """:meth:`sync`, logging the first failure of a streak instead of raising."""
+        try:
+            self.sync()
+        except Exception:
+            if not self._failing:
+                logger.exception("django-ratelimit-r4 metrics sync failed (repeats are not logged)")
+            self._failing = True
+        else:
+            self._failing = False
+
+    def stop(self) -> None:
+        """Stop the thread (for :func:`uninstall`)."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(5.0)
+
+    @property
+    def running(self) -> bool:
+        """True while this process's sync thread is alive."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def unregister(self) -> None:
+        """Remove the metric objects from the registry they were registered in."""
+        if self.registry is None:
+            return
+        objects: list[Any] = list(self.metrics.values())
+        objects += [m for m in (self.stalls, self.stall_seconds) if m is not None]
+        for metric in objects:
+            with contextlib.suppress(KeyError):
+                self.registry.unregister(metric)
+
+
+# --------------------------------------------------------------------------------------------------
+# Installation
+# --------------------------------------------------------------------------------------------------
+
+_install_lock = threading.Lock()
+_mode: str | None = None
+_registry: CollectorRegistry | None = None
+_syncer: _Syncer | None = None
+_atexit_registered = False
+_FIRST_REQUEST_UID = "django_ratelimit_r4.prometheus.first_request"
+
+
+def multiprocess_requested() -> bool:
+    """True when prometheus_client runs in multiprocess mode (``PROMETHEUS_MULTIPROC_DIR`` is set)."""
+    return "PROMETHEUS_MULTIPROC_DIR" in os.environ or "prometheus_multiproc_dir" in os.environ
+
+
+def install(
+    *,
+    registry: CollectorRegistry | None = REGISTRY,
+    multiprocess: bool | None = None,
+    interval: float = DEFAULT_SYNC_INTERVAL_S,
+) -> str:
+    """Export r4's metrics; returns :data:`SINGLE_PROCESS` or :data:`MULTIPROCESS`. Idempotent.
+
+    Call it once per process, from ``AppConfig.ready()`` (it reads no settings and builds no
+    instance). A second call returns the mode already installed and changes nothing.
+
+    :param registry: where the collector (single process) or metric objects (multiprocess) are
+        registered; the default is prometheus_client's global ``REGISTRY``.
+    :param multiprocess: force a mode; ``None`` follows :func:`multiprocess_requested`.
+    :param interval: seconds between the multiprocess syncer's pushes.
+    """
+    global _mode, _registry, _syncer, _atexit_registered
+    with _install_lock:
+        if _mode is not None:
+            return _mode
+        if multiprocess is None:
+            multiprocess = multiprocess_requested()
+        if not multiprocess:
+            if registry is not None:
+                registry.register(collector)
+            _registry, _mode = registry, SINGLE_PROCESS
+            return _mode
+        if not interval > 0:
+            raise ValueError(f"interval must be > 0 seconds, got {interval!r}")
+        syncer = _Syncer(registry, interval)
+        if _stall is not None:
+            _stall.add_stall_listener(syncer.observe_stall)
+        # Started by the worker's first request, so a preloading gunicorn master never runs it.
+        request_started.connect(_on_first_request, weak=False, dispatch_uid=_FIRST_REQUEST_UID)
+        if not _atexit_registered:
+            atexit.register(_flush_at_exit)
+            _atexit_registered = True
+        _syncer, _registry, _mode = syncer, registry, MULTIPROCESS
+        return _mode
+
+
+def installed_mode() -> str | None:
+    """The mode :func:`install` chose, or ``None`` before it ran (or after :func:`uninstall`)."""
+    return _mode
+
+
+def sync_now() -> None:
+    """Multiprocess mode: push this process's numbers now and make sure the syncer runs.
+
+    For tests and gunicorn's ``worker_exit`` hook. A no-op in single-process mode (the collector
+    reads at scrape time) and before :func:`install`.
+    """
+    syncer = _syncer
+    if syncer is None:
+        return
+    syncer.ensure_started()
+    syncer.sync()
+
+
+def uninstall() -> None:
+    """Undo :func:`install` (for tests): unregister everything and stop the syncer thread."""
+    global _mode, _registry, _syncer
+    with _install_lock:
+        if _mode == SINGLE_PROCESS and _registry is not None:
+            with contextlib.suppress(KeyError):
+                _registry.unregister(collector)
+        syncer = _syncer
+        if syncer is not None:
+            request_started.disconnect(dispatch_uid=_FIRST_REQUEST_UID)
+            if _stall is not None:
+                _stall.remove_stall_listener(syncer.observe_stall)
+            syncer.stop()
+            syncer.unregister()
+        _mode = _registry = _syncer = None
+
+
+def _on_first_request(**kwargs: Any) -> None:
+    # Disconnect first: afterwards requests pay nothing for metrics.
+    request_started.disconnect(dispatch_uid=_FIRST_REQUEST_UID)
+    syncer = _syncer
+    if syncer is not None:
+        syncer.ensure_started()
+
+
+def _flush_at_exit() -> None:
+    syncer = _syncer
+    if syncer is not None and syncer._thread is not None:  # only workers that ran the syncer
+        syncer.sync_logged()
+
+
+def _after_fork_in_child() -> None:
+    syncer = _syncer
+    if syncer is None:
+        return
+    started_in_parent = syncer._thread is not None
+    syncer._after_fork()
+    if started_in_parent:  # the parent consumed its first-request trigger; this process needs one
+        request_started.connect(_on_first_request, weak=False, dispatch_uid=_FIRST_REQUEST_UID)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
