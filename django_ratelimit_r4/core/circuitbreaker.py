@@ -9,7 +9,7 @@ import random
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar, Union
+from typing import Any, TypeVar
 
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Validator
@@ -127,17 +127,38 @@ class CircuitBreakerConfig:
 STATE_TRANSITIONS: frozenset[tuple[State, State]] = frozenset(
     (State[a], State[b])
     for a, b in (
-        ("CLOSED", "CLOSED"), ("CLOSED", "OPEN"), ("CLOSED", "DISABLED"), ("CLOSED", "METRICS_ONLY"),
+        ("CLOSED", "CLOSED"),
+        ("CLOSED", "OPEN"),
+        ("CLOSED", "DISABLED"),
+        ("CLOSED", "METRICS_ONLY"),
         ("CLOSED", "FORCED_OPEN"),
-        ("HALF_OPEN", "HALF_OPEN"), ("HALF_OPEN", "CLOSED"), ("HALF_OPEN", "OPEN"), ("HALF_OPEN", "DISABLED"),
-        ("HALF_OPEN", "METRICS_ONLY"), ("HALF_OPEN", "FORCED_OPEN"),
-        ("OPEN", "OPEN"), ("OPEN", "CLOSED"), ("OPEN", "HALF_OPEN"), ("OPEN", "DISABLED"),
-        ("OPEN", "METRICS_ONLY"), ("OPEN", "FORCED_OPEN"),
-        ("FORCED_OPEN", "FORCED_OPEN"), ("FORCED_OPEN", "CLOSED"), ("FORCED_OPEN", "OPEN"),
-        ("FORCED_OPEN", "DISABLED"), ("FORCED_OPEN", "METRICS_ONLY"), ("FORCED_OPEN", "HALF_OPEN"),
-        ("DISABLED", "DISABLED"), ("DISABLED", "CLOSED"), ("DISABLED", "OPEN"), ("DISABLED", "FORCED_OPEN"),
-        ("DISABLED", "HALF_OPEN"), ("DISABLED", "METRICS_ONLY"),
-        ("METRICS_ONLY", "METRICS_ONLY"), ("METRICS_ONLY", "CLOSED"), ("METRICS_ONLY", "FORCED_OPEN"),
+        ("HALF_OPEN", "HALF_OPEN"),
+        ("HALF_OPEN", "CLOSED"),
+        ("HALF_OPEN", "OPEN"),
+        ("HALF_OPEN", "DISABLED"),
+        ("HALF_OPEN", "METRICS_ONLY"),
+        ("HALF_OPEN", "FORCED_OPEN"),
+        ("OPEN", "OPEN"),
+        ("OPEN", "CLOSED"),
+        ("OPEN", "HALF_OPEN"),
+        ("OPEN", "DISABLED"),
+        ("OPEN", "METRICS_ONLY"),
+        ("OPEN", "FORCED_OPEN"),
+        ("FORCED_OPEN", "FORCED_OPEN"),
+        ("FORCED_OPEN", "CLOSED"),
+        ("FORCED_OPEN", "OPEN"),
+        ("FORCED_OPEN", "DISABLED"),
+        ("FORCED_OPEN", "METRICS_ONLY"),
+        ("FORCED_OPEN", "HALF_OPEN"),
+        ("DISABLED", "DISABLED"),
+        ("DISABLED", "CLOSED"),
+        ("DISABLED", "OPEN"),
+        ("DISABLED", "FORCED_OPEN"),
+        ("DISABLED", "HALF_OPEN"),
+        ("DISABLED", "METRICS_ONLY"),
+        ("METRICS_ONLY", "METRICS_ONLY"),
+        ("METRICS_ONLY", "CLOSED"),
+        ("METRICS_ONLY", "FORCED_OPEN"),
         ("METRICS_ONLY", "DISABLED"),
     )
 )
@@ -311,7 +332,17 @@ class _CountWindow:
     breaker's lock.
     """
 
-    __slots__ = ("calls", "failed", "head", "min_calls", "not_permitted", "ring", "size", "slow", "slow_failed")
+    __slots__ = (
+        "calls",
+        "failed",
+        "head",
+        "min_calls",
+        "not_permitted",
+        "ring",
+        "size",
+        "slow",
+        "slow_failed",
+    )
 
     def __init__(self, size: int, min_calls: int) -> None:
         self.size = size
@@ -364,8 +395,19 @@ class _TimeWindow:
     """
 
     __slots__ = (
-        "b_calls", "b_failed", "b_slow", "b_slow_failed", "calls", "failed", "head", "head_second",
-        "min_calls", "not_permitted", "size", "slow", "slow_failed",
+        "b_calls",
+        "b_failed",
+        "b_slow",
+        "b_slow_failed",
+        "calls",
+        "failed",
+        "head",
+        "head_second",
+        "min_calls",
+        "not_permitted",
+        "size",
+        "slow",
+        "slow_failed",
     )
 
     def __init__(self, size: int, min_calls: int, now_ns: int) -> None:
@@ -419,7 +461,7 @@ class _TimeWindow:
                 self.slow_failed += 1
 
 
-_Window = Union[_CountWindow, _TimeWindow]
+_Window = _CountWindow | _TimeWindow
 
 
 class _StateData:
@@ -431,8 +473,17 @@ class _StateData:
     """
 
     __slots__ = (
-        "allow_publish", "attempts", "deadline", "fast", "max_permits", "permits", "rate_flags",
-        "ring_fast", "state", "timed", "window",
+        "allow_publish",
+        "attempts",
+        "deadline",
+        "fast",
+        "max_permits",
+        "permits",
+        "rate_flags",
+        "ring_fast",
+        "state",
+        "timed",
+        "window",
     )
 
     def __init__(self, state: State, window: _Window, attempts: int) -> None:
@@ -594,7 +645,7 @@ _MAX_REPLAYED_TRANSITIONS = 64
 
 _new_exception = BaseException.__new__
 T = TypeVar("T")
-_Pending = list  # events to publish once the lock is released: ("TYPE", *args)
+_Pending = list[tuple[Any, ...]]  # events to publish once the lock is released: ("TYPE", *args)
 
 
 class CircuitBreaker:
@@ -619,14 +670,50 @@ class CircuitBreaker:
     """
 
     __slots__ = (
-        "__weakref__", "_after_hw", "_auto", "_count_based", "_exp", "_fast_ns", "_fthr", "_hw_ns", "_ignore_exc", "_lock",
-        "_max_ms", "_min_calls", "_mult", "_now", "_permitted", "_rand", "_rand_factor", "_record_exc",
-        "_record_result", "_size", "_slow_ns", "_st", "_sthr", "_tot_failed", "_tot_failed_ns", "_tot_ignored",
-        "_tot_ignored_ns", "_retired_not_permitted", "_tot_success", "_tot_success_ns", "_tpl_forced_open", "_tpl_half_open", "_tpl_open", "_wait_ns", "clock",
-        "config", "events", "metrics", "name",
+        "__weakref__",
+        "_after_hw",
+        "_auto",
+        "_count_based",
+        "_exp",
+        "_fast_ns",
+        "_fthr",
+        "_hw_ns",
+        "_ignore_exc",
+        "_lock",
+        "_max_ms",
+        "_min_calls",
+        "_mult",
+        "_now",
+        "_permitted",
+        "_rand",
+        "_rand_factor",
+        "_record_exc",
+        "_record_result",
+        "_retired_not_permitted",
+        "_size",
+        "_slow_ns",
+        "_st",
+        "_sthr",
+        "_tot_failed",
+        "_tot_failed_ns",
+        "_tot_ignored",
+        "_tot_ignored_ns",
+        "_tot_success",
+        "_tot_success_ns",
+        "_tpl_forced_open",
+        "_tpl_half_open",
+        "_tpl_open",
+        "_wait_ns",
+        "clock",
+        "config",
+        "events",
+        "metrics",
+        "name",
     )
 
-    def __init__(self, name: str, config: CircuitBreakerConfig | None = None, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self, name: str, config: CircuitBreakerConfig | None = None, *, clock: Clock | None = None
+    ) -> None:
         self.name = name
         self.config = config if config is not None else CircuitBreakerConfig()
         self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
@@ -781,7 +868,9 @@ class CircuitBreaker:
         for item in out:
             kind = item[0]
             if kind == "STATE_TRANSITION":
-                events.publish(CircuitBreakerOnStateTransitionEvent(kind, name, from_state=item[1], to_state=item[2]))
+                events.publish(
+                    CircuitBreakerOnStateTransitionEvent(kind, name, from_state=item[1], to_state=item[2])
+                )
             elif kind == "FAILURE_RATE_EXCEEDED":
                 events.publish(CircuitBreakerOnFailureRateExceededEvent(kind, name, failure_rate=item[1]))
             elif kind == "SLOW_CALL_RATE_EXCEEDED":
@@ -845,7 +934,9 @@ class CircuitBreaker:
                 self._flush(out)
         return st if rejected is None else self._rejection(rejected, wait)
 
-    def _rejection(self, template: tuple[State, tuple[Any, ...], dict[str, Any]], wait_ns: int) -> CallNotPermitted:
+    def _rejection(
+        self, template: tuple[State, tuple[Any, ...], dict[str, Any]], wait_ns: int
+    ) -> CallNotPermitted:
         """Publish NOT_PERMITTED and build the exception to raise (outside the lock)."""
         state, args, attrs = template
         if self.events.has_listeners and state is not _FORCED_OPEN:
@@ -940,7 +1031,7 @@ class CircuitBreaker:
             self._tot_success_ns += duration_ns
             st = self._st
             if st.ring_fast and duration_ns <= self._slow_ns:
-                w = st.window
+                w: Any = st.window
                 head = w.head + 1
                 if head == w.size:
                     head = 0
@@ -958,7 +1049,9 @@ class CircuitBreaker:
 
     def _failure(self, duration_ns: int, exc: BaseException, end: int) -> None:
         if self.events.has_listeners:
-            self._publish(CircuitBreakerOnErrorEvent("ERROR", self.name, elapsed_ns=duration_ns, exception=exc))
+            self._publish(
+                CircuitBreakerOnErrorEvent("ERROR", self.name, elapsed_ns=duration_ns, exception=exc)
+            )
         out: _Pending = []
         lock = self._lock
         lock.acquire()
@@ -980,7 +1073,9 @@ class CircuitBreaker:
                 self._tot_ignored_ns += duration_ns
             if self.events.has_listeners:
                 self._publish(
-                    CircuitBreakerOnIgnoredErrorEvent("IGNORED_ERROR", self.name, elapsed_ns=duration_ns, exception=exc)
+                    CircuitBreakerOnIgnoredErrorEvent(
+                        "IGNORED_ERROR", self.name, elapsed_ns=duration_ns, exception=exc
+                    )
                 )
             return
         record = self._record_exc
@@ -990,7 +1085,7 @@ class CircuitBreaker:
             self._success(duration_ns, end)  # not in a non-empty record list: a success
 
     def _result(self, duration_ns: int, result: Any, end: int) -> None:
-        predicate = self._record_result
+        predicate: Any = self._record_result
         if predicate is not None and predicate(result):
             self._failure(duration_ns, ResultRecordedAsFailure(self.name, result), end)
         else:

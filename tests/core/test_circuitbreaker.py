@@ -104,7 +104,9 @@ def test_slow_means_strictly_greater_than_the_threshold() -> None:
 
 def test_half_open_decides_after_min_of_minimum_calls_and_permitted() -> None:
     cb, clock = make(
-        sliding_window_size=4, minimum_number_of_calls=2, permitted_number_of_calls_in_half_open_state=4,
+        sliding_window_size=4,
+        minimum_number_of_calls=2,
+        permitted_number_of_calls_in_half_open_state=4,
         wait_duration_in_open_state="1s",
     )
     open_breaker(cb, 2)
@@ -130,8 +132,12 @@ def test_in_flight_results_are_recorded_in_open_without_changing_state() -> None
 
 def test_exponential_backoff_1s_2s_4s_capped_and_reset_after_closed() -> None:
     cb, clock = make(
-        sliding_window_size=2, minimum_number_of_calls=1, permitted_number_of_calls_in_half_open_state=1,
-        wait_duration_in_open_state="1s", enable_exponential_backoff=True, exponential_backoff_multiplier=2.0,
+        sliding_window_size=2,
+        minimum_number_of_calls=1,
+        permitted_number_of_calls_in_half_open_state=1,
+        wait_duration_in_open_state="1s",
+        enable_exponential_backoff=True,
+        exponential_backoff_multiplier=2.0,
         exponential_max_wait_duration_in_open_state="5s",
     )
     waits = []
@@ -181,7 +187,10 @@ def test_count_window_clamps_minimum_calls_to_the_window_size() -> None:
 
 def test_time_window_expires_buckets_with_the_injected_clock() -> None:
     cb, clock = make(
-        sliding_window_type="TIME_BASED", sliding_window_size=3, minimum_number_of_calls=4, failure_rate_threshold=50
+        sliding_window_type="TIME_BASED",
+        sliding_window_size=3,
+        minimum_number_of_calls=4,
+        failure_rate_threshold=50,
     )
     clock.advance_ns(S - clock.now_ns() % S)  # start on a second boundary
     run(cb, fail)
@@ -232,7 +241,9 @@ def test_rejection_carries_remaining_open_time() -> None:
 
 
 def test_half_open_rejects_beyond_permits_and_stays_below_minimum() -> None:
-    cb, _ = make(sliding_window_size=10, minimum_number_of_calls=10, permitted_number_of_calls_in_half_open_state=3)
+    cb, _ = make(
+        sliding_window_size=10, minimum_number_of_calls=10, permitted_number_of_calls_in_half_open_state=3
+    )
     cb.transition_to_open_state()
     cb.transition_to_half_open_state()
     log = record_events(cb)
@@ -243,7 +254,13 @@ def test_half_open_rejects_beyond_permits_and_stays_below_minimum() -> None:
     assert cb.state is State.HALF_OPEN  # 2 results < min(10, 3)
     cb.on_error(MS, Boom())
     assert cb.state is State.OPEN
-    assert log == ["NOT_PERMITTED", "ERROR", "SUCCESS", "ERROR", "STATE_TRANSITION:HALF_OPEN->OPEN"]  # no *_EXCEEDED
+    assert log == [
+        "NOT_PERMITTED",
+        "ERROR",
+        "SUCCESS",
+        "ERROR",
+        "STATE_TRANSITION:HALF_OPEN->OPEN",
+    ]  # no *_EXCEEDED
 
 
 def test_release_permission_never_exceeds_the_configured_trials() -> None:
@@ -259,7 +276,9 @@ def test_release_permission_never_exceeds_the_configured_trials() -> None:
 
 def test_automatic_transition_is_lazy_and_dated_at_the_deadline() -> None:
     cb, clock = make(
-        sliding_window_size=2, minimum_number_of_calls=2, wait_duration_in_open_state="2s",
+        sliding_window_size=2,
+        minimum_number_of_calls=2,
+        wait_duration_in_open_state="2s",
         automatic_transition_from_open_to_half_open_enabled=True,
         max_wait_duration_in_half_open_state="1s",
     )
@@ -273,12 +292,16 @@ def test_automatic_transition_is_lazy_and_dated_at_the_deadline() -> None:
     assert cb.state is State.OPEN
     assert cb.remaining_open_ns() == 1_500 * MS
     assert log[-3:] == [
-        "STATE_TRANSITION:CLOSED->OPEN", "STATE_TRANSITION:OPEN->HALF_OPEN", "STATE_TRANSITION:HALF_OPEN->OPEN",
+        "STATE_TRANSITION:CLOSED->OPEN",
+        "STATE_TRANSITION:OPEN->HALF_OPEN",
+        "STATE_TRANSITION:HALF_OPEN->OPEN",
     ]
 
 
 def test_max_wait_in_half_open_can_close() -> None:
-    cb, clock = make(max_wait_duration_in_half_open_state="1s", transition_to_state_after_wait_duration="CLOSED")
+    cb, clock = make(
+        max_wait_duration_in_half_open_state="1s", transition_to_state_after_wait_duration="CLOSED"
+    )
     cb.transition_to_open_state()
     cb.transition_to_half_open_state()
     clock.advance(0.999)
@@ -298,7 +321,8 @@ def test_without_automatic_transition_state_stays_open_until_a_call() -> None:
 
 def test_many_due_transitions_after_a_clock_jump_terminate() -> None:
     cb, clock = make(
-        wait_duration_in_open_state="1ms", automatic_transition_from_open_to_half_open_enabled=True,
+        wait_duration_in_open_state="1ms",
+        automatic_transition_from_open_to_half_open_enabled=True,
         max_wait_duration_in_half_open_state="1ms",
     )
     cb.transition_to_open_state()
@@ -326,7 +350,9 @@ def test_transition_table_is_resilience4j_s(frm: State, to: State) -> None:
 def test_illegal_transitions_are_exactly_the_missing_ones() -> None:
     missing = set(itertools.product(State, State)) - STATE_TRANSITIONS
     assert missing == {
-        (State.CLOSED, State.HALF_OPEN), (State.METRICS_ONLY, State.OPEN), (State.METRICS_ONLY, State.HALF_OPEN),
+        (State.CLOSED, State.HALF_OPEN),
+        (State.METRICS_ONLY, State.OPEN),
+        (State.METRICS_ONLY, State.HALF_OPEN),
     }
 
 
@@ -369,7 +395,9 @@ def test_metrics_only_records_reports_once_and_never_transitions() -> None:
 
 def test_slow_call_rate_opens_the_breaker() -> None:
     cb, _ = make(
-        sliding_window_size=4, minimum_number_of_calls=4, slow_call_duration_threshold="10ms",
+        sliding_window_size=4,
+        minimum_number_of_calls=4,
+        slow_call_duration_threshold="10ms",
         slow_call_rate_threshold=50,
     )
     log = record_events(cb)
@@ -380,7 +408,9 @@ def test_slow_call_rate_opens_the_breaker() -> None:
 
 
 def test_transition_to_open_state_for_keeps_attempts() -> None:
-    cb, _ = make(wait_duration_in_open_state="1s", enable_exponential_backoff=True, exponential_backoff_multiplier=2.0)
+    cb, _ = make(
+        wait_duration_in_open_state="1s", enable_exponential_backoff=True, exponential_backoff_multiplier=2.0
+    )
     cb.transition_to_open_state_for("30s")
     assert cb.remaining_open_ns() == 30 * S
     cb.transition_to_open_state_for(Nanos(5 * S))
@@ -401,7 +431,7 @@ def test_self_transitions_are_allowed_but_not_published() -> None:
 
 
 def test_initial_state_open_and_reset_and_set_clock() -> None:
-    cb, clock = make(initial_state="OPEN", wait_duration_in_open_state="10s")
+    cb, _clock = make(initial_state="OPEN", wait_duration_in_open_state="10s")
     assert cb.state is State.OPEN and cb.remaining_open_ns() == 10 * S
     log = record_events(cb)
     cb.reset()
@@ -414,7 +444,9 @@ def test_initial_state_open_and_reset_and_set_clock() -> None:
 
 def test_reset_closes_and_leaves_no_stale_timer() -> None:
     cb, clock = make(
-        sliding_window_size=2, minimum_number_of_calls=2, wait_duration_in_open_state="1s",
+        sliding_window_size=2,
+        minimum_number_of_calls=2,
+        wait_duration_in_open_state="1s",
         automatic_transition_from_open_to_half_open_enabled=True,
     )
     open_breaker(cb, 2)
@@ -443,7 +475,8 @@ def test_exception_outside_a_non_empty_record_list_is_a_success() -> None:
 
 def test_ignored_exception_records_nothing_and_releases_the_trial() -> None:
     cb, _ = make(
-        ignore_exceptions=["builtins.LookupError"], record_exceptions=[LookupError, Boom],
+        ignore_exceptions=["builtins.LookupError"],
+        record_exceptions=[LookupError, Boom],
         permitted_number_of_calls_in_half_open_state=1,
     )
     log = record_events(cb)
@@ -593,9 +626,14 @@ def test_events_are_not_built_without_listeners(monkeypatch: pytest.MonkeyPatch)
     def forbidden(*args: object, **kwargs: object) -> None:
         raise AssertionError("event built without listeners")
 
-    for name in ("CircuitBreakerOnSuccessEvent", "CircuitBreakerOnErrorEvent",
-                 "CircuitBreakerOnStateTransitionEvent", "CircuitBreakerOnCallNotPermittedEvent",
-                 "CircuitBreakerOnFailureRateExceededEvent", "CircuitBreakerOnResetEvent"):
+    for name in (
+        "CircuitBreakerOnSuccessEvent",
+        "CircuitBreakerOnErrorEvent",
+        "CircuitBreakerOnStateTransitionEvent",
+        "CircuitBreakerOnCallNotPermittedEvent",
+        "CircuitBreakerOnFailureRateExceededEvent",
+        "CircuitBreakerOnResetEvent",
+    ):
         monkeypatch.setattr(cbmod, name, forbidden)
     cb, _ = make(sliding_window_size=2, minimum_number_of_calls=2)
     run(cb, ok)

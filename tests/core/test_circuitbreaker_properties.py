@@ -100,8 +100,18 @@ op = st.one_of(
 )
 # Exactly at the deadline (still OPEN), then 1 ms later (HALF_OPEN): pinned, not left to chance.
 @example(
-    size=1, minimum=1, fthr=50.0, sthr=100.0, permitted=2,
-    ops=[("call", True, 0), ("advance", False, WAIT_MS), ("call", False, 0), ("advance", False, 1), ("call", False, 0)],
+    size=1,
+    minimum=1,
+    fthr=50.0,
+    sthr=100.0,
+    permitted=2,
+    ops=[
+        ("call", True, 0),
+        ("advance", False, WAIT_MS),
+        ("call", False, 0),
+        ("advance", False, 1),
+        ("call", False, 0),
+    ],
 )
 def test_breaker_matches_the_reference_model(
     size: int, minimum: int, fthr: float, sthr: float, permitted: int, ops: list[tuple[str, bool, int]]
@@ -110,9 +120,13 @@ def test_breaker_matches_the_reference_model(
     cb = CircuitBreaker(
         "model",
         CircuitBreakerConfig(
-            sliding_window_size=size, minimum_number_of_calls=minimum, failure_rate_threshold=fthr,
-            slow_call_rate_threshold=sthr, slow_call_duration_threshold=f"{SLOW_MS}ms",
-            wait_duration_in_open_state=f"{WAIT_MS}ms", permitted_number_of_calls_in_half_open_state=permitted,
+            sliding_window_size=size,
+            minimum_number_of_calls=minimum,
+            failure_rate_threshold=fthr,
+            slow_call_rate_threshold=sthr,
+            slow_call_duration_threshold=f"{SLOW_MS}ms",
+            wait_duration_in_open_state=f"{WAIT_MS}ms",
+            permitted_number_of_calls_in_half_open_state=permitted,
         ),
         clock=clock,
     )
