@@ -643,7 +643,6 @@ _MAX_INTERVAL_MS = 2**52  # keeps exponential backoff inside exact float range (
 # once, the rest are anchored at "now" instead of replaying every cycle one by one.
 _MAX_REPLAYED_TRANSITIONS = 64
 
-_new_exception = BaseException.__new__
 T = TypeVar("T")
 _Pending = list[tuple[Any, ...]]  # events to publish once the lock is released: ("TYPE", *args)
 
@@ -700,9 +699,6 @@ class CircuitBreaker:
         "_tot_ignored_ns",
         "_tot_success",
         "_tot_success_ns",
-        "_tpl_forced_open",
-        "_tpl_half_open",
-        "_tpl_open",
         "_wait_ns",
         "clock",
         "config",
@@ -727,17 +723,8 @@ class CircuitBreaker:
         # Lifetime rejections = those of retired state objects + the current one's counter (one
         # increment per rejection instead of two).
         self._retired_not_permitted = 0
-        # Per rejecting state: (state, args, attributes) of a CallNotPermitted built once and cloned
-        # per rejection. Held in slots, not a dict: hashing an Enum member runs Python code.
-        self._tpl_open = self._template(State.OPEN)
-        self._tpl_half_open = self._template(State.HALF_OPEN)
-        self._tpl_forced_open = self._template(State.FORCED_OPEN)
         self._read_config(self.config)
         self._st = self._initial_state(self._now())
-
-    def _template(self, state: State) -> tuple[State, tuple[Any, ...], dict[str, Any]]:
-        template = CallNotPermitted(self, state, 0)
-        return (state, template.args, dict(template.__dict__))
 
     def _read_config(self, c: CircuitBreakerConfig) -> None:
         # Copied once into slots: the hot path never touches the config object.
@@ -900,7 +887,7 @@ class CircuitBreaker:
             lock.release()
         if wait < 0:
             return self._acquire_general()
-        return self._rejection(self._tpl_open, wait)
+        return self._rejection(_OPEN, wait)
 
     def _acquire_general(self) -> _StateData | CallNotPermitted:
         out: _Pending = []
@@ -918,14 +905,14 @@ class CircuitBreaker:
                     st = self._st
                     state = _HALF_OPEN
                 else:
-                    rejected, wait = self._tpl_open, st.deadline - now  # type: ignore[operator]
+                    rejected, wait = _OPEN, st.deadline - now  # type: ignore[operator]
             if state is _HALF_OPEN:
                 if st.permits > 0:
                     st.permits -= 1
                 else:
-                    rejected = self._tpl_half_open
+                    rejected = _HALF_OPEN
             elif state is _FORCED_OPEN:
-                rejected, wait = self._tpl_forced_open, self._wait_ns
+                rejected, wait = _FORCED_OPEN, self._wait_ns
             if rejected is not None:
                 st.window.not_permitted += 1
         finally:
@@ -934,19 +921,15 @@ class CircuitBreaker:
                 self._flush(out)
         return st if rejected is None else self._rejection(rejected, wait)
 
-    def _rejection(
-        self, template: tuple[State, tuple[Any, ...], dict[str, Any]], wait_ns: int
-    ) -> CallNotPermitted:
-        """Publish NOT_PERMITTED and build the exception to raise (outside the lock)."""
-        state, args, attrs = template
+    def _rejection(self, state: State, wait_ns: int) -> CallNotPermitted:
+        """Publish NOT_PERMITTED and build the exception to raise (outside the lock).
+
+        A new instance per rejection, never a shared one whose traceback would grow; its message is
+        built lazily, so construction is a few attribute stores.
+        """
         if self.events.has_listeners and state is not _FORCED_OPEN:
             self.events.publish(CircuitBreakerOnCallNotPermittedEvent("NOT_PERMITTED", self.name))
-        # A new instance per rejection (never a shared one whose traceback would grow), cloned from
-        # a per-state template: CallNotPermitted.__init__ formats its message, 2.5x the cost.
-        exc: CallNotPermitted = _new_exception(CallNotPermitted, *args)
-        exc.__dict__.update(attrs)
-        exc.wait_ns = wait_ns
-        return exc
+        return CallNotPermitted(self, state, wait_ns)
 
     def try_acquire_permission(self) -> bool:
         """Take a permission without raising: False when OPEN, FORCED_OPEN or out of half-open trials.
@@ -1125,7 +1108,7 @@ class CircuitBreaker:
                     wait = -1
             finally:
                 lock.release()
-            st = self._rejection(self._tpl_open, wait) if wait >= 0 else self._acquire_general()
+            st = self._rejection(_OPEN, wait) if wait >= 0 else self._acquire_general()
             if st.__class__ is not _StateData:
                 try:
                     raise st
@@ -1186,7 +1169,7 @@ class CircuitBreaker:
                     wait = -1
             finally:
                 lock.release()
-            st = self._rejection(self._tpl_open, wait) if wait >= 0 else self._acquire_general()
+            st = self._rejection(_OPEN, wait) if wait >= 0 else self._acquire_general()
             if st.__class__ is not _StateData:
                 try:
                     raise st

@@ -39,7 +39,11 @@ def retry_after_seconds(wait_ns: int) -> int:
 
 
 class ResilienceError(Exception):
-    """Base class of every rejection raised by django-ratelimit-r4."""
+    """Base class of every rejection raised by django-ratelimit-r4.
+
+    Messages are built lazily in ``__str__``: a rejection is a hot path, and most are turned into an HTTP
+    response without ever being printed.
+    """
 
     #: Name of the instance that raised.
     name: str
@@ -59,7 +63,9 @@ class RequestNotPermitted(ResilienceError):
         self.rate_limiter = rate_limiter
         self.name = rate_limiter.name
         self.wait_ns = wait_ns
-        super().__init__(f"RateLimiter '{self.name}' does not permit further calls")
+
+    def __str__(self) -> str:
+        return f"RateLimiter '{self.name}' does not permit further calls"
 
 
 class BulkheadFull(ResilienceError):
@@ -69,7 +75,9 @@ class BulkheadFull(ResilienceError):
         self.bulkhead = bulkhead
         self.name = bulkhead.name
         self.wait_ns = wait_ns
-        super().__init__(f"Bulkhead '{self.name}' is full and does not permit further calls")
+
+    def __str__(self) -> str:
+        return f"Bulkhead '{self.name}' is full and does not permit further calls"
 
 
 class CallNotPermitted(ResilienceError):
@@ -80,7 +88,9 @@ class CallNotPermitted(ResilienceError):
         self.name = circuit_breaker.name
         self.state = state
         self.wait_ns = wait_ns
-        super().__init__(f"CircuitBreaker '{self.name}' is {getattr(state, 'name', state)} and does not permit further calls")
+
+    def __str__(self) -> str:
+        return f"CircuitBreaker '{self.name}' is {getattr(self.state, 'name', self.state)} and does not permit further calls"
 
 
 class MaxRetriesExceeded(ResilienceError):
