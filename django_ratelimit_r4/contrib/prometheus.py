@@ -58,8 +58,10 @@ gunicorn configuration for multiprocess mode (wipe the directory before each sta
         multiprocess.mark_process_dead(worker.pid)
 
 Counters restart from zero when an instance is rebuilt (``override_settings``) or ``reset()``;
-Prometheus' ``rate()`` treats that as a counter reset. In multiprocess mode the deltas stay
-non-negative across such restarts. Gauges of an instance removed from the settings keep their last
+Prometheus' ``rate()`` treats that as a counter reset. In multiprocess mode the syncer keeps the
+exported counters monotonic: a source whose value went down (or a new instance object) counts from
+zero. Like Prometheus itself, it undercounts only if a source is reset *and* climbs past its old
+value within one interval. Gauges of an instance removed from the settings keep their last
 value until the worker restarts (multiprocess files cannot remove series).
 """
 
@@ -500,8 +502,8 @@ class _Syncer:
     def sync(self) -> None:
         """Read every instance once and push gauge values and counter deltas."""
         reading = _Reading()
-        _read(reading)
-        with self._lock:
+        with self._lock:  # read under the lock too: an older reading applied late would look like a reset
+            _read(reading)
             gauges = self._gauges
             for spec, labels, value in reading.gauges:
                 if gauges.get((spec, labels)) != value:
