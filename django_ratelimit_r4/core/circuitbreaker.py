@@ -228,6 +228,9 @@ class CircuitBreakerOnSlowCallRateExceededEvent(Event):
     slow_call_rate: float = 0.0
 
 
+_PER_CALL_EVENTS = ("SUCCESS", "ERROR", "IGNORED_ERROR", "NOT_PERMITTED")
+
+
 class CircuitBreakerEvents(EventPublisher[Event]):
     """Listeners of one circuit breaker, registered per Resilience4j event type."""
 
@@ -241,13 +244,17 @@ class CircuitBreakerEvents(EventPublisher[Event]):
         "FAILURE_RATE_EXCEEDED",
         "SLOW_CALL_RATE_EXCEEDED",
     )
-    __slots__ = ("_owner",)
+    __slots__ = ("_owner", "wants_calls")
 
     def __init__(self, owner: CircuitBreaker | None = None) -> None:
         super().__init__()
         self._owner = owner
+        #: True when a per-call event (success, error, ignored, not permitted) has a listener. Only these
+        #: cost the hot path; transition listeners (signals, metrics) leave the fast path intact.
+        self.wants_calls = False
 
     def _notify(self) -> None:
+        self.wants_calls = any(self.wants(t) for t in _PER_CALL_EVENTS)
         if self._owner is not None:
             self._owner._listeners_changed()
 
@@ -756,7 +763,7 @@ class CircuitBreaker:
     def _listeners_changed(self) -> None:
         # One comparison on the hot path instead of three: a success no longer than _fast_ns may take
         # the inlined path; -1 disables it (listeners to notify, or a record_result predicate to run).
-        plain = self._record_result is None and not self.events.has_listeners
+        plain = self._record_result is None and not self.events.wants_calls
         self._fast_ns = self._slow_ns if plain else -1
 
     # ---------------------------------------------------------------- state objects
@@ -927,7 +934,7 @@ class CircuitBreaker:
         A new instance per rejection, never a shared one whose traceback would grow; its message is
         built lazily, so construction is a few attribute stores.
         """
-        if self.events.has_listeners and state is not _FORCED_OPEN:
+        if self.events.wants_calls and state is not _FORCED_OPEN:
             self.events.publish(CircuitBreakerOnCallNotPermittedEvent("NOT_PERMITTED", self.name))
         return CallNotPermitted(self, state, wait_ns)
 
@@ -1005,7 +1012,7 @@ class CircuitBreaker:
                 out.append(("SLOW_CALL_RATE_EXCEEDED", slow_rate))
 
     def _success(self, duration_ns: int, end: int) -> None:
-        if self.events.has_listeners:
+        if self.events.wants_calls:
             self._publish(CircuitBreakerOnSuccessEvent("SUCCESS", self.name, elapsed_ns=duration_ns))
         lock = self._lock
         lock.acquire()
@@ -1031,7 +1038,7 @@ class CircuitBreaker:
             self._flush(out)
 
     def _failure(self, duration_ns: int, exc: BaseException, end: int) -> None:
-        if self.events.has_listeners:
+        if self.events.wants_calls:
             self._publish(
                 CircuitBreakerOnErrorEvent("ERROR", self.name, elapsed_ns=duration_ns, exception=exc)
             )
@@ -1054,7 +1061,7 @@ class CircuitBreaker:
             with self._lock:
                 self._tot_ignored += 1
                 self._tot_ignored_ns += duration_ns
-            if self.events.has_listeners:
+            if self.events.wants_calls:
                 self._publish(
                     CircuitBreakerOnIgnoredErrorEvent(
                         "IGNORED_ERROR", self.name, elapsed_ns=duration_ns, exception=exc

@@ -726,3 +726,28 @@ def test_concurrent_records_are_exact() -> None:
     assert m.number_of_failed_calls + m.number_of_successful_calls == 1000
     ring = cb._st.window.ring
     assert m.number_of_failed_calls == sum(1 for code in ring if code & 2)
+
+
+def test_a_transition_listener_does_not_build_per_call_events(monkeypatch):
+    """Signals and metrics listen to transitions only: successful calls must not build events for them."""
+    from django_ratelimit_r4.core import circuitbreaker as cb_module
+    from django_ratelimit_r4.core.circuitbreaker import CircuitBreaker, CircuitBreakerConfig
+    from django_ratelimit_r4.core.clock import FakeClock
+
+    built = []
+    original = cb_module.CircuitBreakerOnSuccessEvent
+    monkeypatch.setattr(cb_module, "CircuitBreakerOnSuccessEvent", lambda *a, **k: built.append(1) or original(*a, **k))
+    breaker = CircuitBreaker(
+        "x", CircuitBreakerConfig(sliding_window_size=2, minimum_number_of_calls=2), clock=FakeClock()
+    )
+    transitions = []
+    breaker.events.on_state_transition(transitions.append)
+    assert breaker.events.wants_calls is False
+    for _ in range(5):
+        breaker.call(lambda: None)
+    assert built == []
+    with pytest.raises(ZeroDivisionError):  # 1 failure of 2 calls: 50 % -> OPEN
+        breaker.call(lambda: 1 / 0)
+    assert [(e.from_state.name, e.to_state.name) for e in transitions] == [("CLOSED", "OPEN")]
+    breaker.events.on_success(lambda e: None)
+    assert breaker.events.wants_calls is True
