@@ -1,8 +1,11 @@
-"""Django app config: wires checks and the settings-change receiver."""
+"""Django app config: wires checks, the settings-change receivers and the Prometheus exporter."""
 
 from __future__ import annotations
 
+import importlib.util
+
 from django.apps import AppConfig
+from django.core.exceptions import ImproperlyConfigured
 
 
 class RateLimitR4Config(AppConfig):
@@ -16,3 +19,16 @@ class RateLimitR4Config(AppConfig):
     def ready(self) -> None:
         # Imported for their side effects (check registration, signal receivers). Safe to run twice.
         from . import checks, registry  # noqa: F401
+        from .conf import get_options
+
+        try:
+            metrics = get_options().metrics
+        except ImproperlyConfigured:
+            # A bad setting must not stop start-up; `manage.py check` reports it.
+            metrics = True
+        if metrics and importlib.util.find_spec("prometheus_client") is not None:
+            from .contrib import prometheus
+
+            # Idempotent; reads no settings and builds no instance. Single process: a scrape-time
+            # collector (the hot path pays nothing); PROMETHEUS_MULTIPROC_DIR: a per-worker syncer.
+            prometheus.install()
