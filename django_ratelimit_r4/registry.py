@@ -19,7 +19,7 @@ compare per call.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -41,6 +41,7 @@ __all__ = [
     "KINDS",
     "MisconfiguredInstance",
     "UnknownInstance",
+    "build_callbacks",
     "generation",
     "get_bulkhead",
     "get_circuit_breaker",
@@ -73,6 +74,10 @@ _clock: Clock = SYSTEM_CLOCK
 #: override_settings rebuild has since orphaned but a caller may still hold.
 _clocked_states: list[_State] = []
 _classes: dict[str, type] = {}
+#: Called as ``callback(kind, name, instance)`` right after an instance (or a keyed store, kind
+#: ``"ratelimiters"``) is built, under the registry lock; :mod:`.signals` wires its events here.
+#: A callback must be quick and must not raise.
+build_callbacks: list[Callable[[str, str, Any], None]] = []
 
 
 class UnknownInstance(ImproperlyConfigured, KeyError):
@@ -164,6 +169,8 @@ def _build(state: _State, kind: str, name: str) -> Any:
             spec = _spec(state, kind, name)
             instance = _primitive_class(kind)(name, spec.config, clock=_clock)
             state.instances[kind][name] = instance
+            for callback in build_callbacks:
+                callback(kind, name, instance)
         return instance
 
 
@@ -218,6 +225,8 @@ def get_keyed_rate_limiter(name: str) -> KeyedRateLimiter:
                     idle_timeout_ns=spec.options["key_idle_timeout"],
                 )
                 state.keyed[name] = keyed
+                for callback in build_callbacks:
+                    callback("ratelimiters", name, keyed)
     return keyed
 
 

@@ -1,0 +1,341 @@
+"""``manage.py r4``: show and steer the rate limiters, bulkheads, breakers, retries and time limiters.
+
+::
+
+    manage.py r4 status [NAME ...] [--json] [--keys] [--watch SECONDS] [--url URL] [--token TOKEN]
+    manage.py r4 reset NAME [--key KEY] [--url URL] [--token TOKEN]
+    manage.py r4 drain NAME [--key KEY] [--url URL] [--token TOKEN]
+    manage.py r4 transition NAME --to STATE [--url URL] [--token TOKEN]
+
+NAME may be qualified with its type (``circuitbreaker:payments``) when several types share it.
+
+Without ``--url`` the command reads the instances of *its own process*. With the in-memory backend
+that is a fresh copy, not the server's state, and the command says so on stderr. ``--url`` points it
+at a running server's state endpoint (``django_ratelimit_r4.urls``) instead, authenticating with a
+bearer token from ``--token``, ``$R4_STATE_ENDPOINT_TOKEN`` or ``RATELIMIT_R4["state_endpoint_token"]``.
+The answer then comes from whichever worker served the request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from argparse import ArgumentParser, ArgumentTypeError
+from collections.abc import Sequence
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError
+
+from django_ratelimit_r4 import conf, state
+
+#: Environment variable read for the bearer token when ``--token`` is not given.
+TOKEN_ENV = "R4_STATE_ENDPOINT_TOKEN"
+#: Seconds to wait for the state endpoint.
+HTTP_TIMEOUT = 10.0
+#: Clears the terminal between ``--watch`` frames (cursor home + erase display).
+CLEAR = "\x1b[H\x1b[2J"
+
+# Indirection so tests can stop --watch without sleeping.
+sleep = time.sleep
+
+
+def _positive_seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
+    if not seconds > 0:
+        raise ArgumentTypeError(f"must be more than 0 seconds, got {value!r}")
+    return seconds
+
+
+# ------------------------------------------------------------------------------------ formatting
+
+
+def human_ns(nanos: int | None) -> str:
+    """``850000000`` -> ``"850ms"``, ``1500000000`` -> ``"1.5s"``; ``0`` -> ``"0"``; None -> ``"-"``."""
+    if nanos is None:
+        return "-"
+    if nanos == 0:
+        return "0"
+    for size, unit in ((86_400_000_000_000, "d"), (3_600_000_000_000, "h"), (60_000_000_000, "m"),
+                       (1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us")):
+        if abs(nanos) >= size:
+            return f"{nanos / size:.3g}{unit}"
+    return f"{nanos}ns"
+
+
+def _rate(value: float) -> str:
+    return "-" if value < 0 else f"{value:.1f}%"
+
+
+def _table(headers: Sequence[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+    return [line(headers), *(line(r) for r in rows)]
+
+
+def _row(item: dict[str, Any]) -> list[str]:
+    c, s, kind = item["config"], item["state"], item["type"]
+    if kind == "ratelimiter":
+        keyed = s.get("keyed")
+        return [item["name"], f"{c['limit_for_period']}/{c['limit_refresh_period']}", str(s["available_permissions"]),
+                human_ns(s["nanos_to_wait"]), str(s["number_of_waiting_threads"]), str(s["successful_calls"]),
+                str(s["failed_calls"]), "-" if keyed is None else str(keyed["live_keys"])]
+    if kind == "bulkhead":
+        return [item["name"], str(s["concurrent_calls"]), str(s["max_allowed_concurrent_calls"]),
+                str(s["available_concurrent_calls"]), str(s["waiting_calls"]), str(s["permitted_calls"]),
+                str(s["rejected_calls"])]
+    if kind == "circuitbreaker":
+        return [item["name"], s["state"], _rate(s["failure_rate"]), _rate(s["slow_call_rate"]),
+                str(s["number_of_buffered_calls"]), str(s["total_not_permitted_calls"]),
+                human_ns(s["remaining_open_ns"]) if s["remaining_open_ns"] else "-"]
+    if kind == "retry":
+        return [item["name"], str(c["max_attempts"]), str(s["number_of_successful_calls_without_retry_attempt"]),
+                str(s["number_of_successful_calls_with_retry_attempt"]),
+                str(s["number_of_failed_calls_with_retry_attempt"]),
+                str(s["number_of_failed_calls_without_retry_attempt"]), str(s["number_of_total_calls"])]
+    return [item["name"], str(c["timeout_duration"]), str(s["number_of_successful_calls"]),
+            str(s["number_of_failed_calls"]), str(s["number_of_timeout_calls"])]
+
+
+_SECTIONS: list[tuple[str, str, tuple[str, ...]]] = [
+    ("ratelimiter", "Rate limiters",
+     ("NAME", "LIMIT", "AVAILABLE", "WAIT", "WAITING", "GRANTED", "REJECTED", "KEYS")),
+    ("bulkhead", "Bulkheads", ("NAME", "IN USE", "MAX", "AVAILABLE", "WAITING", "PERMITTED", "REJECTED")),
+    ("circuitbreaker", "Circuit breakers",
+     ("NAME", "STATE", "FAILURE RATE", "SLOW RATE", "BUFFERED", "NOT PERMITTED", "OPEN FOR")),
+    ("retry", "Retries", ("NAME", "MAX ATTEMPTS", "OK", "OK AFTER RETRY", "FAILED AFTER RETRY", "FAILED", "ATTEMPTS")),
+    ("timelimiter", "Time limiters", ("NAME", "TIMEOUT", "OK", "FAILED", "TIMEOUTS")),
+]
+
+
+def render_table(items: list[dict[str, Any]]) -> str:
+    """The readable form of a snapshot: one aligned table per type (empty types left out)."""
+    if not items:
+        return "No instances configured in RATELIMIT_R4."
+    blocks = []
+    for kind, title, headers in _SECTIONS:
+        of_kind = [i for i in items if i["type"] == kind]
+        if not of_kind:
+            continue
+        lines = [title, *_table(headers, [_row(i) for i in of_kind])]
+        for item in of_kind:
+            keys = (item["state"].get("keyed") or {}).get("keys")
+            if keys:
+                lines.append(f"  {item['name']}: keys")
+                lines.extend(
+                    f"    {key}: {v['available_permissions']} available, wait {human_ns(v['nanos_to_wait'])}"
+                    for key, v in keys.items()
+                )
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+# ------------------------------------------------------------------------------- the state endpoint
+
+
+class Remote:
+    """Client of a running server's state endpoint (``django_ratelimit_r4.urls``), over urllib."""
+
+    def __init__(self, url: str, token: str) -> None:
+        self.base = url if url.endswith("/") else url + "/"
+        self.token = token
+
+    def status(self, names: Sequence[str], include_keys: bool) -> list[dict[str, Any]]:
+        """``GET <base>?name=..&keys=1``: the snapshot list of the worker that answers."""
+        query = [("name", n) for n in names] + ([("keys", "1")] if include_keys else [])
+        url = self.base + ("?" + urllib.parse.urlencode(query) if query else "")
+        data = self._request(url, None)
+        if not isinstance(data, list):
+            raise CommandError(f"{url} did not answer with a state list; is --url the state endpoint?")
+        return data
+
+    def act(self, name: str, action: str, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST <base><name>/<action>`` with a JSON body; the action's result."""
+        url = f"{self.base}{urllib.parse.quote(name, safe=':')}/{action}"
+        data = self._request(url, json.dumps(body).encode())
+        if not isinstance(data, dict):
+            raise CommandError(f"{url} answered with unexpected data: {data!r}")
+        return data
+
+    def _request(self, url: str, body: bytes | None) -> Any:
+        headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        request = urllib.request.Request(url, data=body, headers=headers, method="GET" if body is None else "POST")
+        try:
+            with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT) as response:  # noqa: S310 (http/https only)
+                payload = response.read()
+        except urllib.error.HTTPError as exc:
+            raise CommandError(self._http_error(url, exc)) from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise CommandError(f"cannot reach the state endpoint at {url}: {reason}") from None
+        try:
+            return json.loads(payload)
+        except ValueError:
+            raise CommandError(f"{url} did not answer with JSON; is --url the state endpoint?") from None
+
+    @staticmethod
+    def _http_error(url: str, exc: urllib.error.HTTPError) -> str:
+        try:
+            message = json.loads(exc.read()).get("error")
+        except Exception:
+            message = None
+        if message:
+            return f"the server refused: {message} (HTTP {exc.code})"
+        if exc.code == 404:
+            return (
+                f"{url} answered 404: either the URL is not the state endpoint or the token was refused "
+                "(the endpoint answers 404 to anyone it does not authorize)"
+            )
+        return f"{url} answered HTTP {exc.code} {exc.reason}"
+
+
+# ----------------------------------------------------------------------------------------- command
+
+
+class Command(BaseCommand):
+    """``manage.py r4``: status, reset, drain, transition (locally or through ``--url``)."""
+
+    help = (
+        "Show and steer RATELIMIT_R4's rate limiters, bulkheads, circuit breakers, retries and time limiters. "
+        "With the in-memory backend the state lives in each server process: use --url to reach a running server."
+    )
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        """The four subcommands and their options."""
+        sub = parser.add_subparsers(dest="subcommand", required=True, metavar="{status,reset,drain,transition}")
+
+        def remote(p: ArgumentParser) -> None:
+            p.add_argument("--url", help="a running server's state endpoint, e.g. https://host/ops/r4/")
+            p.add_argument("--token", help=f"bearer token for --url (default: ${TOKEN_ENV}, then the setting)")
+
+        status = sub.add_parser("status", help="config and live state of every (or the named) instance")
+        status.add_argument("names", nargs="*", metavar="NAME", help="only these instances (bare or type:name)")
+        status.add_argument("--json", action="store_true", help="print the state list as JSON")
+        status.add_argument("--keys", action="store_true", help="include client keys of keyed rate limiters")
+        status.add_argument("--watch", type=_positive_seconds, metavar="SECONDS", help="redraw every SECONDS until Ctrl-C")
+        remote(status)
+
+        reset = sub.add_parser("reset", help="return an instance (or one client key) to its fresh state")
+        reset.add_argument("name", metavar="NAME")
+        reset.add_argument("--key", help="only this client key of a keyed rate limiter")
+        remote(reset)
+
+        drain = sub.add_parser("drain", help="set a rate limiter's available permissions to 0")
+        drain.add_argument("name", metavar="NAME")
+        drain.add_argument("--key", help="only this client key of a keyed rate limiter")
+        remote(drain)
+
+        transition = sub.add_parser("transition", help="move a circuit breaker to another state")
+        transition.add_argument("name", metavar="NAME")
+        transition.add_argument("--to", required=True, type=str.upper, choices=list(state.TRANSITION_TARGETS))
+        remote(transition)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        """Dispatch to the subcommand; every failure becomes a ``CommandError`` with a clear message."""
+        remote = self._remote(options)
+        if remote is None:
+            self._note_local()
+        try:
+            if options["subcommand"] == "status":
+                self._status(remote, options)
+            else:
+                self._act(remote, options)
+        except state.StateError as exc:
+            raise CommandError(str(exc)) from None
+        except ImproperlyConfigured as exc:
+            raise CommandError(f"RATELIMIT_R4 is misconfigured: {exc}") from None
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    def _remote(self, options: dict[str, Any]) -> Remote | None:
+        url = options.get("url")
+        if not url:
+            return None
+        if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+            raise CommandError(f"--url must be an http:// or https:// URL, got {url!r}")
+        token = options.get("token") or os.environ.get(TOKEN_ENV)
+        if not token:
+            try:
+                token = conf.get_options().state_endpoint_token
+            except ImproperlyConfigured:
+                token = None
+        if not token:
+            raise CommandError(
+                f"--url needs the endpoint's bearer token: pass --token, set ${TOKEN_ENV}, "
+                'or set RATELIMIT_R4["state_endpoint_token"]'
+            )
+        return Remote(url, token)
+
+    def _note_local(self) -> None:
+        try:
+            backend = conf.get_options().backend
+        except ImproperlyConfigured:
+            backend = "memory"
+        if backend == "memory":
+            self.stderr.write(
+                "note: with the in-memory backend every server process keeps its own state; this shows (and "
+                "changes) only this command's own process, freshly built. Use --url to reach a running server."
+            )
+        else:
+            self.stderr.write(
+                f"note: rate limiters read the shared {backend} state; bulkheads, circuit breakers, retries and "
+                "time limiters live in each server process (this shows this command's own). Use --url for those."
+            )
+
+    def _status(self, remote: Remote | None, options: dict[str, Any]) -> None:
+        names: list[str] = options["names"]
+        keys: bool = options["keys"]
+        watch: float | None = options["watch"]
+        try:
+            while True:
+                items = remote.status(names, keys) if remote is not None else state.snapshot(names or None, include_keys=keys)
+                text = json.dumps(items, indent=2, sort_keys=True) if options["json"] else render_table(items)
+                if watch is None:
+                    self.stdout.write(text)
+                    return
+                where = remote.base if remote is not None else "this process"
+                self.stdout.write(
+                    f"{CLEAR}r4 status of {where} at {time.strftime('%H:%M:%S')} "
+                    f"(every {watch:g}s, Ctrl-C to stop)\n\n{text}"
+                )
+                self.stdout.flush()
+                sleep(watch)
+        except KeyboardInterrupt:
+            if watch is None:
+                raise
+            self.stdout.write("")  # leave the prompt on a fresh line; a clean exit, status 0
+
+    def _act(self, remote: Remote | None, options: dict[str, Any]) -> None:
+        action, name = options["subcommand"], options["name"]
+        body = {"to": options["to"]} if action == "transition" else {"key": options["key"]}
+        if remote is not None:
+            result = remote.act(name, action, {k: v for k, v in body.items() if v is not None})
+        elif action == "transition":
+            result = state.transition(name, options["to"])
+        elif action == "reset":
+            result = state.reset(name, key=options["key"])
+        else:
+            result = state.drain(name, key=options["key"])
+        self.stdout.write(self._describe(result))
+
+    @staticmethod
+    def _describe(result: dict[str, Any]) -> str:
+        who = f"{result.get('type', '?')} {result.get('name', '?')!r}"
+        if "key" in result:
+            who += " (one client key)"  # the key itself stays out of logs and terminals' scrollback
+        action = result.get("action")
+        if action == "transition":
+            return f"{who}: {result.get('from_state')} -> {result.get('to_state')}"
+        if action == "drain":
+            return f"{who}: drained {result.get('drained')} permission(s)"
+        return f"{who}: reset"

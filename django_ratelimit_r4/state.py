@@ -1,0 +1,364 @@
+"""Live state of every configured instance, and the operator actions on it.
+
+Shared by ``manage.py r4`` and the state endpoint (:mod:`django_ratelimit_r4.views`), so both
+print exactly the same data. :func:`snapshot` returns one JSON-ready dict per configured instance::
+
+    {"type": "ratelimiter", "name": "api",
+     "config": {"limit_for_period": 10, "limit_refresh_period": "1s", "timeout_duration": "0s", ...},
+     "state": {"available_permissions": 0, "nanos_to_wait": 850000000, ...}}
+
+Conventions: keys are snake_case; **durations in ``config`` are strings** from
+:func:`~django_ratelimit_r4.core.durations.format_duration` (``"1s"``, ``"500ms"``), live
+durations in ``state`` are integer nanoseconds (``*_ns``, ``nanos_to_wait``) and, for the breaker's
+remaining open time, also float seconds. Exception classes and callables are dotted paths.
+
+Client keys of keyed rate limiters are never included unless ``include_keys=True`` (the endpoint
+asks for it only with ``?keys=1`` and the right permission); the key count always is.
+
+Actions: :func:`reset`, :func:`drain`, :func:`transition`. An instance name may be qualified with
+its type (``"circuitbreaker:payments"``), which is required when the bare name is configured
+for several types that the action applies to. Failures raise :class:`StateError` subclasses whose
+message is meant for the operator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from . import registry
+from .core.durations import Nanos, format_duration
+from .core.exceptions import IllegalStateTransition
+
+__all__ = [
+    "MAX_LISTED_KEYS",
+    "TRANSITION_TARGETS",
+    "TYPES",
+    "IllegalAction",
+    "StateError",
+    "UnknownName",
+    "drain",
+    "reset",
+    "snapshot",
+    "transition",
+]
+
+#: Registry section -> the ``type`` written in the snapshot (the order ``r4 status`` lists them in).
+TYPES: dict[str, str] = {kind: registry.KINDS[kind].type_name for kind in registry.KINDS}
+_KIND_OF_TYPE = {type_name: kind for kind, type_name in TYPES.items()}
+
+#: Circuit breaker states an operator may transition to, and the method doing it.
+TRANSITION_TARGETS: dict[str, str] = {
+    "CLOSED": "transition_to_closed_state",
+    "OPEN": "transition_to_open_state",
+    "FORCED_OPEN": "transition_to_forced_open_state",
+    "DISABLED": "transition_to_disabled_state",
+    "METRICS_ONLY": "transition_to_metrics_only_state",
+    "HALF_OPEN": "transition_to_half_open_state",
+}
+
+#: At most this many client keys are listed per keyed limiter with ``include_keys`` (oldest first).
+MAX_LISTED_KEYS = 1000
+
+
+class StateError(Exception):
+    """An action or a snapshot filter could not be carried out; ``str()`` is the operator message."""
+
+
+class UnknownName(StateError, LookupError):
+    """No configured instance has that name (for that action)."""
+
+
+class IllegalAction(StateError, ValueError):
+    """The instance exists but the action does not apply (wrong type, bad target state, ...)."""
+
+
+# ----------------------------------------------------------------------------------------- rendering
+
+
+def _dotted(obj: Any) -> str:
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    if module and qualname:
+        return f"{module}.{qualname}"
+    return repr(obj)
+
+
+def _jsonable(value: Any) -> Any:
+    """A config value as JSON: durations as ``"1s"``, classes and callables as dotted paths."""
+    if isinstance(value, Nanos):
+        return format_duration(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, enum.Enum):
+        return value.name
+    if isinstance(value, (tuple, list, frozenset, set)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, type) or callable(value):
+        return _dotted(value)
+    return repr(value)
+
+
+def _config(instance: Any, kind: str, name: str) -> dict[str, Any]:
+    config = instance.config
+    out = {f.name: _jsonable(getattr(config, f.name)) for f in dataclasses.fields(config)}
+    for option, value in registry.instance_options(kind, name).items():
+        out[option] = _jsonable(value)
+    return out
+
+
+def _ratelimiter_state(limiter: Any, keyed: Any, include_keys: bool) -> dict[str, Any]:
+    cycle, available, wait = limiter.backend.state()  # one consistent read instead of three
+    metrics = limiter.metrics
+    state: dict[str, Any] = {
+        "available_permissions": available,
+        "nanos_to_wait": wait,
+        "number_of_waiting_threads": metrics.number_of_waiting_threads,
+        "cycle": cycle,
+        "successful_calls": metrics.successful_calls,
+        "failed_calls": metrics.failed_calls,
+        "keyed": None,
+    }
+    if keyed is not None:
+        km = keyed.metrics
+        per_key: dict[str, Any] = {
+            "live_keys": km.live_keys,
+            "max_keys": keyed.max_keys,
+            "successful_calls": km.successful_calls,
+            "failed_calls": km.failed_calls,
+            "lossy_evictions": km.lossy_evictions,
+            "number_of_waiting_threads": km.number_of_waiting_threads,
+        }
+        if include_keys:
+            per_key["keys"] = _keys(keyed)
+        state["keyed"] = per_key
+    return state
+
+
+def _keys(keyed: Any) -> dict[str, dict[str, int]]:
+    """Live keys (oldest first, capped at :data:`MAX_LISTED_KEYS`) with their permissions and wait."""
+    # KeyedRateLimiter has no public iteration; copy the names under its lock, then read each state.
+    with keyed._lock:
+        names = []
+        for key in keyed._states:
+            if len(names) >= MAX_LISTED_KEYS:
+                break
+            names.append(key)
+    out = {}
+    for key in names:
+        _, available, wait = keyed.state(key)
+        out[key] = {"available_permissions": available, "nanos_to_wait": wait}
+    return out
+
+
+def _bulkhead_state(bulkhead: Any) -> dict[str, Any]:
+    m = bulkhead.metrics
+    return {
+        "available_concurrent_calls": m.available_concurrent_calls,
+        "max_allowed_concurrent_calls": m.max_allowed_concurrent_calls,
+        "concurrent_calls": m.concurrent_calls,
+        "waiting_calls": m.waiting_calls,
+        "permitted_calls": m.permitted_calls,
+        "rejected_calls": m.rejected_calls,
+        "finished_calls": m.finished_calls,
+    }
+
+
+def _circuitbreaker_state(breaker: Any) -> dict[str, Any]:
+    m = breaker.metrics
+    remaining = breaker.remaining_open_ns()
+    return {
+        "state": breaker.state.name,
+        "failure_rate": m.failure_rate,
+        "slow_call_rate": m.slow_call_rate,
+        "number_of_buffered_calls": m.number_of_buffered_calls,
+        "number_of_failed_calls": m.number_of_failed_calls,
+        "number_of_successful_calls": m.number_of_successful_calls,
+        "number_of_slow_calls": m.number_of_slow_calls,
+        "number_of_not_permitted_calls": m.number_of_not_permitted_calls,
+        "total_not_permitted_calls": m.total_not_permitted_calls,
+        "remaining_open_ns": remaining,
+        "remaining_open_seconds": remaining / 1e9,
+    }
+
+
+def _counters(names: Iterable[str]) -> Callable[[Any], dict[str, Any]]:
+    def read(instance: Any) -> dict[str, Any]:
+        return {n: getattr(instance.metrics, n) for n in names}
+
+    return read
+
+
+_READERS: dict[str, Callable[[Any], dict[str, Any]]] = {
+    "bulkheads": _bulkhead_state,
+    "circuitbreakers": _circuitbreaker_state,
+    "retries": _counters(
+        (
+            "number_of_successful_calls_without_retry_attempt",
+            "number_of_successful_calls_with_retry_attempt",
+            "number_of_failed_calls_without_retry_attempt",
+            "number_of_failed_calls_with_retry_attempt",
+            "number_of_total_calls",
+        )
+    ),
+    "timelimiters": _counters(("number_of_successful_calls", "number_of_failed_calls", "number_of_timeout_calls")),
+}
+
+
+def snapshot(names: Iterable[str] | None = None, *, include_keys: bool = False) -> list[dict[str, Any]]:
+    """One dict per configured instance (``type``, ``name``, ``config``, ``state``), in setting order.
+
+    ``names`` keeps only those instances (bare or ``"type:name"``); an unknown one raises
+    :class:`UnknownName`. Misconfigured instances are skipped (``manage.py check`` reports them).
+    Reading changes nothing, except that instances not used yet are built (fresh and full).
+    """
+    wanted = None if names is None else [_parse(n) for n in names]
+    keyed_by_name = dict(registry.keyed_rate_limiters())
+    out: list[dict[str, Any]] = []
+    matched: set[tuple[str | None, str]] = set()
+    for kind, name, instance in registry.iter_instances():
+        if wanted is not None:
+            hits = [w for w in wanted if w[1] == name and w[0] in (None, kind)]
+            if not hits:
+                continue
+            matched.update(hits)
+        if kind == "ratelimiters":
+            state = _ratelimiter_state(instance, keyed_by_name.get(name), include_keys)
+        else:
+            state = _READERS[kind](instance)
+        out.append({"type": TYPES[kind], "name": name, "config": _config(instance, kind, name), "state": state})
+    if wanted is not None:
+        missing = [w for w in wanted if w not in matched]
+        if missing:
+            kind, name = missing[0]
+            raise UnknownName(_unknown_message(name, kind, None))
+    return out
+
+
+# ------------------------------------------------------------------------------------------- actions
+
+
+def _parse(qualified: str) -> tuple[str | None, str]:
+    """``"circuitbreaker:payments"`` -> ``("circuitbreakers", "payments")``; bare names -> ``(None, name)``."""
+    prefix, sep, rest = qualified.partition(":")
+    if sep and prefix in _KIND_OF_TYPE:
+        return _KIND_OF_TYPE[prefix], rest
+    return None, qualified
+
+
+def _unknown_message(name: str, kind: str | None, allowed: tuple[str, ...] | None) -> str:
+    kinds = [kind] if kind is not None else list(allowed or TYPES)
+    listing = "; ".join(
+        f"{TYPES[k]}: {', '.join(registry.names(k)) or 'none'}" for k in kinds
+    )
+    what = " or ".join(TYPES[k] for k in kinds)
+    return f"no {what} named {name!r} is configured ({listing})"
+
+
+def _resolve(qualified: str, allowed: tuple[str, ...], action: str) -> tuple[str, str, Any]:
+    """Find the one instance ``qualified`` names among the ``allowed`` kinds."""
+    kind, name = _parse(qualified)
+    if kind is not None:
+        if kind not in allowed:
+            raise IllegalAction(
+                f"{action} applies to {' and '.join(TYPES[k] for k in allowed)} instances, not to {TYPES[kind]} {name!r}"
+            )
+        candidates = [kind]
+    else:
+        candidates = [k for k in allowed if name in registry.names(k)]
+        if not candidates:
+            other = [TYPES[k] for k in TYPES if k not in allowed and name in registry.names(k)]
+            if other:
+                raise IllegalAction(
+                    f"{name!r} is a {' and '.join(other)}; {action} applies to "
+                    f"{' and '.join(TYPES[k] for k in allowed)} instances only"
+                )
+            raise UnknownName(_unknown_message(name, None, allowed))
+        if len(candidates) > 1:
+            spelled = ", ".join(f"{TYPES[k]}:{name}" for k in candidates)
+            raise IllegalAction(f"{name!r} is configured as several types; name one: {spelled}")
+    if name not in registry.names(candidates[0]):
+        raise UnknownName(_unknown_message(name, candidates[0], allowed))
+    kind = candidates[0]
+    # The registry raises MisconfiguredInstance (an ImproperlyConfigured) for broken instances.
+    return kind, name, registry.lookup(kind, name)[1]
+
+
+def _keyed(name: str) -> Any:
+    """The keyed store of rate limiter ``name``, if one is in use."""
+    return dict(registry.keyed_rate_limiters()).get(name)
+
+
+def reset(name: str, key: str | None = None) -> dict[str, Any]:
+    """Return an instance to its freshly-built state; with ``key``, forget one client of a keyed limiter.
+
+    Applies to rate limiters (the shared limiter and all per-key state), circuit breakers (back to
+    ``initial_state``; lifetime totals stay), retries and time limiters (counters zeroed). Bulkheads
+    are refused: a reset forgets permits held by calls in flight, letting more than
+    ``max_concurrent_calls`` run until they finish.
+    """
+    allowed = ("ratelimiters", "circuitbreakers", "retries", "timelimiters")
+    kind_hint, bare = _parse(name)
+    if kind_hint is None and bare in registry.names("bulkheads") and not any(
+        bare in registry.names(k) for k in allowed
+    ):
+        raise IllegalAction(
+            f"bulkhead {bare!r} cannot be reset: a reset forgets the permits held by calls in flight, so more "
+            "than max_concurrent_calls could run; restart the worker instead"
+        )
+    kind, bare, instance = _resolve(name, allowed, "reset")
+    result: dict[str, Any] = {"action": "reset", "type": TYPES[kind], "name": bare}
+    if key is not None:
+        if kind != "ratelimiters":
+            raise IllegalAction(f"--key applies to rate limiters only, not to {TYPES[kind]} {bare!r}")
+        registry.get_keyed_rate_limiter(bare).reset(key)
+        result["key"] = key
+        return result
+    instance.reset()
+    keyed = _keyed(bare) if kind == "ratelimiters" else None
+    if keyed is not None:
+        keyed.reset()
+    return result
+
+
+def drain(name: str, key: str | None = None) -> dict[str, Any]:
+    """Set a rate limiter's current permissions to 0 (debt kept); with ``key``, only that client's.
+
+    Returns ``{"action": "drain", ..., "drained": n}``.
+    """
+    kind, bare, instance = _resolve(name, ("ratelimiters",), "drain")
+    result: dict[str, Any] = {"action": "drain", "type": TYPES[kind], "name": bare}
+    if key is not None:
+        result["key"] = key
+        result["drained"] = registry.get_keyed_rate_limiter(bare).drain_permissions(key)
+    else:
+        result["drained"] = instance.drain_permissions()
+    return result
+
+
+def transition(name: str, to: str) -> dict[str, Any]:
+    """Move circuit breaker ``name`` to state ``to`` (``CLOSED``, ``OPEN``, ``FORCED_OPEN``, ``DISABLED``,
+    ``METRICS_ONLY`` or ``HALF_OPEN``; case-insensitive), following Resilience4j's transition table.
+
+    Returns ``{"action": "transition", ..., "from_state": ..., "to_state": ...}``; an unknown target or
+    a transition Resilience4j forbids (e.g. ``METRICS_ONLY`` -> ``HALF_OPEN``) raises :class:`IllegalAction`.
+    """
+    target = str(to).strip().upper().replace("-", "_")
+    method = TRANSITION_TARGETS.get(target)
+    if method is None:
+        raise IllegalAction(f"unknown circuit breaker state {to!r}; use one of {', '.join(TRANSITION_TARGETS)}")
+    kind, bare, breaker = _resolve(name, ("circuitbreakers",), "transition")
+    before = breaker.state.name
+    try:
+        getattr(breaker, method)()
+    except IllegalStateTransition as exc:
+        raise IllegalAction(f"circuit breaker {bare!r}: {before} -> {target} is not an allowed transition ({exc})") from None
+    return {
+        "action": "transition",
+        "type": TYPES[kind],
+        "name": bare,
+        "from_state": before,
+        "to_state": breaker.state.name,
+    }

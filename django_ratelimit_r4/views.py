@@ -1,0 +1,186 @@
+"""The state endpoint: the JSON of ``manage.py r4 status --json`` and POST actions, for operators only.
+
+Mount it with ``path("ops/r4/", include("django_ratelimit_r4.urls"))`` (see :mod:`.urls`).
+
+Access (checked before anything else, for every method):
+
+- ``Authorization: Bearer <token>`` equal to ``RATELIMIT_R4["state_endpoint_token"]`` (compared with
+  :func:`hmac.compare_digest`). A bearer token that does not match is refused even for a staff session.
+- otherwise an active, authenticated **staff** user (Django session).
+- everyone else gets a plain **404**, exactly like a URL that does not exist, so the endpoint's
+  existence is not revealed.
+
+POST is exempt from CSRF only for bearer-token requests (no cookies are involved); staff sessions must
+send the CSRF token as for any other Django form.
+
+Client keys of keyed rate limiters are listed only with ``?keys=1`` **and** either the bearer token or
+the ``ratelimit_r4.view_keys`` permission (superusers have every permission; for other staff grant it
+through an authentication backend's ``has_perm``). Without that permission ``?keys=1`` is a 403.
+
+Each response carries ``X-R4-Worker-Pid``: with the in-memory backend every worker has its own
+state, and this says which one answered.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+from collections.abc import Callable
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
+from django.middleware.csrf import CsrfViewMiddleware
+from django.views.decorators.cache import never_cache
+from django.views.decorators.csrf import csrf_exempt
+
+from . import conf, state
+
+__all__ = ["KEYS_PERMISSION", "drain_view", "reset_view", "state_view", "transition_view"]
+
+#: The permission (besides the bearer token) that lets ``?keys=1`` list client keys.
+KEYS_PERMISSION = "ratelimit_r4.view_keys"
+
+_PID = str(os.getpid())
+
+
+class _Access:
+    """Who is asking: by bearer token, or a staff session (which keeps CSRF)."""
+
+    __slots__ = ("by_token", "user")
+
+    def __init__(self, by_token: bool, user: Any = None) -> None:
+        self.by_token = by_token
+        self.user = user
+
+    def may_see_keys(self) -> bool:
+        return self.by_token or bool(self.user is not None and self.user.has_perm(KEYS_PERMISSION))
+
+
+def _expected_token() -> str | None:
+    try:
+        return conf.get_options().state_endpoint_token
+    except ImproperlyConfigured:  # broken options: token access is off, staff access still works
+        return None
+
+
+def _authorize(request: HttpRequest) -> _Access:
+    """The caller's access, or ``Http404`` for anyone not allowed (never 401/403: do not reveal)."""
+    header = request.META.get("HTTP_AUTHORIZATION", "")
+    scheme, _, credentials = header.partition(" ")
+    if scheme.lower() == "bearer":
+        expected = _expected_token()
+        given = credentials.strip().encode()
+        if expected and hmac.compare_digest(given, expected.encode()):
+            return _Access(by_token=True)
+        raise Http404
+    user = getattr(request, "user", None)
+    if user is not None and user.is_authenticated and user.is_active and user.is_staff:
+        return _Access(by_token=False, user=user)
+    raise Http404
+
+
+def _csrf_failure(request: HttpRequest) -> HttpResponse | None:
+    """Run Django's CSRF check for a session-authenticated POST (the views themselves are exempt)."""
+    check = CsrfViewMiddleware(lambda _request: HttpResponse())
+    check.process_request(request)
+    return check.process_view(request, None, (), {})  # type: ignore[arg-type]
+
+
+def _json(data: Any, status: int = 200) -> JsonResponse:
+    response = JsonResponse(data, status=status, safe=False, json_dumps_params={"sort_keys": True})
+    response["X-R4-Worker-Pid"] = _PID
+    return response
+
+
+def _error(message: str, status: int) -> JsonResponse:
+    return _json({"error": message}, status)
+
+
+@csrf_exempt
+@never_cache
+def state_view(request: HttpRequest) -> HttpResponse:
+    """GET: the list of ``r4 status --json``. ``?name=a&name=b`` filters, ``?keys=1`` adds client keys."""
+    access = _authorize(request)
+    if request.method not in ("GET", "HEAD"):
+        return HttpResponseNotAllowed(["GET", "HEAD"])
+    include_keys = request.GET.get("keys") in ("1", "true", "yes")
+    if include_keys and not access.may_see_keys():
+        return _error(f"listing client keys needs the bearer token or the {KEYS_PERMISSION} permission", 403)
+    names = request.GET.getlist("name") or None
+    try:
+        return _json(state.snapshot(names, include_keys=include_keys))
+    except state.UnknownName as exc:
+        return _error(str(exc), 404)
+
+
+def _body(request: HttpRequest) -> dict[str, Any]:
+    if request.content_type == "application/json":
+        try:
+            data = json.loads(request.body or b"{}")
+        except ValueError as exc:
+            raise state.IllegalAction(f"the request body is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise state.IllegalAction("the JSON body must be an object")
+        return data
+    return request.POST.dict()
+
+
+def _action(run: Callable[[str, dict[str, Any]], dict[str, Any]]) -> Callable[[HttpRequest, str], HttpResponse]:
+    @csrf_exempt
+    @never_cache
+    def view(request: HttpRequest, name: str) -> HttpResponse:
+        access = _authorize(request)
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not access.by_token:
+            failure = _csrf_failure(request)
+            if failure is not None:
+                return failure
+        try:
+            return _json(run(name, _body(request)))
+        except state.UnknownName as exc:
+            return _error(str(exc), 404)
+        except state.StateError as exc:
+            return _error(str(exc), 400)
+        except ImproperlyConfigured as exc:  # a misconfigured instance: say what `manage.py check` says
+            return _error(str(exc), 500)
+
+    view.__doc__ = run.__doc__
+    return view
+
+
+def _optional(data: dict[str, Any], field: str) -> str | None:
+    value = data.get(field)
+    if value in (None, ""):
+        return None
+    if not isinstance(value, str):
+        raise state.IllegalAction(f"{field!r} must be a string")
+    return value
+
+
+def _reset(name: str, data: dict[str, Any]) -> dict[str, Any]:
+    """POST ``<name>/reset`` (optional ``key``): :func:`state.reset`."""
+    return state.reset(name, key=_optional(data, "key"))
+
+
+def _drain(name: str, data: dict[str, Any]) -> dict[str, Any]:
+    """POST ``<name>/drain`` (optional ``key``): :func:`state.drain`."""
+    return state.drain(name, key=_optional(data, "key"))
+
+
+def _transition(name: str, data: dict[str, Any]) -> dict[str, Any]:
+    """POST ``<name>/transition`` with ``to``: :func:`state.transition`."""
+    to = _optional(data, "to")
+    if to is None:
+        raise state.IllegalAction(f"'to' is required: one of {', '.join(state.TRANSITION_TARGETS)}")
+    return state.transition(name, to)
+
+
+#: POST ``<name>/reset`` with optional ``key``.
+reset_view = _action(_reset)
+#: POST ``<name>/drain`` with optional ``key``.
+drain_view = _action(_drain)
+#: POST ``<name>/transition`` with ``to`` (``CLOSED``, ``OPEN``, ``FORCED_OPEN``, ...).
+transition_view = _action(_transition)

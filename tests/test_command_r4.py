@@ -1,0 +1,249 @@
+"""``manage.py r4`` in local mode: status (table, JSON, watch), reset, drain, transition, errors."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+from typing import Any
+
+import pytest
+from django.conf import settings as django_settings
+from django.core.management import CommandError, call_command
+
+from django_ratelimit_r4 import get_bulkhead, get_circuit_breaker, get_rate_limiter, get_retry
+from django_ratelimit_r4.management.commands import r4 as r4_command
+
+
+@pytest.fixture
+def fresh(settings: Any, r4_clock: Any) -> Any:
+    """Fresh instances of the test settings (plus a keyed limiter) on a fake clock."""
+    config = copy.deepcopy(django_settings.RATELIMIT_R4)
+    config["ratelimiters"]["instances"]["per_ip"] = {"limit_for_period": 3, "key": "ip"}
+    settings.RATELIMIT_R4 = config
+    return r4_clock
+
+
+def run(*args: str) -> tuple[str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    call_command("r4", *args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+def _by(items: list[dict[str, Any]], type_: str, name: str) -> dict[str, Any]:
+    return next(i for i in items if i["type"] == type_ and i["name"] == name)
+
+
+def test_status_json_after_11_calls_shows_zero_available(fresh: Any) -> None:
+    for _ in range(11):
+        get_rate_limiter("api").acquire_permission()
+    out, err = run("status", "--json")
+    items = json.loads(out)
+    assert out == json.dumps(items, indent=2, sort_keys=True) + "\n"
+    api = _by(items, "ratelimiter", "api")
+    assert api["state"]["available_permissions"] == 0
+    assert api["state"]["nanos_to_wait"] == 1_000_000_000
+    assert (api["state"]["successful_calls"], api["state"]["failed_calls"]) == (10, 1)
+    assert api["config"] == {
+        "limit_for_period": 10,
+        "limit_refresh_period": "1s",
+        "timeout_duration": "0s",
+        "drain_permissions_on_result": None,
+        "writable_stack_trace_enabled": True,
+        "key": None,
+        "max_keys": 100_000,
+        "key_idle_timeout": None,
+    }
+    assert "in-memory backend" in err and "--url" in err
+
+
+def test_status_json_lists_every_type_with_snake_case_state(fresh: Any) -> None:
+    items = json.loads(run("status", "--json")[0])
+    assert [(i["type"], i["name"]) for i in items] == [
+        ("ratelimiter", "api"),
+        ("ratelimiter", "slow"),
+        ("ratelimiter", "per_ip"),
+        ("bulkhead", "acquirer"),
+        ("circuitbreaker", "acquirer"),
+        ("retry", "acquirer"),
+        ("timelimiter", "acquirer"),
+    ]
+    for item in items:
+        assert set(item) == {"type", "name", "config", "state"}
+        assert all(k == k.lower() and " " not in k for k in (*item["config"], *item["state"]))
+    assert _by(items, "bulkhead", "acquirer")["state"]["available_concurrent_calls"] == 2
+    assert _by(items, "bulkhead", "acquirer")["config"]["retry_after"] == "1s"
+    breaker = _by(items, "circuitbreaker", "acquirer")
+    assert breaker["state"]["state"] == "CLOSED" and breaker["config"]["wait_duration_in_open_state"] == "3s"
+    assert _by(items, "retry", "acquirer")["config"]["wait_duration"] == "100ms"
+    assert _by(items, "ratelimiter", "per_ip")["state"]["keyed"]["live_keys"] == 0
+    assert _by(items, "ratelimiter", "api")["state"]["keyed"] is None
+
+
+def test_status_reflects_live_state(fresh: Any) -> None:
+    bulkhead = get_bulkhead("acquirer")
+    assert bulkhead.try_acquire_permission()
+    breaker = get_circuit_breaker("acquirer")
+    breaker.transition_to_open_state()
+    fresh.advance(1)
+    get_retry("acquirer").call(lambda: "ok")
+    get_rate_limiter("per_ip", key="198.51.100.1").acquire_permission()
+    items = json.loads(run("status", "--json")[0])
+    assert _by(items, "bulkhead", "acquirer")["state"]["concurrent_calls"] == 1
+    open_state = _by(items, "circuitbreaker", "acquirer")["state"]
+    assert open_state["state"] == "OPEN"
+    assert open_state["remaining_open_ns"] == 2_000_000_000 and open_state["remaining_open_seconds"] == 2.0
+    assert _by(items, "retry", "acquirer")["state"]["number_of_successful_calls_without_retry_attempt"] == 1
+    keyed = _by(items, "ratelimiter", "per_ip")["state"]["keyed"]
+    assert keyed["live_keys"] == 1 and "keys" not in keyed
+    assert "198.51.100.1" not in run("status", "--json")[0]
+    with_keys = json.loads(run("status", "per_ip", "--json", "--keys")[0])
+    assert with_keys[0]["state"]["keyed"]["keys"] == {
+        "198.51.100.1": {"available_permissions": 2, "nanos_to_wait": 0}
+    }
+    bulkhead.release_permission()
+
+
+def test_status_table(fresh: Any) -> None:
+    for _ in range(11):
+        get_rate_limiter("api").acquire_permission()
+    get_circuit_breaker("acquirer").transition_to_open_state()
+    out, _ = run("status")
+    lines = out.splitlines()
+    assert lines[0] == "Rate limiters"
+    header = lines[1].split()
+    assert header[:3] == ["NAME", "LIMIT", "AVAILABLE"]
+    assert lines[2].split()[:5] == ["api", "10/1s", "0", "1s", "0"]
+    assert lines[2].split()[5:7] == ["10", "1"]
+    for title in ("Bulkheads", "Circuit breakers", "Retries", "Time limiters"):
+        assert title in lines
+    breaker_row = next(line for line in lines if line.startswith("acquirer") and "OPEN" in line)
+    assert breaker_row.split()[1] == "OPEN" and breaker_row.split()[-1] == "3s"
+
+
+def test_status_filters_by_name_and_type(fresh: Any) -> None:
+    items = json.loads(run("status", "api", "circuitbreaker:acquirer", "--json")[0])
+    assert [(i["type"], i["name"]) for i in items] == [("ratelimiter", "api"), ("circuitbreaker", "acquirer")]
+    assert len(json.loads(run("status", "acquirer", "--json")[0])) == 4  # every type named so
+    with pytest.raises(CommandError, match="no ratelimiter or bulkhead .* named 'nope'.*api, slow"):
+        run("status", "nope")
+
+
+def test_watch_redraws_until_ctrl_c(fresh: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    sleeps: list[float] = []
+
+    def fake_sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) == 2:
+            raise KeyboardInterrupt
+        get_rate_limiter("api").acquire_permission()  # the next frame must show the change
+
+    monkeypatch.setattr(r4_command, "sleep", fake_sleep)
+    out, _ = run("status", "api", "--watch", "0.5")
+    frames = out.split(r4_command.CLEAR)[1:]
+    assert sleeps == [0.5, 0.5]
+    assert len(frames) == 2
+    assert "every 0.5s, Ctrl-C to stop" in frames[0]
+    assert frames[0].splitlines()[4].split()[2] == "10"
+    assert frames[1].splitlines()[4].split()[2] == "9"
+
+
+def test_watch_refuses_non_positive_intervals(fresh: Any) -> None:
+    with pytest.raises(CommandError, match="more than 0 seconds"):
+        run("status", "--watch", "0")
+
+
+def test_reset_drain_transition(fresh: Any) -> None:
+    out, err = run("drain", "slow")
+    assert out.strip() == "ratelimiter 'slow': drained 10 permission(s)"
+    assert "in-memory" in err
+    assert get_rate_limiter("slow").metrics.available_permissions == 0
+    assert run("reset", "slow")[0].strip() == "ratelimiter 'slow': reset"
+    assert get_rate_limiter("slow").metrics.available_permissions == 10
+
+    assert run("transition", "circuitbreaker:acquirer", "--to", "forced_open")[0].strip() == (
+        "circuitbreaker 'acquirer': CLOSED -> FORCED_OPEN"
+    )
+    assert get_circuit_breaker("acquirer").state.name == "FORCED_OPEN"
+    run("reset", "circuitbreaker:acquirer")
+    assert get_circuit_breaker("acquirer").state.name == "CLOSED"
+
+
+def test_reset_and_drain_of_one_key(fresh: Any) -> None:
+    a = get_rate_limiter("per_ip", key="a")
+    b = get_rate_limiter("per_ip", key="b")
+    a.acquire_permission()
+    b.acquire_permission()
+    out, _ = run("drain", "per_ip", "--key", "b")
+    assert out.strip() == "ratelimiter 'per_ip' (one client key): drained 2 permission(s)"
+    assert (a.metrics.available_permissions, b.metrics.available_permissions) == (2, 0)
+    run("reset", "per_ip", "--key", "b")
+    assert (a.metrics.available_permissions, b.metrics.available_permissions) == (2, 3)
+    run("reset", "per_ip")
+    assert a.metrics.available_permissions == 3
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("reset", "nope"), "no ratelimiter or circuitbreaker or retry or timelimiter named 'nope'"),
+        (("reset", "acquirer"), "name one: circuitbreaker:acquirer, retry:acquirer, timelimiter:acquirer"),
+        (("reset", "bulkhead:acquirer"), "reset applies to"),
+        (("drain", "acquirer"), "drain applies to ratelimiter instances only"),
+        (("reset", "circuitbreaker:acquirer", "--key", "k"), "--key applies to rate limiters only"),
+        (("transition", "api", "--to", "OPEN"), "transition applies to circuitbreaker"),
+        (("transition", "circuitbreaker:acquirer", "--to", "SIDEWAYS"), "invalid choice"),
+        (("transition", "circuitbreaker:acquirer"), "--to"),
+        ((), "required"),
+        (("status", "--url", "ftp://host/ops/r4/", "--token", "t"), "http:// or https://"),
+        (("status", "--url", "http://127.0.0.1:9/ops/r4/"), "needs the endpoint's bearer token"),
+    ],
+)
+def test_errors_are_command_errors(fresh: Any, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...], message: str) -> None:
+    monkeypatch.delenv(r4_command.TOKEN_ENV, raising=False)
+    with pytest.raises(CommandError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        run(*args)
+
+
+def test_bulkhead_reset_is_refused_with_a_reason(settings: Any) -> None:
+    settings.RATELIMIT_R4 = {"bulkheads": {"instances": {"db": {"max_concurrent_calls": 1}}}}
+    with pytest.raises(CommandError, match="calls in flight"):
+        run("reset", "db")
+
+
+def test_illegal_transition(fresh: Any) -> None:
+    get_circuit_breaker("acquirer").transition_to_metrics_only_state()
+    with pytest.raises(CommandError, match="METRICS_ONLY -> HALF_OPEN is not an allowed transition"):
+        run("transition", "circuitbreaker:acquirer", "--to", "HALF_OPEN")
+
+
+def test_misconfigured_instance_is_a_command_error(settings: Any) -> None:
+    settings.RATELIMIT_R4 = {"ratelimiters": {"instances": {"bad": {"limit_for_period": 0}}}}
+    with pytest.raises(CommandError, match="misconfigured"):
+        run("drain", "bad")
+    items = json.loads(run("status", "--json")[0])
+    assert items == []  # broken instances are skipped; manage.py check reports them
+
+
+def test_shared_backend_note(fresh: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from django_ratelimit_r4 import conf
+
+    options = conf.get_options()
+    monkeypatch.setattr(conf, "get_options", lambda: type(options)(backend="redis"))
+    _, err = run("status", "api")
+    assert "shared redis state" in err and "in-memory" not in err
+
+
+def test_empty_setting(settings: Any) -> None:
+    settings.RATELIMIT_R4 = {}
+    assert run("status")[0].strip() == "No instances configured in RATELIMIT_R4."
+    assert json.loads(run("status", "--json")[0]) == []
+
+
+@pytest.mark.parametrize(
+    ("nanos", "text"),
+    [(None, "-"), (0, "0"), (999, "999ns"), (1_500, "1.5us"), (850_000_000, "850ms"), (1_500_000_000, "1.5s"),
+     (90_000_000_000, "1.5m"), (7_200_000_000_000, "2h")],
+)
+def test_human_ns(nanos: int | None, text: str) -> None:
+    assert r4_command.human_ns(nanos) == text
