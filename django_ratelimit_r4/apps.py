@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 
 from django.apps import AppConfig
-from django.core.exceptions import ImproperlyConfigured
+from django.conf import settings
 
 
 class RateLimitR4Config(AppConfig):
@@ -19,14 +19,11 @@ class RateLimitR4Config(AppConfig):
     def ready(self) -> None:
         # Imported for their side effects (check registration, signal receivers). Safe to run twice.
         from . import checks, registry  # noqa: F401
-        from .conf import get_options
-
-        try:
-            metrics = get_options().metrics
-        except ImproperlyConfigured:
-            # A bad setting must not stop start-up; `manage.py check` reports it.
-            metrics = True
-        if metrics and importlib.util.find_spec("prometheus_client") is not None:
+        # Start-up reads only this one flag and never parses RATELIMIT_R4: a bad setting must not stop
+        # start-up (`manage.py check` reports it, accessors raise at first use).
+        raw = getattr(settings, "RATELIMIT_R4", None)
+        metrics = raw.get("metrics", True) if isinstance(raw, dict) else True
+        if metrics is not False and importlib.util.find_spec("prometheus_client") is not None:
             from .contrib import prometheus
 
             # Idempotent; reads no settings and builds no instance. Single process: a scrape-time
