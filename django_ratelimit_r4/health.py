@@ -71,7 +71,9 @@ class ResilienceState(HealthCheck):
         if errors:
             # Check ids only: a health page must not echo setting values.
             ids = ", ".join(sorted({p.check_id for p in errors}))
-            raise ServiceUnavailable(f"RATELIMIT_R4 has {len(errors)} error(s) ({ids}); run `manage.py check`")
+            raise ServiceUnavailable(
+                f"RATELIMIT_R4 has {len(errors)} error(s) ({ids}); run `manage.py check`"
+            )
         try:
             self.summary = summarize(state.snapshot())
         except Exception as exc:  # a reading bug must not look like an outage: report, stay healthy

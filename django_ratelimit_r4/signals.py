@@ -48,7 +48,7 @@ class _WiredSignal(Signal):
 
     def disconnect(self, *args: Any, **kwargs: Any) -> bool:
         """See :meth:`django.dispatch.Signal.disconnect`; unsubscribes events nobody needs any more."""
-        disconnected = super().disconnect(*args, **kwargs)
+        disconnected = bool(super().disconnect(*args, **kwargs))
         _rewire()
         return disconnected
 
@@ -65,7 +65,11 @@ def _send(signal: Signal, sender: Any, **kwargs: Any) -> None:
     try:
         signal.send_robust(sender, **kwargs)
     except Exception:
-        logger.exception("sending %s for %r failed", "state_transition" if signal is state_transition else "call_rejected", kwargs.get("name"))
+        logger.exception(
+            "sending %s for %r failed",
+            "state_transition" if signal is state_transition else "call_rejected",
+            kwargs.get("name"),
+        )
 
 
 class _Relay:

@@ -141,7 +141,7 @@ def _keys(keyed: Any) -> dict[str, dict[str, int]]:
     """Live keys (oldest first, capped at :data:`MAX_LISTED_KEYS`) with their permissions and wait."""
     # KeyedRateLimiter has no public iteration; copy the names under its lock, then read each state.
     with keyed._lock:
-        names = []
+        names: list[str] = []
         for key in keyed._states:
             if len(names) >= MAX_LISTED_KEYS:
                 break
@@ -203,7 +203,9 @@ _READERS: dict[str, Callable[[Any], dict[str, Any]]] = {
             "number_of_total_calls",
         )
     ),
-    "timelimiters": _counters(("number_of_successful_calls", "number_of_failed_calls", "number_of_timeout_calls")),
+    "timelimiters": _counters(
+        ("number_of_successful_calls", "number_of_failed_calls", "number_of_timeout_calls")
+    ),
 }
 
 
@@ -228,12 +230,14 @@ def snapshot(names: Iterable[str] | None = None, *, include_keys: bool = False) 
             state = _ratelimiter_state(instance, keyed_by_name.get(name), include_keys)
         else:
             state = _READERS[kind](instance)
-        out.append({"type": TYPES[kind], "name": name, "config": _config(instance, kind, name), "state": state})
+        out.append(
+            {"type": TYPES[kind], "name": name, "config": _config(instance, kind, name), "state": state}
+        )
     if wanted is not None:
         missing = [w for w in wanted if w not in matched]
         if missing:
-            kind, name = missing[0]
-            raise UnknownName(_unknown_message(name, kind, None))
+            missing_kind, missing_name = missing[0]
+            raise UnknownName(_unknown_message(missing_name, missing_kind, None))
     return out
 
 
@@ -250,9 +254,7 @@ def _parse(qualified: str) -> tuple[str | None, str]:
 
 def _unknown_message(name: str, kind: str | None, allowed: tuple[str, ...] | None) -> str:
     kinds = [kind] if kind is not None else list(allowed or TYPES)
-    listing = "; ".join(
-        f"{TYPES[k]}: {', '.join(registry.names(k)) or 'none'}" for k in kinds
-    )
+    listing = "; ".join(f"{TYPES[k]}: {', '.join(registry.names(k)) or 'none'}" for k in kinds)
     what = " or ".join(TYPES[k] for k in kinds)
     return f"no {what} named {name!r} is configured ({listing})"
 
@@ -301,8 +303,10 @@ def reset(name: str, key: str | None = None) -> dict[str, Any]:
     """
     allowed = ("ratelimiters", "circuitbreakers", "retries", "timelimiters")
     kind_hint, bare = _parse(name)
-    if kind_hint is None and bare in registry.names("bulkheads") and not any(
-        bare in registry.names(k) for k in allowed
+    if (
+        kind_hint is None
+        and bare in registry.names("bulkheads")
+        and not any(bare in registry.names(k) for k in allowed)
     ):
         raise IllegalAction(
             f"bulkhead {bare!r} cannot be reset: a reset forgets the permits held by calls in flight, so more "
@@ -348,13 +352,17 @@ def transition(name: str, to: str) -> dict[str, Any]:
     target = str(to).strip().upper().replace("-", "_")
     method = TRANSITION_TARGETS.get(target)
     if method is None:
-        raise IllegalAction(f"unknown circuit breaker state {to!r}; use one of {', '.join(TRANSITION_TARGETS)}")
+        raise IllegalAction(
+            f"unknown circuit breaker state {to!r}; use one of {', '.join(TRANSITION_TARGETS)}"
+        )
     kind, bare, breaker = _resolve(name, ("circuitbreakers",), "transition")
     before = breaker.state.name
     try:
         getattr(breaker, method)()
     except IllegalStateTransition as exc:
-        raise IllegalAction(f"circuit breaker {bare!r}: {before} -> {target} is not an allowed transition ({exc})") from None
+        raise IllegalAction(
+            f"circuit breaker {bare!r}: {before} -> {target} is not an allowed transition ({exc})"
+        ) from None
     return {
         "action": "transition",
         "type": TYPES[kind],

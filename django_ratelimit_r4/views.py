@@ -85,7 +85,7 @@ def _csrf_failure(request: HttpRequest) -> HttpResponse | None:
     """Run Django's CSRF check for a session-authenticated POST (the views themselves are exempt)."""
     check = CsrfViewMiddleware(lambda _request: HttpResponse())
     check.process_request(request)
-    return check.process_view(request, None, (), {})  # type: ignore[arg-type]
+    return check.process_view(request, None, (), {})
 
 
 def _json(data: Any, status: int = 200) -> JsonResponse:
@@ -124,10 +124,12 @@ def _body(request: HttpRequest) -> dict[str, Any]:
         if not isinstance(data, dict):
             raise state.IllegalAction("the JSON body must be an object")
         return data
-    return request.POST.dict()
+    return dict(request.POST.dict())
 
 
-def _action(run: Callable[[str, dict[str, Any]], dict[str, Any]]) -> Callable[[HttpRequest, str], HttpResponse]:
+def _action(
+    run: Callable[[str, dict[str, Any]], dict[str, Any]],
+) -> Callable[[HttpRequest, str], HttpResponse]:
     @csrf_exempt
     @never_cache
     def view(request: HttpRequest, name: str) -> HttpResponse:

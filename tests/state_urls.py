@@ -18,6 +18,8 @@ def limited(request: HttpRequest) -> HttpResponse:
 
 urlpatterns = [
     path("ops/r4/", include("django_ratelimit_r4.urls")),
-    path("healthz/resilience", HealthCheckView.as_view(checks=["django_ratelimit_r4.health.ResilienceState"])),
+    path(
+        "healthz/resilience", HealthCheckView.as_view(checks=["django_ratelimit_r4.health.ResilienceState"])
+    ),
     path("limited", limited),
 ]

@@ -125,7 +125,7 @@ def test_status_filters_by_name_and_type(fresh: Any) -> None:
     items = json.loads(run("status", "api", "circuitbreaker:acquirer", "--json")[0])
     assert [(i["type"], i["name"]) for i in items] == [("ratelimiter", "api"), ("circuitbreaker", "acquirer")]
     assert len(json.loads(run("status", "acquirer", "--json")[0])) == 4  # every type named so
-    with pytest.raises(CommandError, match="no ratelimiter or bulkhead .* named 'nope'.*api, slow"):
+    with pytest.raises(CommandError, match=r"no ratelimiter or bulkhead .* named 'nope'.*api, slow"):
         run("status", "nope")
 
 
@@ -199,7 +199,9 @@ def test_reset_and_drain_of_one_key(fresh: Any) -> None:
         (("status", "--url", "http://127.0.0.1:9/ops/r4/"), "needs the endpoint's bearer token"),
     ],
 )
-def test_errors_are_command_errors(fresh: Any, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...], message: str) -> None:
+def test_errors_are_command_errors(
+    fresh: Any, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...], message: str
+) -> None:
     monkeypatch.delenv(r4_command.TOKEN_ENV, raising=False)
     with pytest.raises(CommandError, match=message.replace("(", r"\(").replace(")", r"\)")):
         run(*args)
@@ -242,8 +244,16 @@ def test_empty_setting(settings: Any) -> None:
 
 @pytest.mark.parametrize(
     ("nanos", "text"),
-    [(None, "-"), (0, "0"), (999, "999ns"), (1_500, "1.5us"), (850_000_000, "850ms"), (1_500_000_000, "1.5s"),
-     (90_000_000_000, "1.5m"), (7_200_000_000_000, "2h")],
+    [
+        (None, "-"),
+        (0, "0"),
+        (999, "999ns"),
+        (1_500, "1.5us"),
+        (850_000_000, "850ms"),
+        (1_500_000_000, "1.5s"),
+        (90_000_000_000, "1.5m"),
+        (7_200_000_000_000, "2h"),
+    ],
 )
 def test_human_ns(nanos: int | None, text: str) -> None:
     assert r4_command.human_ns(nanos) == text

@@ -133,7 +133,11 @@ def test_a_raising_receiver_never_breaks_the_protected_call(
         for signal in (call_rejected, state_transition):
             signal.disconnect(broken)
             signal.disconnect(after)
-    assert [k.get("kind", "transition") for _, k in after.calls] == ["ratelimiter", "transition", "circuitbreaker"]
+    assert [k.get("kind", "transition") for _, k in after.calls] == [
+        "ratelimiter",
+        "transition",
+        "circuitbreaker",
+    ]
     # Logged with the traceback by send_robust (django.dispatch), not left to escape the signal layer.
     logged = [r for r in caplog.records if r.name == "django.dispatch" and r.exc_info]
     assert [str(r.exc_info[1]) for r in logged] == ["receiver bug"] * 3  # type: ignore[index]

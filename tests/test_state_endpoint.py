@@ -153,7 +153,9 @@ def test_token_actions_with_json_and_form_bodies(ops: Any, client: Client) -> No
     assert get_rate_limiter("slow").metrics.available_permissions == 10
 
     moved = client.post(
-        BASE + "acquirer/transition", data=json.dumps({"to": "forced_open"}), content_type="application/json",
+        BASE + "acquirer/transition",
+        data=json.dumps({"to": "forced_open"}),
+        content_type="application/json",
         **_bearer(),
     )
     assert moved.status_code == 200
@@ -187,7 +189,9 @@ def test_reset_of_one_client_key(ops: Any, client: Client) -> None:
         ("acquirer/drain", {}, 400, "drain applies to ratelimiter"),
     ],
 )
-def test_action_errors_are_clear(ops: Any, client: Client, path: str, body: dict[str, Any], status: int, fragment: str) -> None:
+def test_action_errors_are_clear(
+    ops: Any, client: Client, path: str, body: dict[str, Any], status: int, fragment: str
+) -> None:
     response = client.post(BASE + path, data=json.dumps(body), content_type="application/json", **_bearer())
     assert response.status_code == status
     assert fragment in response.json()["error"]
@@ -292,9 +296,9 @@ def test_url_mode_errors(ops: Any, server: str) -> None:
     url = server
     with pytest.raises(CommandError, match="token was refused"):
         _r4("status", "--url", url, "--token", "wrong")
-    with pytest.raises(CommandError, match="no ratelimiter named .nope."):
+    with pytest.raises(CommandError, match=r"no ratelimiter named .nope."):
         _r4("drain", "nope", "--url", url, "--token", TOKEN)
-    with pytest.raises(CommandError, match="did not answer with JSON|answered 404"):
+    with pytest.raises(CommandError, match=r"did not answer with JSON|answered 404"):
         _r4("status", "--url", server.replace(BASE, "/limited"), "--token", TOKEN)
     with pytest.raises(CommandError, match="cannot reach"):
         _r4("status", "--url", "http://127.0.0.1:9/ops/r4/", "--token", TOKEN)

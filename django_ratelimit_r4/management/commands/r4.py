@@ -63,8 +63,14 @@ def human_ns(nanos: int | None) -> str:
         return "-"
     if nanos == 0:
         return "0"
-    for size, unit in ((86_400_000_000_000, "d"), (3_600_000_000_000, "h"), (60_000_000_000, "m"),
-                       (1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us")):
+    for size, unit in (
+        (86_400_000_000_000, "d"),
+        (3_600_000_000_000, "h"),
+        (60_000_000_000, "m"),
+        (1_000_000_000, "s"),
+        (1_000_000, "ms"),
+        (1_000, "us"),
+    ):
         if abs(nanos) >= size:
             return f"{nanos / size:.3g}{unit}"
     return f"{nanos}ns"
@@ -76,8 +82,10 @@ def _rate(value: float) -> str:
 
 def _table(headers: Sequence[str], rows: list[list[str]]) -> list[str]:
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+
     def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
     return [line(headers), *(line(r) for r in rows)]
 
 
@@ -85,33 +93,72 @@ def _row(item: dict[str, Any]) -> list[str]:
     c, s, kind = item["config"], item["state"], item["type"]
     if kind == "ratelimiter":
         keyed = s.get("keyed")
-        return [item["name"], f"{c['limit_for_period']}/{c['limit_refresh_period']}", str(s["available_permissions"]),
-                human_ns(s["nanos_to_wait"]), str(s["number_of_waiting_threads"]), str(s["successful_calls"]),
-                str(s["failed_calls"]), "-" if keyed is None else str(keyed["live_keys"])]
+        return [
+            item["name"],
+            f"{c['limit_for_period']}/{c['limit_refresh_period']}",
+            str(s["available_permissions"]),
+            human_ns(s["nanos_to_wait"]),
+            str(s["number_of_waiting_threads"]),
+            str(s["successful_calls"]),
+            str(s["failed_calls"]),
+            "-" if keyed is None else str(keyed["live_keys"]),
+        ]
     if kind == "bulkhead":
-        return [item["name"], str(s["concurrent_calls"]), str(s["max_allowed_concurrent_calls"]),
-                str(s["available_concurrent_calls"]), str(s["waiting_calls"]), str(s["permitted_calls"]),
-                str(s["rejected_calls"])]
+        return [
+            item["name"],
+            str(s["concurrent_calls"]),
+            str(s["max_allowed_concurrent_calls"]),
+            str(s["available_concurrent_calls"]),
+            str(s["waiting_calls"]),
+            str(s["permitted_calls"]),
+            str(s["rejected_calls"]),
+        ]
     if kind == "circuitbreaker":
-        return [item["name"], s["state"], _rate(s["failure_rate"]), _rate(s["slow_call_rate"]),
-                str(s["number_of_buffered_calls"]), str(s["total_not_permitted_calls"]),
-                human_ns(s["remaining_open_ns"]) if s["remaining_open_ns"] else "-"]
+        return [
+            item["name"],
+            s["state"],
+            _rate(s["failure_rate"]),
+            _rate(s["slow_call_rate"]),
+            str(s["number_of_buffered_calls"]),
+            str(s["total_not_permitted_calls"]),
+            human_ns(s["remaining_open_ns"]) if s["remaining_open_ns"] else "-",
+        ]
     if kind == "retry":
-        return [item["name"], str(c["max_attempts"]), str(s["number_of_successful_calls_without_retry_attempt"]),
-                str(s["number_of_successful_calls_with_retry_attempt"]),
-                str(s["number_of_failed_calls_with_retry_attempt"]),
-                str(s["number_of_failed_calls_without_retry_attempt"]), str(s["number_of_total_calls"])]
-    return [item["name"], str(c["timeout_duration"]), str(s["number_of_successful_calls"]),
-            str(s["number_of_failed_calls"]), str(s["number_of_timeout_calls"])]
+        return [
+            item["name"],
+            str(c["max_attempts"]),
+            str(s["number_of_successful_calls_without_retry_attempt"]),
+            str(s["number_of_successful_calls_with_retry_attempt"]),
+            str(s["number_of_failed_calls_with_retry_attempt"]),
+            str(s["number_of_failed_calls_without_retry_attempt"]),
+            str(s["number_of_total_calls"]),
+        ]
+    return [
+        item["name"],
+        str(c["timeout_duration"]),
+        str(s["number_of_successful_calls"]),
+        str(s["number_of_failed_calls"]),
+        str(s["number_of_timeout_calls"]),
+    ]
 
 
 _SECTIONS: list[tuple[str, str, tuple[str, ...]]] = [
-    ("ratelimiter", "Rate limiters",
-     ("NAME", "LIMIT", "AVAILABLE", "WAIT", "WAITING", "GRANTED", "REJECTED", "KEYS")),
+    (
+        "ratelimiter",
+        "Rate limiters",
+        ("NAME", "LIMIT", "AVAILABLE", "WAIT", "WAITING", "GRANTED", "REJECTED", "KEYS"),
+    ),
     ("bulkhead", "Bulkheads", ("NAME", "IN USE", "MAX", "AVAILABLE", "WAITING", "PERMITTED", "REJECTED")),
-    ("circuitbreaker", "Circuit breakers",
-     ("NAME", "STATE", "FAILURE RATE", "SLOW RATE", "BUFFERED", "NOT PERMITTED", "OPEN FOR")),
-    ("retry", "Retries", ("NAME", "MAX ATTEMPTS", "OK", "OK AFTER RETRY", "FAILED AFTER RETRY", "FAILED", "ATTEMPTS")),
+    (
+        "circuitbreaker",
+        "Circuit breakers",
+        ("NAME", "STATE", "FAILURE RATE", "SLOW RATE", "BUFFERED", "NOT PERMITTED", "OPEN FOR"),
+    ),
+    (
+        "retry",
+        "Retries",
+        ("NAME", "MAX ATTEMPTS", "OK", "OK AFTER RETRY", "FAILED AFTER RETRY", "FAILED", "ATTEMPTS"),
+    ),
     ("timelimiter", "Time limiters", ("NAME", "TIMEOUT", "OK", "FAILED", "TIMEOUTS")),
 ]
 
@@ -169,9 +216,11 @@ class Remote:
         headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = "application/json"
-        request = urllib.request.Request(url, data=body, headers=headers, method="GET" if body is None else "POST")
-        try:
-            with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT) as response:  # noqa: S310 (http/https only)
+        request = urllib.request.Request(
+            url, data=body, headers=headers, method="GET" if body is None else "POST"
+        )
+        try:  # _remote() accepted only http(s) URLs, so urlopen cannot be made to read files
+            with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT) as response:
                 payload = response.read()
         except urllib.error.HTTPError as exc:
             raise CommandError(self._http_error(url, exc)) from None
@@ -212,17 +261,25 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         """The four subcommands and their options."""
-        sub = parser.add_subparsers(dest="subcommand", required=True, metavar="{status,reset,drain,transition}")
+        sub = parser.add_subparsers(
+            dest="subcommand", required=True, metavar="{status,reset,drain,transition}"
+        )
 
         def remote(p: ArgumentParser) -> None:
             p.add_argument("--url", help="a running server's state endpoint, e.g. https://host/ops/r4/")
-            p.add_argument("--token", help=f"bearer token for --url (default: ${TOKEN_ENV}, then the setting)")
+            p.add_argument(
+                "--token", help=f"bearer token for --url (default: ${TOKEN_ENV}, then the setting)"
+            )
 
         status = sub.add_parser("status", help="config and live state of every (or the named) instance")
-        status.add_argument("names", nargs="*", metavar="NAME", help="only these instances (bare or type:name)")
+        status.add_argument(
+            "names", nargs="*", metavar="NAME", help="only these instances (bare or type:name)"
+        )
         status.add_argument("--json", action="store_true", help="print the state list as JSON")
         status.add_argument("--keys", action="store_true", help="include client keys of keyed rate limiters")
-        status.add_argument("--watch", type=_positive_seconds, metavar="SECONDS", help="redraw every SECONDS until Ctrl-C")
+        status.add_argument(
+            "--watch", type=_positive_seconds, metavar="SECONDS", help="redraw every SECONDS until Ctrl-C"
+        )
         remote(status)
 
         reset = sub.add_parser("reset", help="return an instance (or one client key) to its fresh state")
@@ -298,7 +355,11 @@ class Command(BaseCommand):
         watch: float | None = options["watch"]
         try:
             while True:
-                items = remote.status(names, keys) if remote is not None else state.snapshot(names or None, include_keys=keys)
+                items = (
+                    remote.status(names, keys)
+                    if remote is not None
+                    else state.snapshot(names or None, include_keys=keys)
+                )
                 text = json.dumps(items, indent=2, sort_keys=True) if options["json"] else render_table(items)
                 if watch is None:
                     self.stdout.write(text)
