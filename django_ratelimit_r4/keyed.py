@@ -27,19 +27,28 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from .backends.base import decide, nanos_to_wait, refresh
+from collections.abc import Sequence
+
+from .backends.base import decide, div_ceil, nanos_to_wait, refresh
 from .core.clock import SYSTEM_CLOCK, Clock
 from .core.exceptions import RequestNotPermitted
 from .core.ratelimiter import (
     DRAINED,
     FAILED_ACQUIRE,
     SUCCESSFUL_ACQUIRE,
+    RateLimiter,
     RateLimiterConfig,
     RateLimiterEvent,
     RateLimiterEvents,
 )
 
-__all__ = ["KeyMetrics", "KeyedRateLimiter", "KeyedRateLimiterMetrics", "KeyedRateLimiterView"]
+__all__ = [
+    "KeyMetrics",
+    "KeyedRateLimiter",
+    "KeyedRateLimiterMetrics",
+    "KeyedRateLimiterView",
+    "acquire_all_keyed",
+]
 
 _NS_PER_S = 1_000_000_000
 # (cycle, permissions) packed as cycle << 64 | (permissions + 2**63): one int object per key.
@@ -323,6 +332,36 @@ class KeyedRateLimiter:
             )
         return current, permissions, wait
 
+    def quota(self, key: str) -> tuple[int, int]:
+        """``(remaining, reset_ns)`` for ``key`` now, for RateLimit headers; changes nothing.
+
+        ``remaining`` may be negative (reservation debt). ``reset_ns`` is the time to the next cycle
+        boundary while permits remain, else the wait for one permit.
+        """
+        lock = self._lock
+        lock.acquire()
+        try:
+            packed = self._states.get(key)
+            now = self._now() - self._anchor
+        finally:
+            lock.release()
+        period = self._period
+        current = now // period
+        if packed is None:
+            return self._limit, (current + 1) * period - now
+        permissions = refresh(packed >> _SHIFT, (packed & _MASK) - _OFFSET, current, self._limit)
+        if permissions >= 1:
+            return permissions, (current + 1) * period - now
+        return permissions, nanos_to_wait(permissions, 1, current, now, period, self._limit)
+
+    def _peek_locked(self, key: str, permits: int) -> tuple[int, int | None, int, int, int]:
+        """``(wait, packed, stored cycle, current cycle, refreshed permissions)``; caller holds the lock."""
+        cycle, permissions, packed = self._load(key)
+        current, permissions, wait, _ = decide(
+            cycle, permissions, permits, -1, self._now() - self._anchor, self._period, self._limit
+        )
+        return wait, packed, cycle, current, permissions
+
     def get(self, key: str) -> KeyedRateLimiterView:
         """A ``RateLimiter``-like view of ``key`` (creates nothing until it is used)."""
         return KeyedRateLimiterView(self, key)
@@ -500,3 +539,95 @@ class KeyedRateLimiterView:
 
     def __repr__(self) -> str:
         return f"KeyedRateLimiterView({self.parent.name!r}, key=<{len(self.key)} chars>)"
+
+
+def _peek_unkeyed(limiter: RateLimiter, permits: int) -> int:
+    """Wait in ns before ``permits`` are available on an unkeyed limiter, from its public state.
+
+    Exact for one permit; for several it is exact when none are left and otherwise 0 (the time to the
+    cycle boundary is not public) -- only used to enlarge a Retry-After that another limiter set.
+    """
+    _, available, wait_one = limiter.backend.state()
+    if available >= permits:
+        return 0
+    if permits == 1 or available >= 1:
+        return wait_one if available < 1 else 0
+    limit = int(limiter.config.limit_for_period)
+    period = int(limiter.config.limit_refresh_period)
+    to_next = wait_one - div_ceil(1 - (available + limit), limit) * period
+    return to_next + div_ceil(permits - (available + limit), limit) * period
+
+
+def acquire_all_keyed(
+    entries: Sequence[tuple[RateLimiter | KeyedRateLimiter, str | None]], permits: int = 1
+) -> tuple[int, int] | None:
+    """All-or-nothing over unkeyed limiters ``(limiter, None)`` and per-key ones ``(keyed, key)``.
+
+    Timeout 0, like :func:`~django_ratelimit_r4.core.ratelimiter.acquire_all`. Returns None when every
+    entry granted ``permits`` (all consumed); otherwise nothing is consumed anywhere and the result is
+    ``(index of the rejecting entry with the largest wait, that wait in ns)``.
+
+    How: the keyed stores' locks are taken (in ``id`` order, always before any backend lock, so
+    overlapping calls cannot deadlock) and every key is peeked. Only when all keys pass are the
+    unkeyed limiters decided, atomically, by their backend's ``acquire_many``; the keys are committed
+    if that grants too. Events are published after every lock is released.
+    """
+    if permits < 1:
+        raise ValueError(f"permits must be >= 1, got {permits}")
+    keyed: list[tuple[int, KeyedRateLimiter, str]] = []
+    plain: list[tuple[int, RateLimiter]] = []
+    for index, (limiter, key) in enumerate(entries):
+        if isinstance(limiter, KeyedRateLimiter):
+            if key is None:
+                raise ValueError(f"keyed rate limiter {limiter.name!r} needs a key")
+            keyed.append((index, limiter, key))
+        else:
+            plain.append((index, limiter))
+    if len({(id(lim), key) for _, lim, key in keyed}) != len(keyed):
+        raise ValueError("the same (rate limiter, key) appears more than once")
+    stores = sorted({id(lim): lim for _, lim, _ in keyed}.values(), key=id)
+    worst: tuple[int, int] | None = None
+    rejected: list[KeyedRateLimiter] = []
+    held: list[KeyedRateLimiter] = []
+    try:
+        for store in stores:
+            store._lock.acquire()
+            held.append(store)
+        peeks = []
+        for index, lim, key in keyed:
+            peek = lim._peek_locked(key, permits)
+            peeks.append(peek)
+            if peek[0] > 0:
+                lim.failed_calls += 1
+                rejected.append(lim)
+                if worst is None or peek[0] > worst[1]:
+                    worst = (index, peek[0])
+        if worst is None:
+            outcome = None
+            if plain:
+                backends = [lim.backend for _, lim in plain]
+                outcome = backends[0].acquire_many(backends, permits)
+            if outcome is not None:
+                worst = (plain[outcome[0]][0], outcome[1])
+            else:
+                for (_, lim, key), (_, packed, cycle, current, permissions) in zip(keyed, peeks, strict=True):
+                    lim.successful_calls += 1
+                    lim._store(key, packed, cycle, current, permissions - permits)
+    finally:
+        for store in reversed(held):
+            store._lock.release()
+    if worst is None:
+        for limiter, _ in entries:
+            if limiter.events.wants_successful:
+                limiter._publish(SUCCESSFUL_ACQUIRE, permits)
+        return None
+    if rejected:
+        # A key said no, so the unkeyed limiters were not asked: peek them for a larger wait.
+        for index, lim in plain:
+            wait = _peek_unkeyed(lim, permits)
+            if wait > worst[1]:
+                worst = (index, wait)
+    loser = entries[worst[0]][0]
+    if loser.events.wants_failed:
+        loser._publish(FAILED_ACQUIRE, permits)
+    return worst

@@ -1,0 +1,709 @@
+"""Decorators for views and service functions: rate limiter, bulkhead, circuit breaker, retry, time limiter.
+
+::
+
+    @ratelimit("api")                      # 429 + Retry-After when the limiter says no
+    def search(request): ...
+
+    @ratelimit(["burst", "sustained"])     # all-or-nothing over several limits
+    async def upload(request): ...
+
+    @resilient(retry="backend", circuitbreaker="backend", bulkhead="backend", fallback=cached)
+    def fetch_rates(currency): ...         # a plain service function, sync or async
+
+Every decorator works on function views, ``async def`` views, class-based views through
+``method_decorator`` and plain functions (sync or async): Django's pattern, a sync and an async wrapper
+chosen with :func:`asgiref.sync.iscoroutinefunction`. Names are resolved lazily from ``RATELIMIT_R4``
+at the first call and cached; each call revalidates the cache with one int compare of
+:data:`django_ratelimit_r4.registry.generation`, so ``override_settings`` works and nothing reads
+settings per request.
+
+When the first argument is a request (``HttpRequest`` or a DRF ``Request``), a rejection by the
+decorator's *own* instances is answered here: 429 (rate limiter) or 503 (circuit breaker OPEN /
+FORCED_OPEN, bulkhead full) with the computed ``Retry-After``, exactly like
+:class:`~django_ratelimit_r4.middleware.ResilienceMiddleware`. Rate-limited views also get RateLimit
+header fields on allowed and rejected responses (the ``headers`` option). On other functions the
+exception is raised (:class:`~django_ratelimit_r4.exceptions.RequestNotPermitted`, ...).
+
+A ``fallback`` gets the protected function's arguments plus the exception, as in Resilience4j:
+``fallback(*args, exc, **kwargs)`` (keyword arguments given for positional parameters are passed
+positionally, so ``def fallback(request, pk, exc)`` works with URL kwargs). Annotate the exception
+parameter to choose which exceptions it handles (``exc: CallNotPermitted``, a union, ...); without an
+annotation it handles every ``Exception``. Anything else is re-raised.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import threading
+import types
+import typing
+from collections.abc import Callable, Sequence
+from functools import lru_cache, partial
+from typing import Any, TypeVar
+
+from asgiref.sync import iscoroutinefunction
+from django.http import HttpRequest, HttpResponseBase
+
+from . import conf, registry
+from .backends.base import div_ceil
+from .backends.memory import MemoryBackend
+from .core.exceptions import BulkheadFull, CallNotPermitted, RequestNotPermitted, ResilienceError
+from .core.ratelimiter import RateLimiter
+from .headers import (
+    DRAFT_10,
+    QuotaStatus,
+    delay_seconds,
+    draft10_headers,
+    partition_key,
+    ratelimit_headers,
+    sf_string,
+    window_seconds,
+)
+from .ip import ClientIPResolver
+from .keyed import KeyedRateLimiter, acquire_all_keyed
+from .keys import KeyFunc, compile_key
+from .middleware import bulkhead_retry_after_ns, rejection_response
+from .responses import HANDLED_EXCEPTIONS
+
+__all__ = [
+    "RateLimitGate",
+    "bulkhead",
+    "circuitbreaker",
+    "ratelimit",
+    "request_of",
+    "resilient",
+    "retry",
+    "timelimiter",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+KeySpec = str | Callable[[Any], Any] | None
+
+_SF_INT_MAX = 999_999_999_999_999
+_SKIP = object()  # a key function said None: that limit does not apply to this request
+_RERAISE = object()
+_PK_SALT_PREFIX = b"django-ratelimit-r4:pk:"
+
+
+def request_of(args: tuple[Any, ...]) -> Any | None:
+    """The request when ``args[0]`` is a Django ``HttpRequest`` or a DRF ``Request``; else None."""
+    if args:
+        first = args[0]
+        if isinstance(first, HttpRequest):
+            return first
+        if isinstance(getattr(first, "_request", None), HttpRequest):  # DRF wraps the HttpRequest
+            return first
+    return None
+
+
+def _sf(value: int) -> int:
+    return 0 if value < 0 else min(value, _SF_INT_MAX)
+
+
+@lru_cache(maxsize=4096)
+def _pk(salt: bytes, key: str) -> str:
+    # Keys repeat (the same clients come back): hash each once, not per response.
+    return partition_key(key, salt)
+
+
+def _secret_salt() -> bytes:
+    """A server-secret salt for ``pk`` so a hashed IPv4 key cannot be reversed by brute force."""
+    from django.conf import settings
+
+    secret = getattr(settings, "SECRET_KEY", "") or ""
+    return hashlib.sha256(_PK_SALT_PREFIX + str(secret).encode("utf-8", "surrogatepass")).digest()
+
+
+def _unkeyed_quota(limiter: RateLimiter) -> tuple[int, int]:
+    """``(remaining, reset_ns)`` of an unkeyed limiter, for the RateLimit fields.
+
+    ``reset_ns`` is the time to the cycle boundary while permits remain, else the wait for one.
+    """
+    backend = limiter.backend
+    if type(backend) is MemoryBackend:
+        # Two unlocked int reads of state written under the backend's lock: a fine snapshot for
+        # advisory headers, without a second lock round trip on every allowed request.
+        permissions = backend._permissions
+        to_next = backend._cycle_end - backend._now()
+        if to_next > 0:
+            if permissions >= 1:
+                return permissions, to_next
+            limit = backend._limit
+            return permissions, to_next + div_ceil(1 - (permissions + limit), limit) * backend._period
+    _, available, wait = backend.state()
+    return available, wait if available < 1 else int(limiter.config.limit_refresh_period)
+
+
+class _Limit:
+    """One named limit of a gate, resolved for one registry generation."""
+
+    __slots__ = ("item", "key_func", "keyed", "limit", "limiter", "name", "policy", "window")
+
+    def __init__(
+        self, name: str, limiter: RateLimiter | None, keyed: KeyedRateLimiter | None, key_func: KeyFunc | None
+    ) -> None:
+        config = limiter.config if limiter is not None else keyed.config  # type: ignore[union-attr]
+        self.name = name
+        self.limiter = limiter
+        self.keyed = keyed
+        self.key_func = key_func
+        self.limit = int(config.limit_for_period)
+        self.window = window_seconds(int(config.limit_refresh_period))
+        self.item = sf_string(name)
+        # Built by the reference formatter once, so the fast path's strings match it exactly.
+        self.policy = draft10_headers([QuotaStatus(name, self.limit, self.window, 0, 0)])["RateLimit-Policy"]
+
+    def quota(self, key: Any) -> tuple[int, int]:
+        if self.keyed is not None:
+            return self.keyed.quota(key)
+        return _unkeyed_quota(self.limiter)  # type: ignore[arg-type]
+
+
+class _RatePlan:
+    """A gate's limits for one registry generation, with everything per-request work needs."""
+
+    __slots__ = ("draft10", "generation", "limits", "single", "single_keyed", "style", "salt")
+
+    def __init__(self, generation: int, limits: tuple[_Limit, ...], style: str | None, salt: bytes) -> None:
+        self.generation = generation
+        self.limits = limits
+        self.style = style
+        self.draft10 = style == DRAFT_10
+        self.salt = salt
+        only = limits[0] if len(limits) == 1 else None
+        self.single = only.limiter if only is not None else None
+        self.single_keyed = only if only is not None and only.keyed is not None else None
+
+
+_STALE_PLAN = _RatePlan.__new__(_RatePlan)
+_STALE_PLAN.generation = -1
+
+
+class RateLimitGate:
+    """The rate-limit check behind :func:`ratelimit` and the DRF throttle.
+
+    ``names`` are rate limiter instances decided all-or-nothing; ``key`` overrides the instances'
+    ``key`` spec (``"ip"``, ``"user"``, ``"header:X-Api-Key"``, a dotted path or a callable). The
+    resolved limiters and compiled key functions are cached and rebuilt when the registry generation
+    changes.
+    """
+
+    def __init__(self, names: str | Sequence[str], *, key: KeySpec = None, permits: int = 1) -> None:
+        """Validate the arguments; nothing is resolved until the first call."""
+        names = (names,) if isinstance(names, str) else tuple(names)
+        if not names or not all(isinstance(n, str) and n for n in names):
+            raise TypeError(f"rate limiter names must be non-empty strings, got {names!r}")
+        if len(set(names)) != len(names):
+            raise ValueError(f"a rate limiter is named twice in {names!r}")
+        if isinstance(permits, bool) or not isinstance(permits, int) or permits < 1:
+            raise ValueError(f"permits must be an int >= 1, got {permits!r}")
+        self.names: tuple[str, ...] = names
+        self.key = key
+        self.permits = permits
+        self._plan: _RatePlan = _STALE_PLAN
+        self._lock = threading.Lock()
+
+    # -- plan ----------------------------------------------------------------------------------------
+
+    def plan(self) -> _RatePlan:
+        """The current plan (rebuilt if ``RATELIMIT_R4`` changed)."""
+        plan = self._plan
+        if plan.generation != registry.generation:
+            plan = self._refresh()
+        return plan
+
+    def _refresh(self) -> _RatePlan:
+        with self._lock:
+            generation = registry.generation  # read first: a rebuild racing with us makes this plan stale
+            options = conf.get_options()
+            resolver: ClientIPResolver | None = None
+            limits = []
+            for name in self.names:
+                spec = self.key if self.key is not None else registry.instance_options("ratelimiters", name)["key"]
+                if spec is None:
+                    limits.append(_Limit(name, registry.get_rate_limiter(name), None, None))  # type: ignore[arg-type]
+                    continue
+                if resolver is None:
+                    resolver = ClientIPResolver(options.trusted_proxies or None, options.ipv6_prefix_length)  # type: ignore[arg-type]
+                key_func = compile_key(spec, ip_resolver=resolver)
+                limits.append(_Limit(name, None, registry.get_keyed_rate_limiter(name), key_func))
+            plan = _RatePlan(generation, tuple(limits), options.headers, _secret_salt())
+            self._plan = plan
+            return plan
+
+    # -- deciding ------------------------------------------------------------------------------------
+
+    def _keys(self, plan: _RatePlan, request: Any) -> list[Any]:
+        keys: list[Any] = []
+        for limit in plan.limits:
+            if limit.key_func is None:
+                keys.append(None)
+                continue
+            if request is None:
+                raise TypeError(
+                    f"rate limiter {limit.name!r} is keyed per request, but the decorated function did not get "
+                    "a request as its first argument; use get_rate_limiter(name, key=...) in code instead"
+                )
+            key = limit.key_func(request)
+            keys.append(_SKIP if key is None else key)
+        return keys
+
+    def _acquire(self, plan: _RatePlan, keys: list[Any]) -> None:
+        """Take the permits (no waiting) or raise RequestNotPermitted with the largest wait."""
+        entries = [
+            (limit.keyed if limit.keyed is not None else limit.limiter, key)
+            for limit, key in zip(plan.limits, keys, strict=True)
+            if key is not _SKIP
+        ]
+        if not entries:
+            return
+        outcome = acquire_all_keyed(entries, self.permits)  # type: ignore[arg-type]
+        if outcome is not None:
+            index, wait = outcome
+            limiter, key = entries[index]
+            exc = RequestNotPermitted(limiter, wait)  # type: ignore[arg-type]
+            if key is not None:
+                exc.key = key  # type: ignore[attr-defined]
+            raise exc
+
+    def acquire(self, request: Any = None) -> list[Any]:
+        """Take the permits for ``request`` (or for a plain call) or raise ``RequestNotPermitted``.
+
+        A single limit waits up to its ``timeout_duration`` (blocking this thread); several limits
+        decide all-or-nothing with timeout 0. Returns the per-limit keys for :meth:`headers`.
+        """
+        plan = self.plan()
+        keys = self._keys(plan, request)
+        single = plan.limits[0] if len(plan.limits) == 1 else None
+        if single is None:
+            self._acquire(plan, keys)
+        elif single.keyed is not None:
+            if keys[0] is not _SKIP:
+                single.keyed.acquire_or_raise(keys[0], self.permits)
+        else:
+            single.limiter.acquire_or_raise(self.permits)  # type: ignore[union-attr]
+        return keys
+
+    def check(self, request: Any) -> tuple[RequestNotPermitted | None, dict[str, str]]:
+        """Sync decision for ``request``: ``(None or the rejection, RateLimit header fields)``."""
+        try:
+            keys = self.acquire(request)
+            rejection = None
+        except RequestNotPermitted as exc:
+            keys = self._keys(self.plan(), request)
+            rejection = exc
+        return rejection, self.headers(keys)
+
+    def call(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Take the permits, then return ``fn(*args, **kwargs)`` with RateLimit fields on a response."""
+        plan = self._plan
+        if plan.generation != registry.generation:
+            plan = self._refresh()
+        single = plan.single
+        if single is not None:
+            single.acquire_or_raise(self.permits)
+            response = fn(*args, **kwargs)
+            if plan.draft10 and isinstance(response, HttpResponseBase) and request_of(args) is not None:
+                limit = plan.limits[0]
+                remaining, reset_ns = _unkeyed_quota(single)
+                headers = response.headers
+                headers["RateLimit-Policy"] = limit.policy
+                headers["RateLimit"] = f"{limit.item};r={_sf(remaining)};t={_sf(delay_seconds(reset_ns))}"
+                return response
+        else:
+            request = request_of(args)
+            keyed = plan.single_keyed
+            if keyed is not None and request is not None:
+                key = keyed.key_func(request)  # type: ignore[misc]
+                if key is None:
+                    return fn(*args, **kwargs)
+                keyed.keyed.acquire_or_raise(key, self.permits)  # type: ignore[union-attr]
+                keys: list[Any] = [key]
+            else:
+                keys = self._keys(plan, request)
+                self._acquire(plan, keys)
+            response = fn(*args, **kwargs)
+        if plan.style is not None and isinstance(response, HttpResponseBase) and request_of(args) is not None:
+            self._annotate(plan, response, keys if single is None else [None])
+        return response
+
+    async def acall(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Async twin of :meth:`call`: a single limit waits with ``await``, never blocking the loop."""
+        plan = self._plan
+        if plan.generation != registry.generation:
+            plan = self._refresh()
+        single = plan.single
+        if single is not None:
+            await single.aacquire_or_raise(self.permits)
+            keys: list[Any] = [None]
+        else:
+            request = request_of(args)
+            keyed = plan.single_keyed
+            if keyed is not None and request is not None:
+                key = keyed.key_func(request)  # type: ignore[misc]
+                if key is None:
+                    return await fn(*args, **kwargs)
+                await keyed.keyed.aacquire_or_raise(key, self.permits)  # type: ignore[union-attr]
+                keys = [key]
+            else:
+                keys = self._keys(plan, request)
+                self._acquire(plan, keys)  # timeout 0 and locks held for integer work only
+        response = await fn(*args, **kwargs)
+        if plan.style is not None and isinstance(response, HttpResponseBase) and request_of(args) is not None:
+            self._annotate(plan, response, keys)
+        return response
+
+    # -- headers -------------------------------------------------------------------------------------
+
+    def headers(self, keys: list[Any]) -> dict[str, str]:
+        """The RateLimit header fields (configured style) for the limits that applied; ``{}`` if off."""
+        plan = self.plan()
+        if plan.style is None:
+            return {}
+        pairs = [(limit, key) for limit, key in zip(plan.limits, keys, strict=True) if key is not _SKIP]
+        if not pairs:
+            return {}
+        if plan.draft10:
+            policies = []
+            states = []
+            for limit, key in pairs:
+                remaining, reset_ns = limit.quota(key)
+                pk = "" if key is None else ";pk=" + _pk(plan.salt, key)
+                policies.append(limit.policy + pk)
+                states.append(f"{limit.item};r={_sf(remaining)};t={_sf(delay_seconds(reset_ns))}{pk}")
+            return {"RateLimit-Policy": ", ".join(policies), "RateLimit": ", ".join(states)}
+        statuses = []
+        for limit, key in pairs:
+            remaining, reset_ns = limit.quota(key)
+            statuses.append(QuotaStatus(limit.name, limit.limit, limit.window, remaining, delay_seconds(reset_ns), key))
+        return ratelimit_headers(plan.style, statuses, salt=plan.salt)
+
+    def _annotate(self, plan: _RatePlan, response: HttpResponseBase, keys: list[Any]) -> None:
+        for name, value in self.headers(keys).items():
+            response.headers[name] = value
+
+    def rejected_response(self, request: Any, exc: RequestNotPermitted) -> HttpResponseBase:
+        """The 429 for ``exc`` with this gate's RateLimit fields."""
+        response = rejection_response(request, exc)
+        plan = self.plan()
+        if plan.style is not None:
+            self._annotate(plan, response, self._keys(plan, request))
+        return response
+
+
+# ----------------------------------------------------------------------------------------------- fallbacks
+
+
+def _exception_types(annotation: Any) -> tuple[type[BaseException], ...]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseException):
+        return (annotation,)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        members = typing.get_args(annotation)
+        if all(isinstance(m, type) and issubclass(m, BaseException) for m in members):
+            return members
+    return ()
+
+
+def fallback_exceptions(fallback: Callable[..., Any]) -> tuple[type[BaseException], ...]:
+    """Which exceptions ``fallback`` handles: its last positional parameter's annotation, else ``Exception``.
+
+    Resilience4j picks a fallback by the type of its exception parameter; this is the Python reading.
+    """
+    try:
+        params = [
+            p
+            for p in inspect.signature(fallback).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+    except (TypeError, ValueError):
+        return (Exception,)
+    if not params:
+        return (Exception,)
+    annotation = params[-1].annotation
+    if isinstance(annotation, str):
+        try:
+            annotation = typing.get_type_hints(fallback).get(params[-1].name, annotation)
+        except Exception:  # an unresolvable forward reference: be permissive
+            return (Exception,)
+    return _exception_types(annotation) or (Exception,)
+
+
+def _fallback_args(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Arguments normalised to the protected function's signature, so the exception can follow them."""
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return args, kwargs
+    return bound.args, bound.kwargs
+
+
+# ---------------------------------------------------------------------------------------------- the stack
+
+
+class _Resilience:
+    """One decorator: which instances, in Resilience4j's order, and one fallback.
+
+    Created once per decorator expression (so ``method_decorator``, which re-applies the decorator on
+    every request, reuses the resolved instances). Order: Retry(CircuitBreaker(RateLimiter(
+    TimeLimiter(Bulkhead(fn))))).
+    """
+
+    def __init__(
+        self,
+        *,
+        retry: str | None = None,
+        circuitbreaker: str | None = None,
+        ratelimiter: str | Sequence[str] | None = None,
+        timelimiter: str | None = None,
+        bulkhead: str | None = None,
+        fallback: Callable[..., Any] | None = None,
+        key: KeySpec = None,
+        permits: int = 1,
+    ) -> None:
+        for label, value in (
+            ("retry", retry),
+            ("circuitbreaker", circuitbreaker),
+            ("timelimiter", timelimiter),
+            ("bulkhead", bulkhead),
+        ):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise TypeError(f"{label} must be an instance name (a non-empty string), got {value!r}")
+        if fallback is not None and not callable(fallback):
+            raise TypeError(f"fallback must be callable, got {fallback!r}")
+        self.retry = retry
+        self.circuitbreaker = circuitbreaker
+        self.timelimiter = timelimiter
+        self.bulkhead = bulkhead
+        self.gate = RateLimitGate(ratelimiter, key=key, permits=permits) if ratelimiter is not None else None
+        self.fallback = fallback
+        self.fallback_types = fallback_exceptions(fallback) if fallback is not None else ()
+        self.catch: tuple[type[BaseException], ...] = tuple(dict.fromkeys((*HANDLED_EXCEPTIONS, *self.fallback_types)))
+        self._state: tuple[int, tuple[Any, ...]] = (-1, ())
+        self._lock = threading.Lock()
+
+    def instances(self) -> tuple[Any, Any, Any, Any, int]:
+        """``(retry, circuit breaker, time limiter, bulkhead, bulkhead retry_after ns)`` for now."""
+        generation, found = self._state
+        if generation != registry.generation:
+            found = self._resolve()
+        return found  # type: ignore[return-value]
+
+    def _resolve(self) -> tuple[Any, ...]:
+        with self._lock:
+            generation = registry.generation
+            found = (
+                registry.get_retry(self.retry) if self.retry else None,
+                registry.get_circuit_breaker(self.circuitbreaker) if self.circuitbreaker else None,
+                registry.get_time_limiter(self.timelimiter) if self.timelimiter else None,
+                registry.get_bulkhead(self.bulkhead) if self.bulkhead else None,
+                bulkhead_retry_after_ns(self.bulkhead) if self.bulkhead else 0,
+            )
+            self._state = (generation, found)
+            return found
+
+    def owns(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is a rejection by one of this decorator's instances."""
+        if isinstance(exc, RequestNotPermitted):
+            return self.gate is not None and exc.name in self.gate.names
+        if isinstance(exc, CallNotPermitted):
+            return exc.name == self.circuitbreaker
+        if isinstance(exc, BulkheadFull):
+            return exc.name == self.bulkhead
+        return False
+
+    def respond(self, exc: ResilienceError, request: Any) -> Any:
+        """The 429/503 for an owned rejection on a view."""
+        if isinstance(exc, RequestNotPermitted) and self.gate is not None:
+            return self.gate.rejected_response(request, exc)
+        retry_after = self.instances()[4] if isinstance(exc, BulkheadFull) else None
+        return rejection_response(request, exc, bulkhead_retry_after=retry_after)
+
+    def handle(self, fn: Callable[..., Any], exc: BaseException, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Fallback, own 429/503 on a view, or ``_RERAISE``. May return an awaitable (async fallback)."""
+        if self.fallback is not None and isinstance(exc, self.fallback_types):
+            fb_args, fb_kwargs = _fallback_args(fn, args, kwargs)
+            return self.fallback(*fb_args, exc, **fb_kwargs)
+        if self.owns(exc):
+            request = request_of(args)
+            if request is not None:
+                return self.respond(exc, request)  # type: ignore[arg-type]
+        return _RERAISE
+
+    # -- wrapping ------------------------------------------------------------------------------------
+
+    def __call__(self, fn: F) -> F:
+        """Decorate ``fn`` (a view, a method through ``method_decorator``, or a plain function)."""
+        is_async = iscoroutinefunction(fn)
+        if self.timelimiter is not None and not is_async:
+            raise TypeError(
+                f"timelimiter {self.timelimiter!r} cannot limit the sync function "
+                f"{getattr(fn, '__qualname__', fn)!s}: Python cannot stop a running thread. Use an async "
+                "function (an async view), or a timeout where the blocking happens (HTTP client, database)."
+            )
+        only_gate = (
+            self.gate is not None
+            and self.retry is None
+            and self.circuitbreaker is None
+            and self.timelimiter is None
+            and self.bulkhead is None
+        )
+        wrapper = (self._async_wrapper if is_async else self._sync_wrapper)(fn, only_gate)
+        return functools.wraps(fn)(wrapper)  # type: ignore[return-value]
+
+    def _sync_wrapper(self, fn: Callable[..., Any], only_gate: bool) -> Callable[..., Any]:
+        gate = self.gate
+        if only_gate:
+            gate_call = gate.call  # type: ignore[union-attr]
+
+            def _ratelimited(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    return gate_call(fn, *args, **kwargs)
+                except self.catch as exc:
+                    outcome = self.handle(fn, exc, args, kwargs)
+                    if outcome is _RERAISE:
+                        raise
+                    return outcome
+
+            return _ratelimited
+
+        def _protected(*args: Any, **kwargs: Any) -> Any:
+            retry, breaker, _, bulkhead_, _ = self.instances()
+            call: Callable[..., Any] = fn
+            if bulkhead_ is not None:
+                call = partial(bulkhead_.call, call)
+            if gate is not None:
+                call = partial(gate.call, call)
+            if breaker is not None:
+                call = partial(breaker.call, call)
+            if retry is not None:
+                call = partial(retry.call, call)
+            try:
+                return call(*args, **kwargs)
+            except self.catch as exc:
+                outcome = self.handle(fn, exc, args, kwargs)
+                if outcome is _RERAISE:
+                    raise
+                return outcome
+
+        return _protected
+
+    def _async_wrapper(self, fn: Callable[..., Any], only_gate: bool) -> Callable[..., Any]:
+        gate = self.gate
+
+        async def _ahandle(exc: BaseException, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            outcome = self.handle(fn, exc, args, kwargs)
+            if inspect.isawaitable(outcome):
+                return await outcome
+            return outcome
+
+        if only_gate:
+            gate_acall = gate.acall  # type: ignore[union-attr]
+
+            async def _aratelimited(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    return await gate_acall(fn, *args, **kwargs)
+                except self.catch as exc:
+                    outcome = await _ahandle(exc, args, kwargs)
+                    if outcome is _RERAISE:
+                        raise
+                    return outcome
+
+            return _aratelimited
+
+        async def _aprotected(*args: Any, **kwargs: Any) -> Any:
+            retry, breaker, limiter, bulkhead_, _ = self.instances()
+            call: Callable[..., Any] = fn
+            if bulkhead_ is not None:
+                call = partial(bulkhead_.acall, call)
+            if limiter is not None:
+                call = partial(limiter.acall, call)
+            if gate is not None:
+                call = partial(gate.acall, call)
+            if breaker is not None:
+                call = partial(breaker.acall, call)
+            if retry is not None:
+                call = partial(retry.acall, call)
+            try:
+                return await call(*args, **kwargs)
+            except self.catch as exc:
+                outcome = await _ahandle(exc, args, kwargs)
+                if outcome is _RERAISE:
+                    raise
+                return outcome
+
+        return _aprotected
+
+
+# -------------------------------------------------------------------------------------------- public API
+
+
+def ratelimit(
+    name: str | Sequence[str],
+    key: KeySpec = None,
+    permits: int = 1,
+    *,
+    fallback: Callable[..., Any] | None = None,
+) -> Callable[[F], F]:
+    """Rate-limit a view or function with the named limiter(s) from ``RATELIMIT_R4["ratelimiters"]``.
+
+    On a view a rejection is a 429 with ``Retry-After`` for the limiter (and key) that rejected, and
+    RateLimit header fields go on allowed and rejected responses. Several names are all-or-nothing:
+    a rejection by one consumes nothing from the others, and ``Retry-After`` is the largest wait.
+    ``key`` overrides the instances' ``key`` spec; a key function returning None exempts the request.
+    Elsewhere :class:`~django_ratelimit_r4.exceptions.RequestNotPermitted` is raised.
+    """
+    return _Resilience(ratelimiter=name, key=key, permits=permits, fallback=fallback)
+
+
+def bulkhead(name: str, *, fallback: Callable[..., Any] | None = None) -> Callable[[F], F]:
+    """At most ``max_concurrent_calls`` concurrent calls through bulkhead ``name``.
+
+    A view answers 503 with the instance's ``retry_after`` when full; elsewhere ``BulkheadFull`` is raised.
+    Async functions wait (up to ``max_wait_duration``) with asyncio, never blocking the loop.
+    """
+    return _Resilience(bulkhead=name, fallback=fallback)
+
+
+def circuitbreaker(name: str, fallback: Callable[..., Any] | None = None) -> Callable[[F], F]:
+    """Run through circuit breaker ``name``; OPEN / FORCED_OPEN answers 503 with the remaining open time."""
+    return _Resilience(circuitbreaker=name, fallback=fallback)
+
+
+def retry(name: str, fallback: Callable[..., Any] | None = None) -> Callable[[F], F]:
+    """Retry per ``RATELIMIT_R4["retries"][name]``; the fallback sees the last exception."""
+    return _Resilience(retry=name, fallback=fallback)
+
+
+def timelimiter(name: str, fallback: Callable[..., Any] | None = None) -> Callable[[F], F]:
+    """Bound an ``async`` function's duration (``TimeLimitExceeded`` on timeout); sync functions are refused."""
+    return _Resilience(timelimiter=name, fallback=fallback)
+
+
+def resilient(
+    *,
+    retry: str | None = None,
+    circuitbreaker: str | None = None,
+    ratelimiter: str | Sequence[str] | None = None,
+    timelimiter: str | None = None,
+    bulkhead: str | None = None,
+    fallback: Callable[..., Any] | None = None,
+    key: KeySpec = None,
+    permits: int = 1,
+) -> Callable[[F], F]:
+    """Stack several in Resilience4j's order, Retry(CircuitBreaker(RateLimiter(TimeLimiter(Bulkhead(fn))))),
+    with one fallback around the whole stack (so an inner rejection can still be retried)."""
+    if not any((retry, circuitbreaker, ratelimiter, timelimiter, bulkhead)):
+        raise TypeError("resilient() needs at least one of retry, circuitbreaker, ratelimiter, timelimiter, bulkhead")
+    return _Resilience(
+        retry=retry,
+        circuitbreaker=circuitbreaker,
+        ratelimiter=ratelimiter,
+        timelimiter=timelimiter,
+        bulkhead=bulkhead,
+        fallback=fallback,
+        key=key,
+        permits=permits,
+    )

@@ -1,0 +1,86 @@
+"""``ResilienceMiddleware``: turn rejections raised below a view into 429/503 responses.
+
+Add it to ``MIDDLEWARE`` and every :class:`~django_ratelimit_r4.exceptions.RequestNotPermitted`,
+:class:`~django_ratelimit_r4.exceptions.CallNotPermitted` or
+:class:`~django_ratelimit_r4.exceptions.BulkheadFull` that escapes a view (raised by a service, a model
+method, a template tag rendered by a ``TemplateResponse``...) becomes the same response the decorators
+give: 429 or 503, ``Retry-After`` computed by the instance that rejected, ``Cache-Control: no-store``.
+It limits nothing by itself and costs nothing on requests that raise nothing.
+
+It is sync- and async-capable and picks its mode once, in ``__init__`` (django-cors-headers' pattern),
+so an async stack never hops to a thread for it. Django runs ``process_exception`` hooks synchronously
+(on a worker thread under ASGI); the hook only builds a small response.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
+
+from . import conf, registry
+from .conf import DEFAULT_BULKHEAD_RETRY_AFTER
+from .core.exceptions import BulkheadFull, ResilienceError
+from .responses import HANDLED_EXCEPTIONS, response_for_exception
+
+__all__ = ["ResilienceMiddleware", "bulkhead_retry_after_ns", "rejection_response"]
+
+
+def bulkhead_retry_after_ns(name: str) -> int:
+    """The configured ``retry_after`` (ns) of bulkhead ``name``; the default for unknown instances."""
+    try:
+        return int(registry.instance_options("bulkheads", name)["retry_after"])
+    except (KeyError, ImproperlyConfigured):  # not configured (built by hand) or misconfigured
+        return int(DEFAULT_BULKHEAD_RETRY_AFTER)
+
+
+def rejection_response(
+    request: Any, exc: ResilienceError, *, bulkhead_retry_after: int | None = None
+) -> HttpResponse:
+    """The 429/503 response for one of :data:`~django_ratelimit_r4.responses.HANDLED_EXCEPTIONS`.
+
+    Uses the ``response_builder`` option and, for a full bulkhead, its configured ``retry_after``
+    (pass ``bulkhead_retry_after`` in ns to skip the lookup). A rejection path only: it reads the
+    cached options, never the raw settings.
+    """
+    if isinstance(exc, BulkheadFull) and bulkhead_retry_after is None:
+        bulkhead_retry_after = bulkhead_retry_after_ns(exc.name)
+    return response_for_exception(
+        request,
+        exc,
+        bulkhead_retry_after_ns=int(bulkhead_retry_after or DEFAULT_BULKHEAD_RETRY_AFTER),
+        builder=conf.get_options().response_builder,
+    )
+
+
+class ResilienceMiddleware:
+    """Answer rejections raised anywhere below a view with 429/503 (see the module docstring)."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
+        """Wrap ``get_response``; decide sync or async mode once."""
+        self.get_response = get_response
+        self.async_mode = iscoroutinefunction(get_response)
+        if self.async_mode:
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase | Awaitable[HttpResponseBase]:
+        """Pass the request on (as a coroutine in async mode)."""
+        if self.async_mode:
+            return self.__acall__(request)
+        return self.get_response(request)  # type: ignore[no-any-return]
+
+    async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
+        """Async twin of :meth:`__call__`."""
+        return await self.get_response(request)  # type: ignore[no-any-return]
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        """Django's hook for exceptions raised by the view: our rejections become 429/503, others pass."""
+        if isinstance(exception, HANDLED_EXCEPTIONS):
+            return rejection_response(request, exception)
+        return None
