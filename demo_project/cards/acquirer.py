@@ -11,7 +11,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from django_ratelimit_r4.decorators import bulkhead, circuitbreaker
+from django_ratelimit_r4.decorators import resilient
 
 
 class AcquirerError(Exception):
@@ -35,8 +35,7 @@ def unavailable(card: str, amount: int, exc: BaseException) -> dict[str, object]
             "cause": type(exc).__name__}
 
 
-@circuitbreaker("acquirer", fallback=unavailable)
-@bulkhead("acquirer")
+@resilient(circuitbreaker="acquirer", bulkhead="acquirer", fallback=unavailable)
 def capture(card: str, amount: int) -> dict[str, object]:
     """Call the partner (sync). Blocks this request's thread for the partner's latency."""
     time.sleep(PARTNER.latency_s)
@@ -45,8 +44,7 @@ def capture(card: str, amount: int) -> dict[str, object]:
     return {"status": "APPROVED", "card": card[-4:], "amount": amount}
 
 
-@circuitbreaker("acquirer", fallback=unavailable)
-@bulkhead("acquirer")
+@resilient(circuitbreaker="acquirer", bulkhead="acquirer", fallback=unavailable)
 async def acapture(card: str, amount: int) -> dict[str, object]:
     """Call the partner (async). Waits with asyncio, so the event loop keeps serving others."""
     await asyncio.sleep(PARTNER.latency_s)
