@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from django_ratelimit_r4.core.bulkhead import Bulkhead, BulkheadConfig  # noqa: E402
+from django_ratelimit_r4.core.bulkhead import Bulkhead, BulkheadConfig
 
 N = 200_000
 REPEATS = 5

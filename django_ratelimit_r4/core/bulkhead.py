@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import threading
@@ -75,15 +76,21 @@ class BulkheadEvents(EventPublisher[BulkheadEvent]):
     EVENT_TYPES = (CALL_PERMITTED, CALL_REJECTED, CALL_FINISHED)
     __slots__ = ()
 
-    def on_call_permitted(self, listener: Callable[[BulkheadEvent], object]) -> Callable[[BulkheadEvent], object]:
+    def on_call_permitted(
+        self, listener: Callable[[BulkheadEvent], object]
+    ) -> Callable[[BulkheadEvent], object]:
         """Call ``listener`` each time a call gets a permit."""
         return self._on(CALL_PERMITTED, listener)
 
-    def on_call_rejected(self, listener: Callable[[BulkheadEvent], object]) -> Callable[[BulkheadEvent], object]:
+    def on_call_rejected(
+        self, listener: Callable[[BulkheadEvent], object]
+    ) -> Callable[[BulkheadEvent], object]:
         """Call ``listener`` each time a call gets no permit within the wait budget."""
         return self._on(CALL_REJECTED, listener)
 
-    def on_call_finished(self, listener: Callable[[BulkheadEvent], object]) -> Callable[[BulkheadEvent], object]:
+    def on_call_finished(
+        self, listener: Callable[[BulkheadEvent], object]
+    ) -> Callable[[BulkheadEvent], object]:
         """Call ``listener`` each time a permitted call completes (:meth:`Bulkhead.on_complete`)."""
         return self._on(CALL_FINISHED, listener)
 
@@ -177,6 +184,11 @@ class Bulkhead:
     With the default clock a wait is measured in real time. With an injected clock (a FakeClock) a
     waiter gives up when *either* that clock passes its deadline (tests advance it instead of
     sleeping) or the budget elapses in real time, so a forgotten fake clock never hangs a caller.
+
+    Every exit path returns the permit, including a task cancelled while waiting after the slot was
+    already handed to it (it passes the slot on). Like any Python lock, a KeyboardInterrupt delivered
+    in the few bytecodes between the grant and the start of the ``with`` block can still leak one.
+    ``writable_stack_trace_enabled`` is accepted for compatibility and has no effect.
     """
 
     __slots__ = (
@@ -197,7 +209,9 @@ class Bulkhead:
         "name",
     )
 
-    def __init__(self, name: str, config: BulkheadConfig | None = None, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self, name: str, config: BulkheadConfig | None = None, *, clock: Clock | None = None
+    ) -> None:
         self.name = name
         self.config = config if config is not None else BulkheadConfig()
         self._lock = threading.Lock()
@@ -316,7 +330,7 @@ class Bulkhead:
 
             @functools.wraps(fn)
             async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-                return await self.acall(fn, *args, **kwargs)  # type: ignore[arg-type]
+                return await self.acall(fn, *args, **kwargs)
 
             return async_wrapper  # type: ignore[return-value]
 
@@ -406,10 +420,8 @@ class Bulkhead:
 
     def _unqueue_locked(self, waiter: _Waiter) -> None:
         # Absent only when a closed loop's waiter had its permit passed on (see _wake).
-        try:
+        with contextlib.suppress(ValueError):
             self._waiters.remove(waiter)
-        except ValueError:
-            pass
 
     def _settle(self, waiter: _Waiter) -> bool:
         """After a wait ended normally (grant or timeout): the state under the lock decides."""

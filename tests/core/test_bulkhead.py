@@ -132,7 +132,9 @@ def test_seed_002_with_threads(trial: int) -> None:
 # -- threads and the event loop on one instance ------------------------------------------------------
 
 
-async def test_threads_and_loop_share_one_instance_without_blocking_the_loop(caplog: pytest.LogCaptureFixture) -> None:
+async def test_threads_and_loop_share_one_instance_without_blocking_the_loop(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     loop = asyncio.get_running_loop()
     loop.set_debug(True)
     loop.slow_callback_duration = 0.1  # a blocking wait below would take ~1 s
