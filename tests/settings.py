@@ -42,3 +42,5 @@ RATELIMIT_R4 = {
     "retries": {"instances": {"acquirer": {"max_attempts": 3, "wait_duration": "100ms"}}},
     "timelimiters": {"instances": {"acquirer": {"timeout_duration": "1s"}}},
 }
+
+STATIC_URL = "static/"

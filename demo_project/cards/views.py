@@ -68,7 +68,7 @@ def ready(request: HttpRequest) -> HttpResponse:
 
 
 #: Informational: every limiter, bulkhead and breaker, always 200 for normal states.
-resilience_health = HealthCheckView.as_view(checks=["django_ratelimit_r4.health.ResilienceHealthCheck"])
+resilience_health = HealthCheckView.as_view(checks=["django_ratelimit_r4.health.ResilienceState"])
 
 
 def dashboard(request: HttpRequest) -> HttpResponse:
