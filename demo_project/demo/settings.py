@@ -1,5 +1,6 @@
 """Settings of the demo: embedded SQLite, in-memory backend, nothing else to start."""
 
+import os
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -20,6 +21,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_prometheus",
+    "health_check",
     "django_ratelimit_r4",
     "cards",
 ]
@@ -52,7 +54,8 @@ TEMPLATES = [
     }
 ]
 
-DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": BASE_DIR / "db.sqlite3"}}
+# DEMO_DB=":memory:" lets the test suite drive the demo without writing a file.
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": os.environ.get("DEMO_DB", BASE_DIR / "db.sqlite3")}}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 STATIC_URL = "static/"
 
@@ -88,6 +91,6 @@ RATELIMIT_R4 = {
             }
         }
     },
-    # The dashboard and `manage.py r4 status --url http://127.0.0.1:8000/r4/ --token demo-token` use this.
-    "state_endpoint_token": "demo-token",
+    # `manage.py r4 status --url http://127.0.0.1:8000/r4/ --token <this>` reads the running server with it.
+    "state_endpoint_token": "demo-token-for-local-use-only-0123456789",
 }
