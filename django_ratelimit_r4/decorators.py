@@ -103,6 +103,20 @@ def _sf(value: int) -> int:
     return 0 if value < 0 else min(value, _SF_INT_MAX)
 
 
+def _seconds(wait_ns: int) -> int:
+    """``headers.delay_seconds`` clamped to an sf-integer, inlined for the hot path."""
+    return 0 if wait_ns <= 0 else min(-(-wait_ns // 1_000_000_000), _SF_INT_MAX)
+
+
+def _put(response: HttpResponseBase, name: str, lower: str, value: str) -> None:
+    """Set a header whose name and value are ASCII without CR/LF by construction (sf-strings, ints,
+    base64), skipping the per-call charset and newline checks of ``response[name] = value``."""
+    try:
+        response.headers._store[lower] = (name, value)  # type: ignore[attr-defined]
+    except AttributeError:  # a response class without Django's ResponseHeaders
+        response[name] = value
+
+
 @lru_cache(maxsize=4096)
 def _pk(salt: bytes, key: str) -> str:
     # Keys repeat (the same clients come back): hash each once, not per response.
@@ -299,6 +313,10 @@ class RateLimitGate:
 
     def call(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """Take the permits, then return ``fn(*args, **kwargs)`` with RateLimit fields on a response."""
+        return self._call(fn, args, kwargs)
+
+    def _call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        # The hot path of an allowed request: one int compare, one backend call, two header strings.
         plan = self._plan
         if plan.generation != registry.generation:
             plan = self._refresh()
@@ -306,28 +324,41 @@ class RateLimitGate:
         if single is not None:
             single.acquire_or_raise(self.permits)
             response = fn(*args, **kwargs)
-            if plan.draft10 and isinstance(response, HttpResponseBase) and request_of(args) is not None:
-                limit = plan.limits[0]
-                remaining, reset_ns = _unkeyed_quota(single)
-                headers = response.headers
-                headers["RateLimit-Policy"] = limit.policy
-                headers["RateLimit"] = f"{limit.item};r={_sf(remaining)};t={_sf(delay_seconds(reset_ns))}"
+            if plan.style is None or not isinstance(response, HttpResponseBase) or request_of(args) is None:
                 return response
-        else:
-            request = request_of(args)
-            keyed = plan.single_keyed
-            if keyed is not None and request is not None:
-                key = keyed.key_func(request)  # type: ignore[misc]
-                if key is None:
-                    return fn(*args, **kwargs)
-                keyed.keyed.acquire_or_raise(key, self.permits)  # type: ignore[union-attr]
-                keys: list[Any] = [key]
-            else:
-                keys = self._keys(plan, request)
-                self._acquire(plan, keys)
+            backend = single._backend
+            if plan.draft10 and type(backend) is MemoryBackend:
+                # _unkeyed_quota, _sf, _seconds and _put inlined: this runs on every allowed request.
+                remaining = backend._permissions
+                to_next = backend._cycle_end - backend._now()
+                if to_next > 0 and remaining >= 1:
+                    limit = plan.limits[0]
+                    store = getattr(response.headers, "_store", None)
+                    if store is not None:
+                        store["ratelimit-policy"] = ("RateLimit-Policy", limit.policy)
+                        store["ratelimit"] = (
+                            "RateLimit",
+                            f"{limit.item};r={min(remaining, _SF_INT_MAX)};t={-(-to_next // 1_000_000_000)}",
+                        )
+                        return response
+            self._annotate_single(plan, single, response)
+            return response
+        request = request_of(args)
+        keyed = plan.single_keyed
+        if keyed is not None and request is not None:
+            key = keyed.key_func(request)  # type: ignore[misc]
+            if key is None:
+                return fn(*args, **kwargs)
+            keyed.keyed.acquire_or_raise(key, self.permits)  # type: ignore[union-attr]
             response = fn(*args, **kwargs)
-        if plan.style is not None and isinstance(response, HttpResponseBase) and request_of(args) is not None:
-            self._annotate(plan, response, keys if single is None else [None])
+            if plan.style is not None and isinstance(response, HttpResponseBase):
+                self._annotate_keyed(plan, keyed, key, response)
+            return response
+        keys = self._keys(plan, request)
+        self._acquire(plan, keys)
+        response = fn(*args, **kwargs)
+        if plan.style is not None and request is not None and isinstance(response, HttpResponseBase):
+            self._annotate(plan, response, keys)
         return response
 
     async def acall(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
@@ -336,24 +367,27 @@ class RateLimitGate:
         if plan.generation != registry.generation:
             plan = self._refresh()
         single = plan.single
+        request = request_of(args)
+        keyed = plan.single_keyed
+        key: Any = None
         if single is not None:
             await single.aacquire_or_raise(self.permits)
             keys: list[Any] = [None]
+        elif keyed is not None and request is not None:
+            key = keyed.key_func(request)  # type: ignore[misc]
+            if key is None:
+                return await fn(*args, **kwargs)
+            await keyed.keyed.aacquire_or_raise(key, self.permits)  # type: ignore[union-attr]
+            keys = [key]
         else:
-            request = request_of(args)
-            keyed = plan.single_keyed
-            if keyed is not None and request is not None:
-                key = keyed.key_func(request)  # type: ignore[misc]
-                if key is None:
-                    return await fn(*args, **kwargs)
-                await keyed.keyed.aacquire_or_raise(key, self.permits)  # type: ignore[union-attr]
-                keys = [key]
-            else:
-                keys = self._keys(plan, request)
-                self._acquire(plan, keys)  # timeout 0 and locks held for integer work only
+            keys = self._keys(plan, request)
+            self._acquire(plan, keys)  # timeout 0 and locks held for integer work only
         response = await fn(*args, **kwargs)
-        if plan.style is not None and isinstance(response, HttpResponseBase) and request_of(args) is not None:
-            self._annotate(plan, response, keys)
+        if plan.style is not None and request is not None and isinstance(response, HttpResponseBase):
+            if keyed is not None and key is not None:
+                self._annotate_keyed(plan, keyed, key, response)
+            else:
+                self._annotate(plan, response, keys)
         return response
 
     # -- headers -------------------------------------------------------------------------------------
@@ -385,11 +419,37 @@ class RateLimitGate:
         for name, value in self.headers(keys).items():
             response.headers[name] = value
 
+    def _annotate_single(self, plan: _RatePlan, limiter: RateLimiter, response: HttpResponseBase) -> None:
+        if not plan.draft10:
+            self._annotate(plan, response, [None])
+            return
+        remaining, reset_ns = _unkeyed_quota(limiter)
+        limit = plan.limits[0]
+        _put(response, "RateLimit-Policy", "ratelimit-policy", limit.policy)
+        _put(response, "RateLimit", "ratelimit", f"{limit.item};r={_sf(remaining)};t={_seconds(reset_ns)}")
+
+    def _annotate_keyed(self, plan: _RatePlan, limit: _Limit, key: str, response: HttpResponseBase) -> None:
+        if not plan.draft10:
+            self._annotate(plan, response, [key])
+            return
+        remaining, reset_ns = limit.keyed.quota(key)  # type: ignore[union-attr]
+        pk = ";pk=" + _pk(plan.salt, key)
+        _put(response, "RateLimit-Policy", "ratelimit-policy", limit.policy + pk)
+        _put(response, "RateLimit", "ratelimit", f"{limit.item};r={_sf(remaining)};t={_seconds(reset_ns)}{pk}")
+
     def rejected_response(self, request: Any, exc: RequestNotPermitted) -> HttpResponseBase:
         """The 429 for ``exc`` with this gate's RateLimit fields."""
         response = rejection_response(request, exc)
         plan = self.plan()
-        if plan.style is not None:
+        if plan.style is None:
+            return response
+        if plan.single is not None:
+            self._annotate_single(plan, plan.single, response)
+        elif plan.single_keyed is not None:
+            key = getattr(exc, "key", None)
+            if key is not None:
+                self._annotate_keyed(plan, plan.single_keyed, key, response)
+        else:
             self._annotate(plan, response, self._keys(plan, request))
         return response
 
@@ -556,11 +616,11 @@ class _Resilience:
     def _sync_wrapper(self, fn: Callable[..., Any], only_gate: bool) -> Callable[..., Any]:
         gate = self.gate
         if only_gate:
-            gate_call = gate.call  # type: ignore[union-attr]
+            gate_call = gate._call  # type: ignore[union-attr]
 
             def _ratelimited(*args: Any, **kwargs: Any) -> Any:
                 try:
-                    return gate_call(fn, *args, **kwargs)
+                    return gate_call(fn, args, kwargs)
                 except self.catch as exc:
                     outcome = self.handle(fn, exc, args, kwargs)
                     if outcome is _RERAISE:

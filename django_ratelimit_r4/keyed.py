@@ -338,13 +338,9 @@ class KeyedRateLimiter:
         ``remaining`` may be negative (reservation debt). ``reset_ns`` is the time to the next cycle
         boundary while permits remain, else the wait for one permit.
         """
-        lock = self._lock
-        lock.acquire()
-        try:
-            packed = self._states.get(key)
-            now = self._now() - self._anchor
-        finally:
-            lock.release()
+        # Lock-free snapshot: one dict read of one packed int (atomic), advisory figures only.
+        packed = self._states.get(key)
+        now = self._now() - self._anchor
         period = self._period
         current = now // period
         if packed is None:
