@@ -218,9 +218,21 @@ def _measure(number: int, repeat: int, override_settings: Any) -> list[dict[str,
     base, drf = best["bare"], best["drf-bare"]
     return [
         _row("django view, bare (baseline)", base, base, None, "~44 us here"),
-        _row("@ratelimit allowed (draft-10 headers)", best["allowed"], base, ALLOWED_TARGET_NS, "<= bare + 5 us"),
+        _row(
+            "@ratelimit allowed (draft-10 headers)",
+            best["allowed"],
+            base,
+            ALLOWED_TARGET_NS,
+            "<= bare + 5 us",
+        ),
         _row("@ratelimit keyed by ip, allowed", best["keyed"], base, ALLOWED_TARGET_NS, "<= bare + 5 us"),
-        _row("@ratelimit denied (429 + problem body)", best["denied"], base, DENIED_TARGET_NS, "<= bare + 15 us"),
+        _row(
+            "@ratelimit denied (429 + problem body)",
+            best["denied"],
+            base,
+            DENIED_TARGET_NS,
+            "<= bare + 15 us",
+        ),
         _row("DRF APIView, no throttle (baseline)", drf, drf, None, ""),
         _row("DRF + RateLimiterThrottle", best["drf-r4"], drf, None, "info"),
         _row("DRF + SimpleRateThrottle (AnonRateThrottle)", best["drf-simple"], drf, None, "info"),

@@ -112,7 +112,7 @@ def _put(response: HttpResponseBase, name: str, lower: str, value: str) -> None:
     """Set a header whose name and value are ASCII without CR/LF by construction (sf-strings, ints,
     base64), skipping the per-call charset and newline checks of ``response[name] = value``."""
     try:
-        response.headers._store[lower] = (name, value)  # type: ignore[attr-defined]
+        response.headers._store[lower] = (name, value)
     except AttributeError:  # a response class without Django's ResponseHeaders
         response[name] = value
 
@@ -179,7 +179,7 @@ class _Limit:
 class _RatePlan:
     """A gate's limits for one registry generation, with everything per-request work needs."""
 
-    __slots__ = ("draft10", "generation", "limits", "single", "single_keyed", "style", "salt")
+    __slots__ = ("draft10", "generation", "limits", "salt", "single", "single_keyed", "style")
 
     def __init__(self, generation: int, limits: tuple[_Limit, ...], style: str | None, salt: bytes) -> None:
         self.generation = generation
@@ -236,7 +236,11 @@ class RateLimitGate:
             resolver: ClientIPResolver | None = None
             limits = []
             for name in self.names:
-                spec = self.key if self.key is not None else registry.instance_options("ratelimiters", name)["key"]
+                spec = (
+                    self.key
+                    if self.key is not None
+                    else registry.instance_options("ratelimiters", name)["key"]
+                )
                 if spec is None:
                     limits.append(_Limit(name, registry.get_rate_limiter(name), None, None))  # type: ignore[arg-type]
                     continue
@@ -412,7 +416,9 @@ class RateLimitGate:
         statuses = []
         for limit, key in pairs:
             remaining, reset_ns = limit.quota(key)
-            statuses.append(QuotaStatus(limit.name, limit.limit, limit.window, remaining, delay_seconds(reset_ns), key))
+            statuses.append(
+                QuotaStatus(limit.name, limit.limit, limit.window, remaining, delay_seconds(reset_ns), key)
+            )
         return ratelimit_headers(plan.style, statuses, salt=plan.salt)
 
     def _annotate(self, plan: _RatePlan, response: HttpResponseBase, keys: list[Any]) -> None:
@@ -435,7 +441,9 @@ class RateLimitGate:
         remaining, reset_ns = limit.keyed.quota(key)  # type: ignore[union-attr]
         pk = ";pk=" + _pk(plan.salt, key)
         _put(response, "RateLimit-Policy", "ratelimit-policy", limit.policy + pk)
-        _put(response, "RateLimit", "ratelimit", f"{limit.item};r={_sf(remaining)};t={_seconds(reset_ns)}{pk}")
+        _put(
+            response, "RateLimit", "ratelimit", f"{limit.item};r={_sf(remaining)};t={_seconds(reset_ns)}{pk}"
+        )
 
     def rejected_response(self, request: Any, exc: RequestNotPermitted) -> HttpResponseBase:
         """The 429 for ``exc`` with this gate's RateLimit fields."""
@@ -491,7 +499,9 @@ def fallback_exceptions(fallback: Callable[..., Any]) -> tuple[type[BaseExceptio
     return _exception_types(annotation) or (Exception,)
 
 
-def _fallback_args(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def _fallback_args(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """Arguments normalised to the protected function's signature, so the exception can follow them."""
     try:
         bound = inspect.signature(fn).bind(*args, **kwargs)
@@ -540,7 +550,9 @@ class _Resilience:
         self.gate = RateLimitGate(ratelimiter, key=key, permits=permits) if ratelimiter is not None else None
         self.fallback = fallback
         self.fallback_types = fallback_exceptions(fallback) if fallback is not None else ()
-        self.catch: tuple[type[BaseException], ...] = tuple(dict.fromkeys((*HANDLED_EXCEPTIONS, *self.fallback_types)))
+        self.catch: tuple[type[BaseException], ...] = tuple(
+            dict.fromkeys((*HANDLED_EXCEPTIONS, *self.fallback_types))
+        )
         self._state: tuple[int, tuple[Any, ...]] = (-1, ())
         self._lock = threading.Lock()
 
@@ -549,7 +561,7 @@ class _Resilience:
         generation, found = self._state
         if generation != registry.generation:
             found = self._resolve()
-        return found  # type: ignore[return-value]
+        return found
 
     def _resolve(self) -> tuple[Any, ...]:
         with self._lock:
@@ -581,7 +593,9 @@ class _Resilience:
         retry_after = self.instances()[4] if isinstance(exc, BulkheadFull) else None
         return rejection_response(request, exc, bulkhead_retry_after=retry_after)
 
-    def handle(self, fn: Callable[..., Any], exc: BaseException, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def handle(
+        self, fn: Callable[..., Any], exc: BaseException, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
         """Fallback, own 429/503 on a view, or ``_RERAISE``. May return an awaitable (async fallback)."""
         if self.fallback is not None and isinstance(exc, self.fallback_types):
             fb_args, fb_kwargs = _fallback_args(fn, args, kwargs)
@@ -756,7 +770,9 @@ def resilient(
     """Stack several in Resilience4j's order, Retry(CircuitBreaker(RateLimiter(TimeLimiter(Bulkhead(fn))))),
     with one fallback around the whole stack (so an inner rejection can still be retried)."""
     if not any((retry, circuitbreaker, ratelimiter, timelimiter, bulkhead)):
-        raise TypeError("resilient() needs at least one of retry, circuitbreaker, ratelimiter, timelimiter, bulkhead")
+        raise TypeError(
+            "resilient() needs at least one of retry, circuitbreaker, ratelimiter, timelimiter, bulkhead"
+        )
     return _Resilience(
         retry=retry,
         circuitbreaker=circuitbreaker,

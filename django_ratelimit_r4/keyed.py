@@ -25,9 +25,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any
-
 from collections.abc import Sequence
+from typing import Any
 
 from .backends.base import decide, div_ceil, nanos_to_wait, refresh
 from .core.clock import SYSTEM_CLOCK, Clock
@@ -619,8 +618,8 @@ def acquire_all_keyed(
         return None
     if rejected:
         # A key said no, so the unkeyed limiters were not asked: peek them for a larger wait.
-        for index, lim in plain:
-            wait = _peek_unkeyed(lim, permits)
+        for index, unkeyed in plain:
+            wait = _peek_unkeyed(unkeyed, permits)
             if wait > worst[1]:
                 worst = (index, wait)
     loser = entries[worst[0]][0]

@@ -73,11 +73,11 @@ class ResilienceMiddleware:
         """Pass the request on (as a coroutine in async mode)."""
         if self.async_mode:
             return self.__acall__(request)
-        return self.get_response(request)  # type: ignore[no-any-return]
+        return self.get_response(request)
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         """Async twin of :meth:`__call__`."""
-        return await self.get_response(request)  # type: ignore[no-any-return]
+        return await self.get_response(request)
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         """Django's hook for exceptions raised by the view: our rejections become 429/503, others pass."""

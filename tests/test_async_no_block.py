@@ -55,7 +55,9 @@ async def narrow_service(n: int) -> int:
     return n
 
 
-async def _observe(work: Callable[[], Awaitable[Any]], caplog: pytest.LogCaptureFixture) -> tuple[Any, float, list[str]]:
+async def _observe(
+    work: Callable[[], Awaitable[Any]], caplog: pytest.LogCaptureFixture
+) -> tuple[Any, float, list[str]]:
     """Run ``work`` in debug mode next to a heartbeat; return (result, max lag, slow-callback messages)."""
     loop = asyncio.get_running_loop()
     old_debug, old_slow = loop.get_debug(), loop.slow_callback_duration
@@ -86,7 +88,9 @@ async def _observe(work: Callable[[], Awaitable[Any]], caplog: pytest.LogCapture
     return result, lag, slow
 
 
-async def test_waiting_limiters_and_full_bulkheads_never_block_the_loop(caplog: pytest.LogCaptureFixture) -> None:
+async def test_waiting_limiters_and_full_bulkheads_never_block_the_loop(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     rf = RequestFactory()
 
     async def work() -> dict[str, list[Any]]:

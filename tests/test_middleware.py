@@ -19,7 +19,7 @@ WITH_MIDDLEWARE = [*settings.MIDDLEWARE, "django_ratelimit_r4.middleware.Resilie
 
 
 @pytest.fixture
-def mw(r4_clock):  # noqa: ANN001, ANN201
+def mw(r4_clock):
     with override_settings(MIDDLEWARE=WITH_MIDDLEWARE):
         yield r4_clock
 
@@ -89,10 +89,10 @@ def test_it_limits_nothing_itself(mw) -> None:
 
 
 def test_mode_is_decided_once() -> None:
-    def sync_get_response(request):  # noqa: ANN001, ANN202
+    def sync_get_response(request):
         return HttpResponse("ok")
 
-    async def async_get_response(request):  # noqa: ANN001, ANN202
+    async def async_get_response(request):
         return HttpResponse("ok")
 
     sync_mw = ResilienceMiddleware(sync_get_response)
@@ -106,7 +106,7 @@ def test_mode_is_decided_once() -> None:
 
 
 async def test_async_mode_returns_a_coroutine() -> None:
-    async def get_response(request):  # noqa: ANN001, ANN202
+    async def get_response(request):
         return HttpResponse("async ok")
 
     middleware = ResilienceMiddleware(get_response)

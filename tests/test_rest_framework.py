@@ -109,7 +109,9 @@ def test_exception_handler_rate_limiter_and_bulkhead() -> None:
     from django_ratelimit_r4.core.exceptions import RequestNotPermitted
 
     request = Request(RequestFactory().get("/"))
-    limited = exception_handler(RequestNotPermitted(get_rate_limiter("api"), 2_500_000_000), {"request": request})
+    limited = exception_handler(
+        RequestNotPermitted(get_rate_limiter("api"), 2_500_000_000), {"request": request}
+    )
     assert (limited.status_code, limited["Retry-After"]) == (429, "3")
     full = exception_handler(BulkheadFull(Bulkhead("unconfigured")), {"request": request})
     assert (full.status_code, full["Retry-After"]) == (503, "1")

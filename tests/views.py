@@ -18,6 +18,7 @@ from django_ratelimit_r4.core.exceptions import CallNotPermitted
 from django_ratelimit_r4.decorators import bulkhead, circuitbreaker, ratelimit, resilient, retry
 from django_ratelimit_r4.rest_framework import RateLimiterThrottle, exception_handler
 
+
 def r4_settings(**top: Any) -> dict[str, Any]:
     """tests.settings.RATELIMIT_R4 plus the instances these tests use (for override_settings)."""
     from django.conf import settings
