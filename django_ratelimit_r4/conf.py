@@ -108,6 +108,10 @@ class Code(enum.Enum):
         "stall_detector 'enabled' is not a bool or 'threshold' is not a positive duration",
     )
     INVALID_METRICS = ("E018", "metrics is not True or False")
+    INVALID_REDIS_OPTION = (
+        "E019",
+        "redis_fault_policy is not 'open' or 'closed', or redis_key_prefix is not a non-empty string",
+    )
     MEMORY_MULTIPROCESS = ("W001", "in-memory rate limiters in a deployment that looks multi-process")
     METRICS_WITHOUT_PROMETHEUS = ("W002", "metrics is True but prometheus_client is not installed")
     SHORT_TOKEN = ("W003", "state_endpoint_token is shorter than 32 characters")
@@ -202,6 +206,8 @@ BUILTIN_KEYS = ("ip", "user", "user_or_ip", "session")
 _OPTION_KEYS = (
     "backend",
     "redis_url",
+    "redis_fault_policy",
+    "redis_key_prefix",
     "headers",
     "response_builder",
     "trusted_proxies",
@@ -211,6 +217,7 @@ _OPTION_KEYS = (
     "metrics",
 )
 _BACKENDS = ("memory", "redis")
+_FAULT_POLICIES = ("open", "closed")
 _HEADER_STYLES = ("draft-10", "draft-6")
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 _DURATION_HINT = "Write durations as timedelta or a string with a unit: '500ms', '1s', '5m'."
@@ -234,6 +241,10 @@ class R4Options:
 
     backend: str = "memory"
     redis_url: str | None = None
+    #: What a decision does when Redis fails: "open" grants, "closed" rejects with a short Retry-After.
+    redis_fault_policy: str = "open"
+    #: Prefix of every Redis key (several apps or environments can share one Redis).
+    redis_key_prefix: str = "r4"
     headers: str | None = "draft-10"
     response_builder: Callable[..., Any] | None = None
     trusted_proxies: int | tuple[IPNetwork, ...] = 0
@@ -607,6 +618,21 @@ def _option_backend(value: object, raw: Mapping[str, Any]) -> str:
     return value.lower()
 
 
+def _option_fault_policy(value: object, raw: Mapping[str, Any]) -> str:
+    if not isinstance(value, str) or value.lower() not in _FAULT_POLICIES:
+        raise _Invalid(
+            f"must be 'open' or 'closed', got {value!r}",
+            _did_you_mean(value, _FAULT_POLICIES) or "'open' allows requests while Redis is down, 'closed' rejects them.",
+        )
+    return value.lower()
+
+
+def _option_key_prefix(value: object, raw: Mapping[str, Any]) -> str:
+    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+        raise _Invalid(f"must be a non-empty string without spaces, got {value!r}", "For example 'r4' or 'myapp:r4'.")
+    return value
+
+
 def _option_headers(value: object, raw: Mapping[str, Any]) -> str | None:
     if value is None or value is False:
         return None
@@ -692,6 +718,8 @@ def _option_metrics(value: object, raw: Mapping[str, Any]) -> bool:
 
 _OPTION_PARSERS: dict[str, tuple[Callable[[Any, Mapping[str, Any]], Any], Code]] = {
     "backend": (_option_backend, Code.INVALID_BACKEND),
+    "redis_fault_policy": (_option_fault_policy, Code.INVALID_REDIS_OPTION),
+    "redis_key_prefix": (_option_key_prefix, Code.INVALID_REDIS_OPTION),
     "headers": (_option_headers, Code.INVALID_HEADERS),
     "response_builder": (_option_response_builder, Code.INVALID_RESPONSE_BUILDER),
     "trusted_proxies": (_option_trusted_proxies, Code.INVALID_TRUSTED_PROXIES),

@@ -167,11 +167,37 @@ def _build(state: _State, kind: str, name: str) -> Any:
         instance = state.instances[kind].get(name)
         if instance is None:
             spec = _spec(state, kind, name)
-            instance = _primitive_class(kind)(name, spec.config, clock=_clock)
+            redis_options = _redis_options(state) if kind == "ratelimiters" else None
+            if redis_options is None:
+                instance = _primitive_class(kind)(name, spec.config, clock=_clock)
+            else:
+                from .backends.redis import redis_backend  # imported only when configured
+
+                factory = redis_backend(
+                    redis_options.redis_url,  # type: ignore[arg-type]
+                    prefix=redis_options.redis_key_prefix,
+                    fault_policy=redis_options.redis_fault_policy,
+                )
+                instance = _primitive_class(kind)(name, spec.config, clock=_clock, backend=factory)
             state.instances[kind][name] = instance
             for callback in build_callbacks:
                 callback(kind, name, instance)
         return instance
+
+
+def _redis_options(state: _State) -> conf.R4Options | None:
+    """The options when rate limiters live in Redis, else None.
+
+    A setting that asks for Redis but has invalid options raises (``ImproperlyConfigured`` listing them)
+    rather than silently falling back to per-process memory.
+    """
+    options = state.analysis.options
+    if options is None:
+        raw = state.analysis.raw
+        if isinstance(raw, Mapping) and str(raw.get("backend", "")).lower() == "redis":
+            conf.get_options()  # raises with every problem
+        return None
+    return options if options.backend == "redis" else None
 
 
 def _get(kind: str, name: str) -> Any:
@@ -215,15 +241,30 @@ def get_keyed_rate_limiter(name: str) -> KeyedRateLimiter:
             keyed = state.keyed.get(name)
             if keyed is None:
                 spec = _spec(state, "ratelimiters", name)
-                from .keyed import KeyedRateLimiter  # written separately; imported only when used
+                redis_options = _redis_options(state)
+                if redis_options is None:
+                    from .keyed import KeyedRateLimiter  # written separately; imported only when used
 
-                keyed = KeyedRateLimiter(
-                    name,
-                    spec.config,
-                    clock=_clock,
-                    max_keys=spec.options["max_keys"],
-                    idle_timeout_ns=spec.options["key_idle_timeout"],
-                )
+                    keyed = KeyedRateLimiter(
+                        name,
+                        spec.config,
+                        clock=_clock,
+                        max_keys=spec.options["max_keys"],
+                        idle_timeout_ns=spec.options["key_idle_timeout"],
+                    )
+                else:
+                    from .backends.redis import RedisKeyedRateLimiter
+
+                    keyed = RedisKeyedRateLimiter(  # type: ignore[assignment]
+                        name,
+                        spec.config,
+                        clock=_clock,
+                        url=redis_options.redis_url,  # type: ignore[arg-type]
+                        prefix=redis_options.redis_key_prefix,
+                        fault_policy=redis_options.redis_fault_policy,
+                        max_keys=spec.options["max_keys"],
+                        idle_timeout_ns=spec.options["key_idle_timeout"],
+                    )
                 state.keyed[name] = keyed
                 for callback in build_callbacks:
                     callback("ratelimiters", name, keyed)

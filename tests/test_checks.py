@@ -362,6 +362,22 @@ CASES = [
         id="E011-scheme",
     ),
     pytest.param(
+        {"redis_fault_policy": "opne"},
+        "E019",
+        'RATELIMIT_R4["redis_fault_policy"]',
+        "must be 'open' or 'closed', got 'opne'",
+        "Did you mean 'open'?",
+        id="E019-fault-policy",
+    ),
+    pytest.param(
+        {"redis_key_prefix": ""},
+        "E019",
+        'RATELIMIT_R4["redis_key_prefix"]',
+        "must be a non-empty string without spaces",
+        "For example",
+        id="E019-key-prefix",
+    ),
+    pytest.param(
         {"headers": "draft10"},
         "E012",
         'RATELIMIT_R4["headers"]',

@@ -85,6 +85,10 @@ class RateLimiterBackend(Protocol):
     ``acquire`` returns a single int so the hot path allocates nothing: ``>= 0`` means granted with the
     permits reserved (the value is how long the caller must wait before using them, usually 0); ``< 0`` means
     rejected with nothing reserved, and ``-value`` is the wait that was needed (always > 0).
+
+    A backend doing I/O may also define ``async def aacquire(permits, timeout_ns) -> int`` and
+    ``async def aacquire_many(backends, permits)`` (same results); the async paths of ``RateLimiter`` and
+    ``aacquire_all`` then await them instead of calling the blocking methods on the event loop.
     """
 
     #: Decisions granted / rejected through :meth:`acquire` and :meth:`acquire_many` since the last reset.

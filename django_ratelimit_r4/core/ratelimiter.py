@@ -27,6 +27,7 @@ __all__ = [
     "RateLimiterEvent",
     "RateLimiterEvents",
     "RateLimiterMetrics",
+    "aacquire_all",
     "acquire_all",
 ]
 
@@ -231,6 +232,9 @@ class RateLimiter:
         )
         # Bound once: the hot path is one call into the backend and a couple of attribute reads.
         self._acquire = self._backend.acquire
+        # A backend doing I/O (Redis) has an async twin so the async path never blocks the loop; the
+        # in-memory one does not (its decision is a few integer operations under a lock).
+        self._aacquire: Callable[[int, int], Awaitable[int]] | None = getattr(self._backend, "aacquire", None)
         self._timeout_ns: int = int(self.config.timeout_duration)
         self._waiting = 0
         self._waiting_lock = threading.Lock()
@@ -268,7 +272,11 @@ class RateLimiter:
 
         If the waiting task is cancelled the reserved permits are not given back (as in Resilience4j).
         """
-        wait = self._acquire(permits, self._timeout_ns)
+        aacquire = self._aacquire
+        if aacquire is None:
+            wait = self._acquire(permits, self._timeout_ns)
+        else:
+            wait = await aacquire(permits, self._timeout_ns)
         if wait == 0:
             if self.events.wants_successful:
                 self._publish(SUCCESSFUL_ACQUIRE, permits)
@@ -299,7 +307,11 @@ class RateLimiter:
 
     async def aacquire_or_raise(self, permits: int = 1) -> None:
         """Async twin of :meth:`acquire_or_raise`."""
-        wait = self._acquire(permits, self._timeout_ns)
+        aacquire = self._aacquire
+        if aacquire is None:
+            wait = self._acquire(permits, self._timeout_ns)
+        else:
+            wait = await aacquire(permits, self._timeout_ns)
         if wait < 0:
             if self.events.wants_failed:
                 self._publish(FAILED_ACQUIRE, permits)
@@ -461,6 +473,28 @@ def acquire_all(limiters: Sequence[RateLimiter], permits: int = 1) -> tuple[Rate
         return None
     backends = [limiter._backend for limiter in limiters]
     outcome = backends[0].acquire_many(backends, permits)
+    return _all_outcome(limiters, outcome, permits)
+
+
+async def aacquire_all(limiters: Sequence[RateLimiter], permits: int = 1) -> tuple[RateLimiter, int] | None:
+    """Async twin of :func:`acquire_all`: a backend doing I/O (Redis) decides without blocking the loop."""
+    if permits < 1:
+        raise ValueError(f"permits must be >= 1, got {permits}")
+    if not limiters:
+        return None
+    backends = [limiter._backend for limiter in limiters]
+    amany = getattr(backends[0], "aacquire_many", None)
+    if amany is None:
+        outcome = backends[0].acquire_many(backends, permits)
+    else:
+        outcome = await amany(backends, permits)
+    return _all_outcome(limiters, outcome, permits)
+
+
+def _all_outcome(
+    limiters: Sequence[RateLimiter], outcome: tuple[int, int] | None, permits: int
+) -> tuple[RateLimiter, int] | None:
+    """Publish the events of an all-or-nothing decision and shape its result."""
     if outcome is None:
         for limiter in limiters:
             if limiter.events.wants_successful:

@@ -1,0 +1,992 @@
+"""Rate-limiter state in Redis: one budget per limiter (and per client key) for every process and host.
+
+The in-memory backend is per process: under gunicorn with N workers a limit of 10 becomes 10 x N. Here the
+state lives in Redis and every decision is ONE round trip: an ``EVALSHA`` of ``lua/decide.lua`` +
+``lua/ratelimiter.lua``, which mirrors :func:`~django_ratelimit_r4.backends.base.decide` line by line (same
+AtomicRateLimiter math, reservations and debt, truncating ``div_ceil``). Several limiters (and client keys)
+decide all-or-nothing in the same single script.
+
+Public names:
+
+* :class:`RedisBackend` -- a :class:`~.base.RateLimiterBackend` for one (unkeyed) ``RateLimiter``; build it
+  through :func:`redis_backend` (a :class:`~.base.BackendFactory`).
+* :class:`RedisKeyedRateLimiter` -- :class:`~django_ratelimit_r4.keyed.KeyedRateLimiter`'s interface, one
+  budget per client key, shared cluster-wide.
+* :func:`acquire_all_keyed` / :func:`aacquire_all_keyed` -- all-or-nothing over ``(limiter, key|None)``
+  entries, like :func:`django_ratelimit_r4.keyed.acquire_all_keyed`, in one round trip.
+* :class:`RedisConnection` / :func:`connection` -- the per-process clients of one URL (after fork too).
+
+Time: Redis server time (``TIME``) by default, so hosts agree; a limiter whose clock is not the system clock
+(a ``FakeClock`` from ``r4_clock``) sends its own ``now`` instead, so tests stay deterministic.
+
+Faults: a Redis error or timeout never raises out of a decision. ``fault_policy="open"`` grants,
+``"closed"`` rejects with a short wait (:data:`FAULT_RETRY_AFTER_NS`); either way it is logged at most once per
+:data:`FAULT_LOG_INTERVAL_S`, and Redis is not retried for :data:`FAULT_COOLDOWN_S` (no per-request connect
+timeout while it is down). See docs/redis.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+from importlib import resources
+from typing import TYPE_CHECKING, Any, ClassVar
+from urllib.parse import quote
+
+import redis
+import redis.asyncio
+from redis.backoff import NoBackoff
+from redis.exceptions import NoScriptError, RedisError
+
+from ..core.clock import Clock, MonotonicClock
+from ..core.exceptions import RequestNotPermitted
+from ..core.ratelimiter import (
+    DRAINED,
+    FAILED_ACQUIRE,
+    SUCCESSFUL_ACQUIRE,
+    RateLimiter,
+    RateLimiterConfig,
+    RateLimiterEvent,
+    RateLimiterEvents,
+)
+from ..core.clock import SYSTEM_CLOCK
+from .base import RateLimiterBackend
+
+if TYPE_CHECKING:
+    from ..keyed import KeyedRateLimiterView
+
+__all__ = [
+    "DEFAULT_PREFIX",
+    "FAULT_COOLDOWN_S",
+    "FAULT_LOG_INTERVAL_S",
+    "FAULT_POLICIES",
+    "FAULT_RETRY_AFTER_NS",
+    "MAX_PERIOD_NS",
+    "SCRIPT",
+    "SCRIPT_SHA",
+    "SOCKET_TIMEOUT_S",
+    "RedisBackend",
+    "RedisConnection",
+    "RedisKeyedRateLimiter",
+    "aacquire_all_keyed",
+    "acquire_all_keyed",
+    "client_key_digest",
+    "connection",
+    "redis_backend",
+]
+
+logger = logging.getLogger("django_ratelimit_r4.redis")
+
+#: Prefix of every key this backend writes.
+DEFAULT_PREFIX = "r4"
+#: "open": a decision Redis cannot make is granted; "closed": rejected with FAULT_RETRY_AFTER_NS.
+FAULT_POLICIES = ("open", "closed")
+#: The wait (Retry-After) of a rejection made by the "closed" fault policy.
+FAULT_RETRY_AFTER_NS = 1_000_000_000
+#: After a Redis error, decisions use the fault policy without calling Redis for this long.
+FAULT_COOLDOWN_S = 0.5
+#: A Redis outage is logged at most once per this many seconds per URL.
+FAULT_LOG_INTERVAL_S = 10.0
+#: Connect and read timeout of the clients (override with ``?socket_timeout=...`` in the URL).
+SOCKET_TIMEOUT_S = 0.25
+#: Longest ``limit_refresh_period`` the script's exact arithmetic supports (period * 10 < 2**53): ~10 days.
+MAX_PERIOD_NS = (2**53 - 1) // 10
+
+_NS_PER_S = 1_000_000_000
+# TTL margin after a state is full again: 1 ms of rounding with server time; with a client clock (tests)
+# fake time and real time are unrelated, so keep states an hour longer than their fake life.
+_SERVER_SLACK_MS = b"1"
+_CLIENT_SLACK_MS = b"3600000"
+_FAULTS = (RedisError, OSError)
+
+
+def _load_script() -> str:
+    lua = resources.files(__package__) / "lua"
+    return (lua / "decide.lua").read_text(encoding="utf-8") + "\n" + (lua / "ratelimiter.lua").read_text(
+        encoding="utf-8"
+    )
+
+
+#: The Lua source of every operation, and its SHA1 for EVALSHA.
+SCRIPT = _load_script()
+SCRIPT_SHA = hashlib.sha1(SCRIPT.encode("utf-8")).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------- connections
+
+
+class RedisConnection:
+    """The clients of one Redis URL in this process, plus its fault state.
+
+    ``sync`` is a redis-py client (its pool re-creates connections after a fork); :meth:`aio` gives one
+    ``redis.asyncio`` client per running event loop, since asyncio connections belong to the loop that made
+    them. Clients never retry: a fault goes straight to the fault policy.
+    """
+
+    def __init__(self, url: str, socket_timeout: float = SOCKET_TIMEOUT_S) -> None:
+        self.url = url
+        self.pid = os.getpid()
+        self._options: dict[str, Any] = {
+            "socket_timeout": socket_timeout,
+            "socket_connect_timeout": socket_timeout,
+        }
+        self.sync: redis.Redis = redis.Redis.from_url(
+            url, retry=redis.retry.Retry(NoBackoff(), 0), **self._options
+        )
+        self._aio: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, redis.asyncio.Redis] = (
+            weakref.WeakKeyDictionary()
+        )
+        #: time.monotonic() until which Redis is not called (0.0: healthy).
+        self.down_until = 0.0
+        self._logged_at = -FAULT_LOG_INTERVAL_S
+        self._lock = threading.Lock()
+
+    def aio(self) -> redis.asyncio.Redis:
+        """The asyncio client of the running loop (created on first use in that loop)."""
+        loop = asyncio.get_running_loop()
+        client = self._aio.get(loop)
+        if client is None:
+            client = redis.asyncio.Redis.from_url(
+                self.url, retry=redis.asyncio.retry.Retry(NoBackoff(), 0), **self._options
+            )
+            self._aio[loop] = client
+        return client
+
+    def is_down(self) -> bool:
+        """True while in the cool-down after a fault (decisions then skip Redis)."""
+        until = self.down_until
+        if not until:
+            return False
+        if time.monotonic() < until:
+            return True
+        self.down_until = 0.0
+        return False
+
+    def fault(self, exc: BaseException, what: str) -> None:
+        """Record a failed call: start the cool-down and log (at most once per interval)."""
+        now = time.monotonic()
+        self.down_until = now + FAULT_COOLDOWN_S
+        with self._lock:
+            if now - self._logged_at < FAULT_LOG_INTERVAL_S:
+                return
+            self._logged_at = now
+        logger.warning(
+            "Redis at %s failed during %s (%s: %s); applying the fault policy for %.1fs before retrying",
+            _redact(self.url),
+            what,
+            type(exc).__name__,
+            exc,
+            FAULT_COOLDOWN_S,
+        )
+
+    def call(self, numkeys: int, args: Sequence[Any]) -> Any:
+        """One EVALSHA of :data:`SCRIPT` (EVAL once if this server does not know it yet)."""
+        client = self.sync
+        try:
+            return client.execute_command("EVALSHA", SCRIPT_SHA, numkeys, *args)
+        except NoScriptError:
+            return client.execute_command("EVAL", SCRIPT, numkeys, *args)
+
+    async def acall(self, numkeys: int, args: Sequence[Any]) -> Any:
+        """Async twin of :meth:`call`, on this loop's ``redis.asyncio`` client."""
+        client = self.aio()
+        try:
+            return await client.execute_command("EVALSHA", SCRIPT_SHA, numkeys, *args)
+        except NoScriptError:
+            return await client.execute_command("EVAL", SCRIPT, numkeys, *args)
+
+
+def _redact(url: str) -> str:
+    """The URL without its password, for logs."""
+    scheme, sep, rest = url.partition("://")
+    if "@" in rest:
+        rest = "***@" + rest.rsplit("@", 1)[1]
+    return scheme + sep + rest
+
+
+_connections: dict[str, RedisConnection] = {}
+_connections_lock = threading.Lock()
+_pid = os.getpid()
+
+
+def _after_fork() -> None:
+    # A child must not share its parent's sockets: connections are rebuilt on first use.
+    global _pid
+    _pid = os.getpid()
+    _connections.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+def connection(url: str) -> RedisConnection:
+    """The process-wide :class:`RedisConnection` of ``url`` (created once per process)."""
+    conn = _connections.get(url)
+    if conn is None or conn.pid != _pid:
+        with _connections_lock:
+            conn = _connections.get(url)
+            if conn is None or conn.pid != _pid:
+                conn = _connections[url] = RedisConnection(url)
+    return conn
+
+
+# ----------------------------------------------------------------------------------------------- key layout
+
+
+def _name_part(name: str) -> str:
+    # Percent-encoded, so a name holds no ':' or glob character and cannot reach into another's keys.
+    return quote(name, safe="")
+
+
+def client_key_digest(key: object) -> str:
+    """The Redis-safe form of a client key: a 128-bit BLAKE2b hex digest (no client data stored in Redis)."""
+    raw = key if isinstance(key, str) else str(key)
+    return hashlib.blake2b(raw.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def _check_period(period_ns: int) -> None:
+    if period_ns > MAX_PERIOD_NS:
+        raise ValueError(
+            f"the Redis backend supports limit_refresh_period up to {MAX_PERIOD_NS} ns (~10 days), "
+            f"got {period_ns} ns"
+        )
+
+
+class _Clocked:
+    """Shared by the Redis limiters: clock mode, connection and fault handling."""
+
+    _url: str
+    _conn: RedisConnection
+    _now: Any
+    _slack: bytes
+    fault_policy: str
+    faults: int
+
+    def _use_clock(self, clock: Clock) -> None:
+        # The system clock is per host (monotonic), so decisions use Redis TIME; any other clock (FakeClock)
+        # is the caller's time line and is sent with each call.
+        self._now = None if isinstance(clock, MonotonicClock) else clock.now_ns
+        self._slack = _SERVER_SLACK_MS if self._now is None else _CLIENT_SLACK_MS
+
+    def _time_args(self) -> tuple[Any, Any]:
+        now = self._now
+        if now is None:
+            return b"", b"0"
+        return divmod(now(), _NS_PER_S)
+
+    def _connection(self) -> RedisConnection:
+        conn = self._conn
+        if conn.pid != _pid:
+            conn = self._conn = connection(self._url)
+        return conn
+
+    def _fault(self, conn: RedisConnection, exc: BaseException | None, what: str) -> None:
+        self.faults += 1
+        if exc is not None:
+            conn.fault(exc, what)
+
+
+# ------------------------------------------------------------------------------------------- unkeyed backend
+
+
+class RedisBackend(_Clocked):
+    """One limiter's state in Redis (a :class:`~.base.RateLimiterBackend`); build with :func:`redis_backend`.
+
+    Keys: ``<prefix>:rl:<name>:anchor`` (when cycle 0 began; never expires) and ``<prefix>:rl:<name>:state``
+    (``cycle permissions``; deleted when full, else expires when it would be full). Every process using the
+    same URL, prefix and name shares the budget. ``successful_calls`` / ``failed_calls`` / ``faults`` count
+    this process's decisions.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        limit_for_period: int,
+        limit_refresh_period_ns: int,
+        clock: Clock,
+        *,
+        url: str,
+        prefix: str = DEFAULT_PREFIX,
+        fault_policy: str = "open",
+    ) -> None:
+        if fault_policy not in FAULT_POLICIES:
+            raise ValueError(f"fault_policy must be 'open' or 'closed', got {fault_policy!r}")
+        _check_period(int(limit_refresh_period_ns))
+        self.name = name
+        self.fault_policy = fault_policy
+        self._url = url
+        self._conn = connection(url)
+        base = f"{prefix}:rl:{_name_part(name)}"
+        self.anchor_key = base + ":anchor"
+        self.state_key = base + ":state"
+        self._limit = int(limit_for_period)
+        self._period = int(limit_refresh_period_ns)
+        self._counter_lock = threading.Lock()
+        self.successful_calls = 0
+        self.failed_calls = 0
+        self.faults = 0
+        self._use_clock(clock)
+        self._fault_wait = 0 if fault_policy == "open" else -FAULT_RETRY_AFTER_NS
+        if self._now is not None:
+            # A test clock: start full at its current time, like MemoryBackend. With server time the shared
+            # state is left alone (other processes may be using it).
+            self.reset(clock)
+
+    # -- protocol -------------------------------------------------------------------------------------
+
+    def _args(self, op: bytes, permits: int, timeout_ns: int) -> list[Any]:
+        now_s, now_ns = self._time_args()
+        return [
+            self.anchor_key,
+            self.state_key,
+            op,
+            now_s,
+            now_ns,
+            permits,
+            timeout_ns,
+            self._slack,
+            self._limit,
+            self._period,
+        ]
+
+    def _count(self, wait: int) -> int:
+        with self._counter_lock:
+            if wait >= 0:
+                self.successful_calls += 1
+            else:
+                self.failed_calls += 1
+        return wait
+
+    def acquire(self, permits: int, timeout_ns: int) -> int:
+        """Decide and commit in one round trip: wait ``>= 0`` granted (reserved), ``< 0`` rejected (``-wait``)."""
+        if permits < 1:
+            raise ValueError(f"permits must be >= 1, got {permits!r}")
+        conn = self._connection()
+        if conn.is_down():
+            self._fault(conn, None, "acquire")
+            return self._fault_wait
+        try:
+            wait = conn.call(2, self._args(b"acquire", permits, timeout_ns))
+        except _FAULTS as exc:
+            self._fault(conn, exc, "acquire")
+            return self._fault_wait
+        return self._count(wait)
+
+    async def aacquire(self, permits: int, timeout_ns: int) -> int:
+        """Async twin of :meth:`acquire` on ``redis.asyncio``: never blocks the event loop."""
+        if permits < 1:
+            raise ValueError(f"permits must be >= 1, got {permits!r}")
+        conn = self._connection()
+        if conn.is_down():
+            self._fault(conn, None, "acquire")
+            return self._fault_wait
+        try:
+            wait = await conn.acall(2, self._args(b"acquire", permits, timeout_ns))
+        except _FAULTS as exc:
+            self._fault(conn, exc, "acquire")
+            return self._fault_wait
+        return self._count(wait)
+
+    def state4(self) -> tuple[int, int, int, int]:
+        """``(cycle, available_permissions, nanos_to_wait for 1, ns to the next cycle)``; writes nothing.
+
+        On a fault: full and no wait under "open", empty with the fault wait under "closed".
+        """
+        conn = self._connection()
+        if not conn.is_down():
+            try:
+                cycle, permissions, wait, to_next = conn.call(2, self._args(b"state", 1, 0))
+                return cycle, permissions, wait, to_next
+            except _FAULTS as exc:
+                conn.fault(exc, "state")
+        if self.fault_policy == "open":
+            return 0, self._limit, 0, self._period
+        return 0, 0, FAULT_RETRY_AFTER_NS, FAULT_RETRY_AFTER_NS
+
+    def state(self) -> tuple[int, int, int]:
+        """``(cycle, available_permissions, nanos_to_wait for 1 permit)`` now (one round trip, no write)."""
+        return self.state4()[:3]
+
+    def quota(self) -> tuple[int, int]:
+        """``(remaining, reset_ns)`` for RateLimit headers: time to the next cycle, or the wait for one permit."""
+        _, permissions, wait, to_next = self.state4()
+        return (permissions, to_next) if permissions >= 1 else (permissions, wait)
+
+    def drain(self) -> int:
+        """Drain the refreshed permissions to 0 (debt kept); returns how many. 0 on a fault."""
+        conn = self._connection()
+        try:
+            return int(conn.call(2, self._args(b"drain", 1, 0)))
+        except _FAULTS as exc:
+            self._fault(conn, exc, "drain")
+            return 0
+
+    def change_limit(self, limit_for_period: int) -> None:
+        """Use ``limit_for_period`` from the next decision on (it travels with every call)."""
+        self._limit = int(limit_for_period)
+
+    def reset(self, clock: Clock) -> None:
+        """Cycle 0 starts now (per ``clock``'s mode) and the state is full; this process's counters reset.
+
+        This resets the budget for every process sharing it. A fault is logged, never raised.
+        """
+        self._use_clock(clock)
+        with self._counter_lock:
+            self.successful_calls = 0
+            self.failed_calls = 0
+            self.faults = 0
+        now_s, now_ns = self._time_args()
+        conn = self._connection()
+        try:
+            conn.call(2, [self.anchor_key, self.state_key, b"reset", now_s, now_ns, 0, 0, self._slack])
+        except _FAULTS as exc:
+            self._fault(conn, exc, "reset")
+
+    def acquire_many(self, backends: Sequence[RateLimiterBackend], permits: int) -> tuple[int, int] | None:
+        """All-or-nothing with timeout 0 over ``RedisBackend`` instances of one URL, in one round trip."""
+        members = _many_members(self, [(b, None) for b in backends], permits)
+        return _many_result(members, _sync_many(self, members, permits))
+
+    async def aacquire_many(
+        self, backends: Sequence[RateLimiterBackend], permits: int
+    ) -> tuple[int, int] | None:
+        """Async twin of :meth:`acquire_many` (``redis.asyncio``, never blocks the loop)."""
+        members = _many_members(self, [(b, None) for b in backends], permits)
+        return _many_result(members, await _async_many(self, members, permits))
+
+    def __repr__(self) -> str:
+        return (
+            f"RedisBackend(name={self.name!r}, limit={self._limit}, period_ns={self._period}, "
+            f"url={_redact(self._url)!r}, fault_policy={self.fault_policy!r})"
+        )
+
+
+class _Member:
+    """One entry of an all-or-nothing decision: the object counting it and its two Redis keys."""
+
+    __slots__ = ("anchor", "counter", "limit", "period", "state")
+
+    def __init__(self, counter: Any, anchor: str, state: str, limit: int, period: int) -> None:
+        self.counter = counter
+        self.anchor = anchor
+        self.state = state
+        self.limit = limit
+        self.period = period
+
+
+def _many_members(
+    leader: _Clocked, entries: Sequence[tuple[Any, str | None]], permits: int
+) -> list[_Member]:
+    if permits < 1:
+        raise ValueError(f"permits must be >= 1, got {permits!r}")
+    members: list[_Member] = []
+    for target, key in entries:
+        if isinstance(target, RedisBackend):
+            members.append(_Member(target, target.anchor_key, target.state_key, target._limit, target._period))
+        elif isinstance(target, RedisKeyedRateLimiter):
+            if key is None:
+                raise ValueError(f"keyed rate limiter {target.name!r} needs a key")
+            members.append(
+                _Member(target, target.anchor_key, target._state_key(key), target._limit, target._period)
+            )
+        else:
+            raise TypeError(f"cannot combine {type(target).__name__} with Redis limiters in one decision")
+        if target._url != leader._url:
+            raise ValueError("all Redis limiters of one decision must use the same redis_url")
+    if len({m.state for m in members}) != len(members):
+        raise ValueError("the same rate limiter (and key) appears more than once")
+    return members
+
+
+def _many_args(leader: _Clocked, members: list[_Member], permits: int) -> list[Any]:
+    now_s, now_ns = leader._time_args()
+    args: list[Any] = []
+    for m in members:
+        args.append(m.anchor)
+        args.append(m.state)
+    args += [b"many", now_s, now_ns, permits, 0, leader._slack]
+    for m in members:
+        args.append(m.limit)
+        args.append(m.period)
+    return args
+
+
+_FAULT = object()
+
+
+def _sync_many(leader: _Clocked, members: list[_Member], permits: int) -> Any:
+    conn = leader._connection()
+    if conn.is_down():
+        leader._fault(conn, None, "acquire_many")
+        return _FAULT
+    try:
+        return conn.call(2 * len(members), _many_args(leader, members, permits))
+    except _FAULTS as exc:
+        leader._fault(conn, exc, "acquire_many")
+        return _FAULT
+
+
+async def _async_many(leader: _Clocked, members: list[_Member], permits: int) -> Any:
+    conn = leader._connection()
+    if conn.is_down():
+        leader._fault(conn, None, "acquire_many")
+        return _FAULT
+    try:
+        return await conn.acall(2 * len(members), _many_args(leader, members, permits))
+    except _FAULTS as exc:
+        leader._fault(conn, exc, "acquire_many")
+        return _FAULT
+
+
+def _bump(counter: Any, granted: bool) -> None:
+    with counter._counter_lock:
+        if granted:
+            counter.successful_calls += 1
+        else:
+            counter.failed_calls += 1
+
+
+def _many_result(members: list[_Member], reply: Any) -> tuple[int, int] | None:
+    """Turn the script's reply into ``None`` or ``(index of the worst rejection, its wait)``; count."""
+    if reply is _FAULT:
+        # Fault policy of the first member decides for all.
+        if members[0].counter.fault_policy == "open":
+            return None
+        return 0, FAULT_RETRY_AFTER_NS
+    if reply[0] == 0:
+        for m in members:
+            _bump(m.counter, True)
+        return None
+    for index in reply[2:]:
+        _bump(members[index - 1].counter, False)
+    return reply[0] - 1, reply[1]
+
+
+def redis_backend(
+    url: str, *, prefix: str = DEFAULT_PREFIX, fault_policy: str = "open"
+) -> Any:
+    """A :class:`~.base.BackendFactory` building :class:`RedisBackend` on ``url`` for ``RateLimiter(backend=...)``."""
+    if fault_policy not in FAULT_POLICIES:
+        raise ValueError(f"fault_policy must be 'open' or 'closed', got {fault_policy!r}")
+
+    def factory(name: str, limit_for_period: int, limit_refresh_period_ns: int, clock: Clock) -> RedisBackend:
+        return RedisBackend(
+            name,
+            limit_for_period,
+            limit_refresh_period_ns,
+            clock,
+            url=url,
+            prefix=prefix,
+            fault_policy=fault_policy,
+        )
+
+    return factory
+
+
+# --------------------------------------------------------------------------------------------- keyed limiter
+
+
+class RedisKeyedRateLimiterMetrics:
+    """Aggregate figures of a :class:`RedisKeyedRateLimiter` in this process (plain reads, no Redis call)."""
+
+    __slots__ = ("_limiter",)
+
+    def __init__(self, limiter: RedisKeyedRateLimiter) -> None:
+        self._limiter = limiter
+
+    @property
+    def successful_calls(self) -> int:
+        """Granted decisions made by this process, all keys, since the last full reset."""
+        return self._limiter.successful_calls
+
+    @property
+    def failed_calls(self) -> int:
+        """Rejected decisions made by this process, all keys, since the last full reset."""
+        return self._limiter.failed_calls
+
+    @property
+    def live_keys(self) -> int:
+        """Always -1 (unknown): counting keys in Redis is O(keys); use ``len(limiter)`` for housekeeping."""
+        return -1
+
+    @property
+    def lossy_evictions(self) -> int:
+        """Always 0: Redis keys are never evicted with state by this library (they expire when full)."""
+        return 0
+
+    @property
+    def faults(self) -> int:
+        """Decisions made by the fault policy because Redis failed or was cooling down."""
+        return self._limiter.faults
+
+    @property
+    def number_of_waiting_threads(self) -> int:
+        """Callers of this process waiting for a reserved permit (only with ``timeout_duration > 0``)."""
+        return self._limiter._waiting
+
+    def __repr__(self) -> str:
+        return (
+            f"RedisKeyedRateLimiterMetrics(successful_calls={self.successful_calls}, "
+            f"failed_calls={self.failed_calls}, faults={self.faults})"
+        )
+
+
+class RedisKeyedRateLimiter(_Clocked):
+    """:class:`~django_ratelimit_r4.keyed.KeyedRateLimiter`'s interface with every key's state in Redis.
+
+    One budget per client key for the whole cluster. Keys: ``<prefix>:rlk:<name>:anchor`` (cycle 0 of every
+    key; never expires) and ``<prefix>:rlk:<name>:k:<blake2b(key)>`` (``cycle permissions``; deleted when
+    full, else expires when it would be full, so idle clients cost nothing). Client keys are hashed: a key
+    cannot reach another's Redis key and no client data is stored. ``max_keys`` / ``idle_timeout_ns`` are
+    accepted for interface compatibility and unused (expiry bounds memory). ``len()`` scans Redis (O(keys)).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        config: RateLimiterConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        url: str,
+        prefix: str = DEFAULT_PREFIX,
+        fault_policy: str = "open",
+        max_keys: int = 100_000,
+        idle_timeout_ns: int | None = None,
+    ) -> None:
+        if fault_policy not in FAULT_POLICIES:
+            raise ValueError(f"fault_policy must be 'open' or 'closed', got {fault_policy!r}")
+        self.name = name
+        self.config: RateLimiterConfig = config if config is not None else RateLimiterConfig()
+        self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
+        self.fault_policy = fault_policy
+        self.max_keys = max_keys
+        self.idle_timeout_ns = idle_timeout_ns
+        self.events = RateLimiterEvents()
+        self.metrics = RedisKeyedRateLimiterMetrics(self)
+        self._limit = int(self.config.limit_for_period)
+        self._period = int(self.config.limit_refresh_period)
+        _check_period(self._period)
+        self._timeout_ns = int(self.config.timeout_duration)
+        self._url = url
+        self._conn = connection(url)
+        self._base = f"{prefix}:rlk:{_name_part(name)}"
+        self.anchor_key = self._base + ":anchor"
+        self._key_prefix = self._base + ":k:"
+        self._counter_lock = threading.Lock()
+        # For code written against KeyedRateLimiter's internals (state listings): nothing is held locally.
+        self._lock = threading.Lock()
+        self._states: dict[str, int] = {}
+        self._waiting = 0
+        self.successful_calls = 0
+        self.failed_calls = 0
+        self.lossy_evictions = 0
+        self.faults = 0
+        self._fault_wait = 0 if fault_policy == "open" else -FAULT_RETRY_AFTER_NS
+        self._use_clock(self.clock)
+        if self._now is not None:
+            self.reset()
+
+    def _state_key(self, key: object) -> str:
+        return self._key_prefix + client_key_digest(key)
+
+    def _args(self, key: object, op: bytes, permits: int, timeout_ns: int) -> list[Any]:
+        now_s, now_ns = self._time_args()
+        return [
+            self.anchor_key,
+            self._state_key(key),
+            op,
+            now_s,
+            now_ns,
+            permits,
+            timeout_ns,
+            self._slack,
+            self._limit,
+            self._period,
+        ]
+
+    def _count(self, wait: int) -> int:
+        with self._counter_lock:
+            if wait >= 0:
+                self.successful_calls += 1
+            else:
+                self.failed_calls += 1
+        return wait
+
+    # -- deciding -------------------------------------------------------------------------------------
+
+    def _decide(self, key: object, permits: int, timeout_ns: int) -> int:
+        """One round trip: wait ``>= 0`` granted (reserved), ``< 0`` rejected (``-wait``)."""
+        if permits < 1:
+            raise ValueError(f"permits must be >= 1, got {permits!r}")
+        conn = self._connection()
+        if conn.is_down():
+            self._fault(conn, None, "acquire")
+            return self._fault_wait
+        try:
+            wait = conn.call(2, self._args(key, b"acquire", permits, timeout_ns))
+        except _FAULTS as exc:
+            self._fault(conn, exc, "acquire")
+            return self._fault_wait
+        return self._count(wait)
+
+    async def _adecide(self, key: object, permits: int, timeout_ns: int) -> int:
+        """Async twin of :meth:`_decide` on ``redis.asyncio``."""
+        if permits < 1:
+            raise ValueError(f"permits must be >= 1, got {permits!r}")
+        conn = self._connection()
+        if conn.is_down():
+            self._fault(conn, None, "acquire")
+            return self._fault_wait
+        try:
+            wait = await conn.acall(2, self._args(key, b"acquire", permits, timeout_ns))
+        except _FAULTS as exc:
+            self._fault(conn, exc, "acquire")
+            return self._fault_wait
+        return self._count(wait)
+
+    def acquire_permission(self, key: str, permits: int = 1) -> bool:
+        """Take ``permits`` from ``key``'s cluster-wide budget; True if granted (waits within the timeout)."""
+        wait = self._decide(key, permits, self._timeout_ns)
+        if wait < 0:
+            if self.events.wants_failed:
+                self._publish(FAILED_ACQUIRE, permits)
+            return False
+        if wait > 0:
+            self._wait(wait)
+        if self.events.wants_successful:
+            self._publish(SUCCESSFUL_ACQUIRE, permits)
+        return True
+
+    async def aacquire_permission(self, key: str, permits: int = 1) -> bool:
+        """Async twin of :meth:`acquire_permission`; never blocks the event loop."""
+        wait = await self._adecide(key, permits, self._timeout_ns)
+        if wait < 0:
+            if self.events.wants_failed:
+                self._publish(FAILED_ACQUIRE, permits)
+            return False
+        if wait > 0:
+            await self._await(wait)
+        if self.events.wants_successful:
+            self._publish(SUCCESSFUL_ACQUIRE, permits)
+        return True
+
+    def acquire_or_raise(self, key: str, permits: int = 1) -> None:
+        """Like :meth:`acquire_permission` but raise :class:`RequestNotPermitted` (``wait_ns``, ``key``)."""
+        wait = self._decide(key, permits, self._timeout_ns)
+        if wait < 0:
+            raise self._rejection(key, permits, -wait)
+        if wait > 0:
+            self._wait(wait)
+        if self.events.wants_successful:
+            self._publish(SUCCESSFUL_ACQUIRE, permits)
+
+    async def aacquire_or_raise(self, key: str, permits: int = 1) -> None:
+        """Async twin of :meth:`acquire_or_raise`."""
+        wait = await self._adecide(key, permits, self._timeout_ns)
+        if wait < 0:
+            raise self._rejection(key, permits, -wait)
+        if wait > 0:
+            await self._await(wait)
+        if self.events.wants_successful:
+            self._publish(SUCCESSFUL_ACQUIRE, permits)
+
+    def reserve_permission(self, key: str, permits: int = 1) -> int:
+        """Reserve without waiting: 0 (use now), ns to wait before use (reserved), or -1 (rejected)."""
+        wait = self._decide(key, permits, self._timeout_ns)
+        if wait >= 0:
+            if self.events.wants_successful:
+                self._publish(SUCCESSFUL_ACQUIRE, permits)
+            return wait
+        if self.events.wants_failed:
+            self._publish(FAILED_ACQUIRE, permits)
+        return -1
+
+    def drain_permissions(self, key: str) -> int:
+        """Set ``key``'s refreshed permissions to 0 (debt kept); returns how many were drained (0 on a fault)."""
+        conn = self._connection()
+        try:
+            drained = int(conn.call(2, self._args(key, b"drain", 1, 0)))
+        except _FAULTS as exc:
+            self._fault(conn, exc, "drain")
+            drained = 0
+        if self.events.wants_drained:
+            self._publish(DRAINED, drained)
+        return drained
+
+    def _state4(self, key: str) -> tuple[int, int, int, int]:
+        conn = self._connection()
+        if not conn.is_down():
+            try:
+                cycle, permissions, wait, to_next = conn.call(2, self._args(key, b"state", 1, 0))
+                return cycle, permissions, wait, to_next
+            except _FAULTS as exc:
+                conn.fault(exc, "state")
+        if self.fault_policy == "open":
+            return 0, self._limit, 0, self._period
+        return 0, 0, FAULT_RETRY_AFTER_NS, FAULT_RETRY_AFTER_NS
+
+    def state(self, key: str) -> tuple[int, int, int]:
+        """``(cycle, available_permissions, nanos_to_wait for 1 permit)`` for ``key``; writes nothing."""
+        return self._state4(key)[:3]
+
+    def quota(self, key: str) -> tuple[int, int]:
+        """``(remaining, reset_ns)`` for ``key`` (RateLimit headers): one round trip, writes nothing."""
+        _, permissions, wait, to_next = self._state4(key)
+        return (permissions, to_next) if permissions >= 1 else (permissions, wait)
+
+    def get(self, key: str) -> KeyedRateLimiterView:
+        """A ``RateLimiter``-like view of ``key`` (creates nothing until used)."""
+        from ..keyed import KeyedRateLimiterView
+
+        return KeyedRateLimiterView(self, key)  # type: ignore[arg-type]
+
+    # -- management -----------------------------------------------------------------------------------
+
+    def _scan_keys(self) -> list[bytes]:
+        return list(self._conn.sync.scan_iter(match=self._key_prefix + "*", count=1000))
+
+    def purge(self) -> int:
+        """Nothing to do (full states are deleted and others expire in Redis); returns 0."""
+        return 0
+
+    def reset(self, key: str | None = None) -> None:
+        """Forget ``key`` (full again), or with no key every key of this limiter (cluster-wide) and the
+        counters of this process, with cycle 0 starting now. A fault is logged, never raised."""
+        conn = self._connection()
+        try:
+            if key is not None:
+                conn.sync.delete(self._state_key(key))
+                return
+            with self._counter_lock:
+                self.successful_calls = 0
+                self.failed_calls = 0
+                self.faults = 0
+            states = self._scan_keys()
+            now_s, now_ns = self._time_args()
+            for start in range(0, max(len(states), 1), 500):
+                conn.call(
+                    1 + len(states[start : start + 500]),
+                    [self.anchor_key, *states[start : start + 500], b"reset", now_s, now_ns, 0, 0, self._slack],
+                )
+        except _FAULTS as exc:
+            self._fault(conn, exc, "reset")
+
+    def set_clock(self, clock: Clock) -> None:
+        """Read time from ``clock`` (see the module doc for the two time modes) and reset everything."""
+        self.clock = clock
+        self._use_clock(clock)
+        self.reset()
+
+    def __len__(self) -> int:
+        """Client keys holding state in Redis now (a SCAN: O(keys), for housekeeping, not hot paths)."""
+        try:
+            return len(self._scan_keys())
+        except _FAULTS:
+            return 0
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            return bool(self._conn.sync.exists(self._state_key(key)))
+        except _FAULTS:
+            return False
+
+    # -- internals ------------------------------------------------------------------------------------
+
+    def _rejection(self, key: str, permits: int, wait_ns: int) -> RequestNotPermitted:
+        if self.events.wants_failed:
+            self._publish(FAILED_ACQUIRE, permits)
+        exc = RequestNotPermitted(self, wait_ns)  # type: ignore[arg-type]
+        exc.key = key  # type: ignore[attr-defined]
+        return exc
+
+    def _wait(self, wait_ns: int) -> None:
+        with self._counter_lock:
+            self._waiting += 1
+        try:
+            self.clock.sleep(wait_ns / _NS_PER_S)
+        finally:
+            with self._counter_lock:
+                self._waiting -= 1
+
+    async def _await(self, wait_ns: int) -> None:
+        with self._counter_lock:
+            self._waiting += 1
+        try:
+            await self.clock.asleep(wait_ns / _NS_PER_S)
+        finally:
+            with self._counter_lock:
+                self._waiting -= 1
+
+    def _publish(self, event_type: str, permits: int) -> None:
+        self.events.publish(RateLimiterEvent(event_type, self.name, number_of_permits=permits))
+
+    def __repr__(self) -> str:
+        return (
+            f"RedisKeyedRateLimiter({self.name!r}, limit_for_period={self._limit}, "
+            f"limit_refresh_period_ns={self._period}, url={_redact(self._url)!r})"
+        )
+
+
+# ------------------------------------------------------------------------------------- mixed all-or-nothing
+
+
+def _entries_members(
+    entries: Sequence[tuple[Any, str | None]], permits: int
+) -> tuple[list[Any], list[_Member]]:
+    owners: list[Any] = []
+    targets: list[tuple[Any, str | None]] = []
+    for limiter, key in entries:
+        owners.append(limiter)
+        if isinstance(limiter, RateLimiter):
+            targets.append((limiter.backend, None))
+        else:
+            targets.append((limiter, key))
+    leader = targets[0][0]
+    if not isinstance(leader, _Clocked):
+        raise TypeError(f"cannot combine {type(leader).__name__} with Redis limiters in one decision")
+    return owners, _many_members(leader, targets, permits)
+
+
+def _entries_outcome(owners: list[Any], outcome: tuple[int, int] | None, permits: int) -> tuple[int, int] | None:
+    if outcome is None:
+        for owner in owners:
+            if owner.events.wants_successful:
+                owner._publish(SUCCESSFUL_ACQUIRE, permits)
+        return None
+    loser = owners[outcome[0]]
+    if loser.events.wants_failed:
+        loser._publish(FAILED_ACQUIRE, permits)
+    return outcome
+
+
+def acquire_all_keyed(
+    entries: Sequence[tuple[RateLimiter | RedisKeyedRateLimiter, str | None]], permits: int = 1
+) -> tuple[int, int] | None:
+    """All-or-nothing over Redis-backed ``(RateLimiter, None)`` and ``(RedisKeyedRateLimiter, key)`` entries.
+
+    Same contract as :func:`django_ratelimit_r4.keyed.acquire_all_keyed` (timeout 0; None when all granted,
+    else ``(index of the rejecting entry with the largest wait, that wait)`` with nothing consumed), decided
+    atomically by one script in one round trip. Every entry must use the same Redis URL.
+    """
+    if not entries:
+        return None
+    owners, members = _entries_members(entries, permits)
+    leader = members[0].counter
+    return _entries_outcome(owners, _many_result(members, _sync_many(leader, members, permits)), permits)
+
+
+async def aacquire_all_keyed(
+    entries: Sequence[tuple[RateLimiter | RedisKeyedRateLimiter, str | None]], permits: int = 1
+) -> tuple[int, int] | None:
+    """Async twin of :func:`acquire_all_keyed` on ``redis.asyncio``."""
+    if not entries:
+        return None
+    owners, members = _entries_members(entries, permits)
+    leader = members[0].counter
+    return _entries_outcome(owners, _many_result(members, await _async_many(leader, members, permits)), permits)

@@ -1,0 +1,513 @@
+"""The Redis backend against a real Redis (db 15, a unique key prefix per test; only that prefix is flushed).
+
+Skips without Redis unless R4_REQUIRE_REDIS=1 (CI). What is checked: the Lua script gives decide()'s exact
+answers (a property test against MemoryBackend, with nanosecond timestamps far beyond 2**53), seed 000 across
+threads and across processes, exact waits, reservations, drain, all-or-nothing multi-limits, key expiry,
+the fault policies with an unreachable Redis, the async path on redis.asyncio, and the registry wiring.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from django_ratelimit_r4.backends import redis as rb
+from django_ratelimit_r4.backends.memory import MemoryBackend
+from django_ratelimit_r4.core.clock import SYSTEM_CLOCK, FakeClock
+from django_ratelimit_r4.core.exceptions import RequestNotPermitted
+from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig, aacquire_all, acquire_all
+
+redis = pytest.importorskip("redis")
+
+ROOT = Path(__file__).resolve().parents[2]
+S = 1_000_000_000
+UNREACHABLE = "redis://127.0.0.1:1/15"
+
+
+@pytest.fixture
+def prefix(redis_url: str) -> Iterator[str]:
+    """A key prefix of this test only; its keys are deleted afterwards."""
+    value = f"r4test:{uuid.uuid4().hex[:12]}"
+    yield value
+    client = redis.Redis.from_url(redis_url)
+    keys = list(client.scan_iter(match=value + ":*", count=1000))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+@pytest.fixture
+def raw(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+def limiter(url: str, prefix: str, limit: int, period: str, *, timeout: str = "0s", clock=None, name="rl", policy="open") -> RateLimiter:
+    config = RateLimiterConfig(limit_for_period=limit, limit_refresh_period=period, timeout_duration=timeout)
+    return RateLimiter(name, config, clock=clock, backend=rb.redis_backend(url, prefix=prefix, fault_policy=policy))
+
+
+# ------------------------------------------------------------------------------------------- exact math
+
+
+PERIODS = [1, 7, 500, 999_999_937, S, 3600 * S, rb.MAX_PERIOD_NS]
+STARTS = [0, 10**12, 1_700_000_000_123_456_789, 2**62 + 12_345, -(10**15) - 3]
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[int, int, int, list[tuple[str, int, int]]]:
+    period = draw(st.sampled_from(PERIODS))
+    limit = draw(st.sampled_from([1, 3, 50, 10**9]))
+    start = draw(st.sampled_from(STARTS))
+    ops = draw(
+        st.lists(
+            st.one_of(
+                st.tuples(st.just("acquire"), st.integers(1, 7), st.sampled_from([0, period // 2, 3 * period])),
+                st.tuples(st.just("advance"), st.integers(0, 4 * period), st.just(0)),
+                st.tuples(st.just("advance"), st.integers(0, 10**6) .map(lambda k: k * period + 1), st.just(0)),
+                st.tuples(st.just("drain"), st.just(0), st.just(0)),
+            ),
+            min_size=1,
+            max_size=25,
+        )
+    )
+    return period, limit, start, ops
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(scenario=scenarios())
+def test_script_matches_memory_backend_exactly(redis_url: str, prefix: str, scenario) -> None:
+    """Every answer and every state equals MemoryBackend's (decide()), also with timestamps >> 2**53."""
+    period, limit, start, ops = scenario
+    name = uuid.uuid4().hex
+    clock = FakeClock(start)
+    memory = MemoryBackend(name, limit, period, clock)
+    red = rb.RedisBackend(name, limit, period, clock, url=redis_url, prefix=prefix)
+    for op, a, b in ops:
+        if op == "acquire":
+            assert red.acquire(a, b) == memory.acquire(a, b), (op, a, b)
+        elif op == "advance":
+            clock.advance_ns(a)
+        else:
+            assert red.drain() == memory.drain()
+        assert red.state() == memory.state()
+    assert (red.successful_calls, red.failed_calls, red.faults) == (memory.successful_calls, memory.failed_calls, 0)
+
+
+def test_large_values_stay_exact(redis_url: str, prefix: str) -> None:
+    """Anchor at 2**62 ns, an odd period: the wait is exact to the nanosecond (no float rounding)."""
+    clock = FakeClock(2**62 + 1)
+    rl = limiter(redis_url, prefix, 2, "999999937ns", clock=clock)
+    assert rl.acquire_permission(2)
+    clock.advance_ns(999_999_937 * 1_000_000 + 5)  # a million cycles later, 5 ns in
+    assert rl.metrics.cycle == 1_000_000
+    assert rl.acquire_permission(2)
+    assert rl.metrics.nanos_to_wait == 999_999_937 - 5
+
+
+# --------------------------------------------------------------------------------------- seed 000
+
+
+def _burst(rl: RateLimiter, threads: int) -> int:
+    barrier = threading.Barrier(threads)
+    results: list[bool] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        barrier.wait()
+        ok = rl.acquire_permission()
+        with lock:
+            results.append(ok)
+
+    pool = [threading.Thread(target=work) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    return sum(results)
+
+
+def test_seed_000_threads(redis_url: str, prefix: str) -> None:
+    """20 threads at a barrier on 5 per 60 s: exactly 5 granted, every trial; then the wait; +60 s: 5 more."""
+    old = sys.getswitchinterval()
+    try:
+        for trial in range(12):
+            if trial % 2:
+                sys.setswitchinterval(1e-6)
+            clock = FakeClock()
+            rl = limiter(redis_url, prefix, 5, "60s", clock=clock, name=f"seed{trial}")
+            assert _burst(rl, 20) == 5
+            assert not rl.acquire_permission()
+            assert rl.metrics.nanos_to_wait == 60 * S
+            assert (rl.metrics.successful_calls, rl.metrics.failed_calls) == (5, 16)
+            clock.advance(60)
+            assert _burst(rl, 20) == 5
+            sys.setswitchinterval(old)
+    finally:
+        sys.setswitchinterval(old)
+
+
+def test_seed_000_server_time_threads(redis_url: str, prefix: str) -> None:
+    """The same with Redis server time (the production mode): anchor set by the first decision."""
+    for trial in range(5):
+        rl = limiter(redis_url, prefix, 5, "60s", clock=SYSTEM_CLOCK, name=f"srv{trial}")
+        assert _burst(rl, 20) == 5
+        assert 59 * S < rl.metrics.nanos_to_wait <= 60 * S
+
+
+_CHILD = textwrap.dedent(
+    """
+    import sys, threading, time
+    sys.path.insert(0, {root!r})
+    from django_ratelimit_r4.backends.redis import redis_backend
+    from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig
+    rl = RateLimiter({name!r}, RateLimiterConfig(limit_for_period=5, limit_refresh_period="60s"),
+                     backend=redis_backend({url!r}, prefix={prefix!r}))
+    barrier = threading.Barrier(10)
+    results = []
+    def work():
+        barrier.wait()
+        results.append(rl.acquire_permission())
+    threads = [threading.Thread(target=work) for _ in range(10)]
+    rl.backend.state()  # connect first, so the race is about the decision
+    while time.time() < {start!r}:
+        time.sleep(0.001)
+    for t in threads: t.start()
+    for t in threads: t.join()
+    print(sum(results))
+    """
+)
+
+
+def test_seed_000_across_two_processes(redis_url: str, prefix: str) -> None:
+    """Two processes x 10 threads on one 5-per-60 s limit: exactly 5 granted in total, not 5 per process."""
+    for trial in range(2):
+        start = time.time() + 1.2
+        code = _CHILD.format(root=str(ROOT), name=f"mp{trial}", url=redis_url, prefix=prefix, start=start)
+        procs = [
+            subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(2)
+        ]
+        granted = [int(p.communicate(timeout=30)[0]) for p in procs]
+        assert sum(granted) == 5, granted
+
+
+def test_forked_child_gets_its_own_connection(redis_url: str, prefix: str) -> None:
+    """After fork the child must not reuse the parent's sockets: it rebuilds its clients and shares the budget."""
+    import multiprocessing
+
+    rl = limiter(redis_url, prefix, 3, "60s", clock=SYSTEM_CLOCK, name="fork")
+    assert rl.acquire_permission()
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+
+    def child() -> None:
+        queue.put((rb.connection(redis_url).pid == os.getpid(), [rl.acquire_permission() for _ in range(3)]))
+
+    proc = ctx.Process(target=child)
+    proc.start()
+    fresh, results = queue.get(timeout=20)
+    proc.join(20)
+    assert fresh
+    assert results == [True, True, False]
+    assert not rl.acquire_permission()
+
+
+# -------------------------------------------------------------------------- waits, reservations, drain
+
+
+def test_wait_ns_exact_with_the_client_clock(redis_url: str, prefix: str) -> None:
+    clock = FakeClock()
+    rl = limiter(redis_url, prefix, 5, "60s", clock=clock)
+    for _ in range(5):
+        rl.acquire_or_raise()
+    clock.advance(10.5)
+    with pytest.raises(RequestNotPermitted) as info:
+        rl.acquire_or_raise()
+    assert info.value.wait_ns == 49_500_000_000
+    with pytest.raises(RequestNotPermitted) as info:
+        rl.acquire_or_raise(7)  # 7 > limit: the boundary plus one more period
+    assert info.value.wait_ns == 49_500_000_000 + 60 * S
+
+
+def test_reservations_make_debt_that_later_cycles_repay(redis_url: str, prefix: str) -> None:
+    clock = FakeClock()
+    rl = limiter(redis_url, prefix, 2, "10s", timeout="25s", clock=clock)
+    assert rl.reserve_permission(2) == 0
+    assert rl.reserve_permission(2) == 10 * S
+    assert rl.reserve_permission(2) == 20 * S
+    assert rl.reserve_permission(1) == -1  # 30 s > timeout: nothing reserved
+    assert rl.metrics.available_permissions == -4
+    clock.advance(20)
+    assert rl.metrics.available_permissions == 0
+    clock.advance(10)
+    assert rl.metrics.available_permissions == 2
+
+
+def test_drain_keeps_debt_and_works_across_cycles(redis_url: str, prefix: str) -> None:
+    clock = FakeClock()
+    rl = limiter(redis_url, prefix, 5, "1s", timeout="5s", clock=clock)
+    assert rl.acquire_permission(2)
+    assert rl.drain_permissions() == 3
+    assert rl.reserve_permission() == 1 * S  # a reservation: debt of 1
+    clock.advance(1)
+    assert rl.drain_permissions() == 4  # refreshed: -1 + 5, not the stale count
+    assert rl.metrics.available_permissions == 0
+    clock.advance(3)
+    assert rl.drain_permissions() == 5  # capped at the limit
+
+
+# --------------------------------------------------------------------------------- multi-limit atomic
+
+
+def test_acquire_all_is_all_or_nothing(redis_url: str, prefix: str) -> None:
+    clock = FakeClock()
+    a = limiter(redis_url, prefix, 3, "60s", clock=clock, name="a")
+    b = limiter(redis_url, prefix, 1, "30s", clock=clock, name="b")
+    assert acquire_all([a, b]) is None
+    loser, wait = acquire_all([a, b])  # type: ignore[misc]
+    assert loser is b and wait == 30 * S
+    assert a.metrics.available_permissions == 2  # nothing taken from a
+    assert (a.metrics.failed_calls, b.metrics.failed_calls) == (0, 1)
+    with pytest.raises(ValueError):
+        acquire_all([a, a])
+
+
+def test_acquire_all_atomic_under_concurrency(redis_url: str, prefix: str) -> None:
+    """20 threads take (A, B) together while 20 take B alone: A's grants never exceed what B paid for."""
+    for trial in range(5):
+        a = limiter(redis_url, prefix, 5, "60s", clock=SYSTEM_CLOCK, name=f"A{trial}")
+        b = limiter(redis_url, prefix, 12, "60s", clock=SYSTEM_CLOCK, name=f"B{trial}")
+        barrier = threading.Barrier(40)
+        both: list[bool] = []
+        alone: list[bool] = []
+
+        def pair() -> None:
+            barrier.wait()
+            both.append(acquire_all([a, b]) is None)
+
+        def single() -> None:
+            barrier.wait()
+            alone.append(b.acquire_permission())
+
+        pool = [threading.Thread(target=pair) for _ in range(20)] + [threading.Thread(target=single) for _ in range(20)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+        pairs, singles = sum(both), sum(alone)
+        assert pairs <= 5 and pairs + singles == 12
+        assert a.metrics.available_permissions == 5 - pairs
+        assert b.metrics.available_permissions == 0
+
+
+def test_mixed_keyed_and_unkeyed_in_one_round_trip(redis_url: str, prefix: str) -> None:
+    clock = FakeClock()
+    shared = limiter(redis_url, prefix, 10, "60s", clock=clock, name="global")
+    config = RateLimiterConfig(limit_for_period=1, limit_refresh_period="5s")
+    per_client = rb.RedisKeyedRateLimiter("client", config, clock=clock, url=redis_url, prefix=prefix)
+    assert rb.acquire_all_keyed([(shared, None), (per_client, "1.2.3.4")]) is None
+    assert rb.acquire_all_keyed([(shared, None), (per_client, "1.2.3.4")]) == (1, 5 * S)
+    assert shared.metrics.available_permissions == 9
+    assert asyncio.run(rb.aacquire_all_keyed([(shared, None), (per_client, "5.6.7.8")])) is None
+    assert shared.metrics.available_permissions == 8
+    with pytest.raises(ValueError):
+        rb.acquire_all_keyed([(per_client, "x"), (per_client, "x")])
+
+
+# ------------------------------------------------------------------------------ keys, expiry, layout
+
+
+def test_states_expire_once_full_and_idle_clients_cost_nothing(redis_url: str, prefix: str, raw) -> None:
+    config = RateLimiterConfig(limit_for_period=2, limit_refresh_period="80ms", timeout_duration="1s")
+    keyed = rb.RedisKeyedRateLimiter("exp", config, url=redis_url, prefix=prefix)
+    assert keyed.acquire_permission("client")
+    state_key = keyed._state_key("client")
+    assert 0 < raw.pttl(state_key) <= 81
+    assert keyed.reserve_permission("client", 5) > 0  # debt of 4: full again 3 cycles later
+    assert 160 < raw.pttl(state_key) <= 241
+    assert len(keyed) == 1 and "client" in keyed
+    deadline = time.monotonic() + 2
+    while raw.exists(state_key) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not raw.exists(state_key)
+    assert raw.exists(keyed.anchor_key) and raw.pttl(keyed.anchor_key) == -1
+    assert keyed.state("client")[1] == 2  # an expired key reads as full
+
+
+def test_client_keys_are_hashed_and_names_escaped(redis_url: str, prefix: str, raw) -> None:
+    clock = FakeClock()
+    config = RateLimiterConfig(limit_for_period=1, limit_refresh_period="60s")
+    keyed = rb.RedisKeyedRateLimiter("a:k*", config, clock=clock, url=redis_url, prefix=prefix)
+    other = rb.RedisKeyedRateLimiter("a", config, clock=clock, url=redis_url, prefix=prefix)
+    for key in ("x", "x:anchor", "*", "\udcff"):
+        assert keyed.acquire_permission(key)
+    assert not keyed.acquire_permission("x")
+    assert other.acquire_permission("k*:k:x")
+    names = {k.decode() for k in raw.scan_iter(match=prefix + ":*")}
+    assert all("x" not in n.rsplit(":", 1)[-1] or len(n.rsplit(":", 1)[-1]) == 32 for n in names)
+    assert f"{prefix}:rlk:a%3Ak%2A:anchor" in names
+    assert len(keyed) == 4 and len(other) == 1
+    keyed.reset("x")
+    assert keyed.acquire_permission("x")
+    keyed.reset()
+    assert len(keyed) == 0 and keyed.acquire_permission("x:anchor")
+
+
+def test_noscript_falls_back_to_eval(redis_url: str, prefix: str, raw) -> None:
+    rl = limiter(redis_url, prefix, 2, "60s", clock=FakeClock())
+    raw.script_flush()
+    assert rl.acquire_permission()
+    assert raw.script_exists(rb.SCRIPT_SHA) == [True]
+
+
+def test_server_time_is_the_default(redis_url: str, prefix: str, raw) -> None:
+    rl = limiter(redis_url, prefix, 2, "60s", clock=SYSTEM_CLOCK)
+    assert rl.acquire_permission()
+    seconds, _ = raw.get(rl.backend.anchor_key).split()  # type: ignore[attr-defined]
+    assert abs(int(seconds) - raw.time()[0]) <= 2
+
+
+# -------------------------------------------------------------------------------------- fault policy
+
+
+def test_fault_policy_open_allows_without_exception_or_hang(caplog: pytest.LogCaptureFixture) -> None:
+    rl = limiter(UNREACHABLE, "r4test", 1, "60s", clock=SYSTEM_CLOCK, name="down-open")
+    keyed = rb.RedisKeyedRateLimiter("down-open", url=UNREACHABLE, fault_policy="open")
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="django_ratelimit_r4.redis"):
+        assert all(rl.acquire_permission() for _ in range(50))
+        assert all(keyed.acquire_permission("k") for _ in range(50))
+        assert acquire_all([rl]) is None
+        assert rl.metrics.available_permissions == 1 and keyed.quota("k")[0] == 50  # full: the default limit
+    assert time.monotonic() - started < 2
+    assert rl.backend.faults >= 50  # type: ignore[attr-defined]
+    assert len([r for r in caplog.records if "fault policy" in r.getMessage()]) == 1
+    assert "127.0.0.1:1" in caplog.records[0].getMessage()
+
+
+def test_fault_policy_closed_rejects_with_short_retry_after() -> None:
+    rl = limiter(UNREACHABLE, "r4test", 100, "60s", clock=SYSTEM_CLOCK, name="down-closed", policy="closed")
+    keyed = rb.RedisKeyedRateLimiter("down-closed", url=UNREACHABLE, fault_policy="closed")
+    started = time.monotonic()
+    for _ in range(20):
+        with pytest.raises(RequestNotPermitted) as info:
+            rl.acquire_or_raise()
+        assert info.value.wait_ns == rb.FAULT_RETRY_AFTER_NS
+        with pytest.raises(RequestNotPermitted):
+            keyed.acquire_or_raise("k")
+    loser, wait = acquire_all([rl])  # type: ignore[misc]
+    assert loser is rl and wait == rb.FAULT_RETRY_AFTER_NS
+    assert time.monotonic() - started < 2
+
+
+async def test_fault_policy_on_the_async_path() -> None:
+    rl = limiter(UNREACHABLE, "r4test", 1, "60s", clock=SYSTEM_CLOCK, name="adown", policy="closed")
+    keyed = rb.RedisKeyedRateLimiter("adown", url=UNREACHABLE, fault_policy="open")
+    assert not await rl.aacquire_permission()
+    assert await keyed.aacquire_permission("k")
+
+
+def test_reset_and_state_never_raise_when_down() -> None:
+    rl = limiter(UNREACHABLE, "r4test", 3, "60s", clock=FakeClock(), name="down-reset")
+    rl.reset()
+    assert rl.drain_permissions() == 0
+    assert rl.metrics.available_permissions == 3
+
+
+# ----------------------------------------------------------------------------------------- async path
+
+
+async def test_async_path_uses_redis_asyncio_and_never_blocks_the_loop(
+    redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    loop = asyncio.get_running_loop()
+    loop.set_debug(True)
+    loop.slow_callback_duration = 0.02
+    rl = limiter(redis_url, prefix, 30, "60s", clock=SYSTEM_CLOCK, name="aio")
+    keyed = rb.RedisKeyedRateLimiter(
+        "aio", RateLimiterConfig(limit_for_period=2, limit_refresh_period="60s"), url=redis_url, prefix=prefix
+    )
+    b = limiter(redis_url, prefix, 10, "60s", clock=SYSTEM_CLOCK, name="aio-b")
+    await rl.aacquire_permission()  # first connection of this loop outside the timed part
+
+    def no_sync(*args, **kwargs):
+        raise AssertionError("sync Redis call on the event loop")
+
+    monkeypatch.setattr(rb.RedisConnection, "call", no_sync)
+    with caplog.at_level(logging.WARNING, logger="asyncio"):
+        results = await asyncio.gather(*(rl.aacquire_permission() for _ in range(60)))
+        keyed_results = await asyncio.gather(*(keyed.aacquire_permission(f"c{i % 3}") for i in range(9)))
+        assert await aacquire_all([rl, b]) is not None  # rl is empty now
+    assert sum(results) == 29
+    assert sum(keyed_results) == 6
+    with pytest.raises(RequestNotPermitted):
+        await keyed.aacquire_or_raise("c0")
+    assert not [r for r in caplog.records if "Executing" in r.getMessage()]
+
+
+async def test_async_client_per_event_loop(redis_url: str) -> None:
+    conn = rb.connection(redis_url)
+    mine = conn.aio()
+    assert conn.aio() is mine
+    other = await asyncio.to_thread(lambda: asyncio.run(_client_in_new_loop(conn)))
+    assert other is not mine
+
+
+async def _client_in_new_loop(conn: rb.RedisConnection):
+    return conn.aio()
+
+
+# ------------------------------------------------------------------------------------------- registry
+
+
+def test_registry_builds_redis_limiters_driven_by_r4_clock(redis_url: str, prefix: str, settings, r4_clock) -> None:
+    from django_ratelimit_r4 import registry
+
+    settings.RATELIMIT_R4 = {
+        "backend": "redis",
+        "redis_url": redis_url,
+        "redis_key_prefix": prefix,
+        "redis_fault_policy": "closed",
+        "ratelimiters": {"instances": {"api": {"limit_for_period": 2, "limit_refresh_period": "60s"}}},
+    }
+    rl = registry.get_rate_limiter("api")
+    keyed = registry.get_keyed_rate_limiter("api")
+    assert isinstance(rl.backend, rb.RedisBackend) and rl.backend.fault_policy == "closed"  # type: ignore[union-attr]
+    assert isinstance(keyed, rb.RedisKeyedRateLimiter) and keyed.clock is r4_clock
+    assert rl.backend.anchor_key.startswith(prefix + ":rl:api")  # type: ignore[union-attr]
+    for _ in range(2):
+        rl.acquire_or_raise()  # type: ignore[union-attr]
+        keyed.acquire_or_raise("1.2.3.4")
+    r4_clock.advance(15)
+    with pytest.raises(RequestNotPermitted) as info:
+        keyed.acquire_or_raise("1.2.3.4")
+    assert info.value.wait_ns == 45 * S
+    assert not rl.acquire_permission()  # type: ignore[union-attr]
+    view = registry.get_rate_limiter("api", key="1.2.3.4")
+    assert view.metrics.nanos_to_wait == 45 * S
+    r4_clock.advance(45)
+    assert rl.acquire_permission() and keyed.acquire_permission("1.2.3.4")  # type: ignore[union-attr]
+
+
+def test_registry_refuses_redis_with_invalid_options(settings) -> None:
+    from django.core.exceptions import ImproperlyConfigured
+
+    from django_ratelimit_r4 import registry
+
+    settings.RATELIMIT_R4 = {"backend": "redis", "ratelimiters": {"instances": {"api": {}}}}
+    with pytest.raises(ImproperlyConfigured, match="redis_url"):
+        registry.get_rate_limiter("api")
