@@ -29,7 +29,7 @@ from functools import lru_cache
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
-from django.utils.cache import patch_cache_control, patch_vary_headers
+from django.utils.cache import patch_cache_control
 from django.utils.module_loading import import_string
 
 from .core.exceptions import (
@@ -163,19 +163,48 @@ def retry_after_for(
 
 def _problem(exc: ResilienceError, status: int, retry_after: int) -> tuple[dict[str, Any], str]:
     """(problem members, one-line text) for a rejection."""
-    detail = f"{exc}; retry after {retry_after} second{'s' if retry_after != 1 else ''}."
+    return _problem_for(type(exc), str(exc), exc.name, _violated(exc), status, retry_after)
+
+
+def _violated(exc: ResilienceError) -> tuple[str, ...]:
+    if isinstance(exc, CallNotPermitted):
+        return ()
+    return tuple(getattr(exc, "violated_policies", None) or (exc.name,))
+
+
+def _problem_for(
+    kind: type[ResilienceError], message: str, name: str, violated: tuple[str, ...], status: int, retry_after: int
+) -> tuple[dict[str, Any], str]:
+    detail = f"{message}; retry after {retry_after} second{'s' if retry_after != 1 else ''}."
     body: dict[str, Any]
-    if isinstance(exc, RequestNotPermitted):
+    if issubclass(kind, RequestNotPermitted):
         body = {"type": PROBLEM_QUOTA_EXCEEDED, "title": "Quota Exceeded"}
-    elif isinstance(exc, BulkheadFull):
+    elif issubclass(kind, BulkheadFull):
         body = {"type": PROBLEM_TEMPORARY_REDUCED_CAPACITY, "title": "Temporary Reduced Capacity"}
     else:
         body = {"type": "about:blank", "title": "Service Unavailable"}
-    body.update(status=status, detail=detail, name=exc.name, retry_after=retry_after)
-    if not isinstance(exc, CallNotPermitted):
-        violated = getattr(exc, "violated_policies", None) or [exc.name]
+    body.update(status=status, detail=detail, name=name, retry_after=retry_after)
+    if violated:
         body["violated-policies"] = list(violated)
     return body, detail
+
+
+# Rejections repeat: the same instance, the same few Retry-After values. Rendering the body once per
+# distinct combination keeps the 429 path cheap (it is what an attacker makes us serve, fast).
+@lru_cache(maxsize=1024)
+def _rendered(
+    kind: type[ResilienceError],
+    message: str,
+    name: str,
+    violated: tuple[str, ...],
+    status: int,
+    retry_after: int,
+    as_json: bool,
+) -> tuple[bytes, str]:
+    body, detail = _problem_for(kind, message, name, violated, status, retry_after)
+    if as_json:
+        return json.dumps(body).encode(), _JSON_CONTENT_TYPE
+    return (detail + "\n").encode(), _TEXT_CONTENT_TYPE
 
 
 def default_response(
@@ -185,10 +214,11 @@ def default_response(
 
     Exposed so a custom builder can wrap it.
     """
-    body, detail = _problem(exc, status, retry_after)
-    if accepts_json(request.META.get("HTTP_ACCEPT")):
-        return HttpResponse(json.dumps(body), status=status, content_type=_JSON_CONTENT_TYPE)
-    return HttpResponse(detail + "\n", status=status, content_type=_TEXT_CONTENT_TYPE)
+    content, content_type = _rendered(
+        type(exc), str(exc), exc.name, _violated(exc), status, retry_after,
+        accepts_json(request.META.get("HTTP_ACCEPT")),
+    )
+    return HttpResponse(content, status=status, content_type=content_type)
 
 
 def response_for_exception(
@@ -208,13 +238,23 @@ def response_for_exception(
     """
     status = status_for(exc)
     retry_after = retry_after_for(exc, bulkhead_retry_after_ns)
-    response = (builder or default_response)(request, exc, status=status, retry_after=retry_after)
+    if builder is None:
+        # The default response is fully known: set its headers at construction instead of patching.
+        content, content_type = _rendered(
+            type(exc), str(exc), exc.name, _violated(exc), status, retry_after,
+            accepts_json(request.META.get("HTTP_ACCEPT")),
+        )
+        return HttpResponse(
+            content,
+            status=status,
+            content_type=content_type,
+            headers={"Retry-After": str(retry_after), "Cache-Control": "no-store", "Vary": "Accept"},
+        )
+    response = builder(request, exc, status=status, retry_after=retry_after)
     if "Retry-After" not in response:
         response["Retry-After"] = str(retry_after)
     if response.status_code in (429, 503):
         patch_cache_control(response, no_store=True)
-    if builder is None:
-        patch_vary_headers(response, ("Accept",))
     return response
 
 
