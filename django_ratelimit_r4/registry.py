@@ -242,10 +242,11 @@ def get_keyed_rate_limiter(name: str) -> KeyedRateLimiter:
             if keyed is None:
                 spec = _spec(state, "ratelimiters", name)
                 redis_options = _redis_options(state)
+                built: Any
                 if redis_options is None:
                     from .keyed import KeyedRateLimiter  # written separately; imported only when used
 
-                    keyed = KeyedRateLimiter(
+                    built = KeyedRateLimiter(
                         name,
                         spec.config,
                         clock=_clock,
@@ -255,7 +256,7 @@ def get_keyed_rate_limiter(name: str) -> KeyedRateLimiter:
                 else:
                     from .backends.redis import RedisKeyedRateLimiter
 
-                    keyed = RedisKeyedRateLimiter(  # type: ignore[assignment]
+                    built = RedisKeyedRateLimiter(
                         name,
                         spec.config,
                         clock=_clock,
@@ -265,6 +266,7 @@ def get_keyed_rate_limiter(name: str) -> KeyedRateLimiter:
                         max_keys=spec.options["max_keys"],
                         idle_timeout_ns=spec.options["key_idle_timeout"],
                     )
+                keyed = built
                 state.keyed[name] = keyed
                 for callback in build_callbacks:
                     callback("ratelimiters", name, keyed)

@@ -36,7 +36,7 @@ import time
 import weakref
 from collections.abc import Sequence
 from importlib import resources
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import redis
@@ -44,7 +44,7 @@ import redis.asyncio
 from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, RedisError
 
-from ..core.clock import Clock, MonotonicClock
+from ..core.clock import SYSTEM_CLOCK, Clock, MonotonicClock
 from ..core.exceptions import RequestNotPermitted
 from ..core.ratelimiter import (
     DRAINED,
@@ -55,7 +55,6 @@ from ..core.ratelimiter import (
     RateLimiterEvent,
     RateLimiterEvents,
 )
-from ..core.clock import SYSTEM_CLOCK
 from .base import RateLimiterBackend
 
 if TYPE_CHECKING:
@@ -108,8 +107,10 @@ _FAULTS = (RedisError, OSError)
 
 def _load_script() -> str:
     lua = resources.files(__package__) / "lua"
-    return (lua / "decide.lua").read_text(encoding="utf-8") + "\n" + (lua / "ratelimiter.lua").read_text(
-        encoding="utf-8"
+    return (
+        (lua / "decide.lua").read_text(encoding="utf-8")
+        + "\n"
+        + (lua / "ratelimiter.lua").read_text(encoding="utf-8")
     )
 
 
@@ -189,17 +190,17 @@ class RedisConnection:
         """One EVALSHA of :data:`SCRIPT` (EVAL once if this server does not know it yet)."""
         client = self.sync
         try:
-            return client.execute_command("EVALSHA", SCRIPT_SHA, numkeys, *args)
+            return client.execute_command("EVALSHA", SCRIPT_SHA, numkeys, *args)  # type: ignore[no-untyped-call]
         except NoScriptError:
-            return client.execute_command("EVAL", SCRIPT, numkeys, *args)
+            return client.execute_command("EVAL", SCRIPT, numkeys, *args)  # type: ignore[no-untyped-call]
 
     async def acall(self, numkeys: int, args: Sequence[Any]) -> Any:
         """Async twin of :meth:`call`, on this loop's ``redis.asyncio`` client."""
         client = self.aio()
         try:
-            return await client.execute_command("EVALSHA", SCRIPT_SHA, numkeys, *args)
+            return await client.execute_command("EVALSHA", SCRIPT_SHA, numkeys, *args)  # type: ignore[no-untyped-call]
         except NoScriptError:
-            return await client.execute_command("EVAL", SCRIPT, numkeys, *args)
+            return await client.execute_command("EVAL", SCRIPT, numkeys, *args)  # type: ignore[no-untyped-call]
 
 
 def _redact(url: str) -> str:
@@ -278,7 +279,8 @@ class _Clocked:
         now = self._now
         if now is None:
             return b"", b"0"
-        return divmod(now(), _NS_PER_S)
+        seconds, nanos = divmod(int(now()), _NS_PER_S)
+        return seconds, nanos
 
     def _connection(self) -> RedisConnection:
         conn = self._conn
@@ -480,15 +482,15 @@ class _Member:
         self.period = period
 
 
-def _many_members(
-    leader: _Clocked, entries: Sequence[tuple[Any, str | None]], permits: int
-) -> list[_Member]:
+def _many_members(leader: _Clocked, entries: Sequence[tuple[Any, str | None]], permits: int) -> list[_Member]:
     if permits < 1:
         raise ValueError(f"permits must be >= 1, got {permits!r}")
     members: list[_Member] = []
     for target, key in entries:
         if isinstance(target, RedisBackend):
-            members.append(_Member(target, target.anchor_key, target.state_key, target._limit, target._period))
+            members.append(
+                _Member(target, target.anchor_key, target.state_key, target._limit, target._period)
+            )
         elif isinstance(target, RedisKeyedRateLimiter):
             if key is None:
                 raise ValueError(f"keyed rate limiter {target.name!r} needs a key")
@@ -568,9 +570,7 @@ def _many_result(members: list[_Member], reply: Any) -> tuple[int, int] | None:
     return reply[0] - 1, reply[1]
 
 
-def redis_backend(
-    url: str, *, prefix: str = DEFAULT_PREFIX, fault_policy: str = "open"
-) -> Any:
+def redis_backend(url: str, *, prefix: str = DEFAULT_PREFIX, fault_policy: str = "open") -> Any:
     """A :class:`~.base.BackendFactory` building :class:`RedisBackend` on ``url`` for ``RateLimiter(backend=...)``."""
     if fault_policy not in FAULT_POLICIES:
         raise ValueError(f"fault_policy must be 'open' or 'closed', got {fault_policy!r}")
@@ -872,7 +872,16 @@ class RedisKeyedRateLimiter(_Clocked):
             for start in range(0, max(len(states), 1), 500):
                 conn.call(
                     1 + len(states[start : start + 500]),
-                    [self.anchor_key, *states[start : start + 500], b"reset", now_s, now_ns, 0, 0, self._slack],
+                    [
+                        self.anchor_key,
+                        *states[start : start + 500],
+                        b"reset",
+                        now_s,
+                        now_ns,
+                        0,
+                        0,
+                        self._slack,
+                    ],
                 )
         except _FAULTS as exc:
             self._fault(conn, exc, "reset")
@@ -953,7 +962,9 @@ def _entries_members(
     return owners, _many_members(leader, targets, permits)
 
 
-def _entries_outcome(owners: list[Any], outcome: tuple[int, int] | None, permits: int) -> tuple[int, int] | None:
+def _entries_outcome(
+    owners: list[Any], outcome: tuple[int, int] | None, permits: int
+) -> tuple[int, int] | None:
     if outcome is None:
         for owner in owners:
             if owner.events.wants_successful:
@@ -989,4 +1000,6 @@ async def aacquire_all_keyed(
         return None
     owners, members = _entries_members(entries, permits)
     leader = members[0].counter
-    return _entries_outcome(owners, _many_result(members, await _async_many(leader, members, permits)), permits)
+    return _entries_outcome(
+        owners, _many_result(members, await _async_many(leader, members, permits)), permits
+    )

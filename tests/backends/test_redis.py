@@ -56,9 +56,21 @@ def raw(redis_url: str) -> Iterator[redis.Redis]:
     client.close()
 
 
-def limiter(url: str, prefix: str, limit: int, period: str, *, timeout: str = "0s", clock=None, name="rl", policy="open") -> RateLimiter:
+def limiter(
+    url: str,
+    prefix: str,
+    limit: int,
+    period: str,
+    *,
+    timeout: str = "0s",
+    clock=None,
+    name="rl",
+    policy="open",
+) -> RateLimiter:
     config = RateLimiterConfig(limit_for_period=limit, limit_refresh_period=period, timeout_duration=timeout)
-    return RateLimiter(name, config, clock=clock, backend=rb.redis_backend(url, prefix=prefix, fault_policy=policy))
+    return RateLimiter(
+        name, config, clock=clock, backend=rb.redis_backend(url, prefix=prefix, fault_policy=policy)
+    )
 
 
 # ------------------------------------------------------------------------------------------- exact math
@@ -76,9 +88,13 @@ def scenarios(draw: st.DrawFn) -> tuple[int, int, int, list[tuple[str, int, int]
     ops = draw(
         st.lists(
             st.one_of(
-                st.tuples(st.just("acquire"), st.integers(1, 7), st.sampled_from([0, period // 2, 3 * period])),
+                st.tuples(
+                    st.just("acquire"), st.integers(1, 7), st.sampled_from([0, period // 2, 3 * period])
+                ),
                 st.tuples(st.just("advance"), st.integers(0, 4 * period), st.just(0)),
-                st.tuples(st.just("advance"), st.integers(0, 10**6) .map(lambda k: k * period + 1), st.just(0)),
+                st.tuples(
+                    st.just("advance"), st.integers(0, 10**6).map(lambda k: k * period + 1), st.just(0)
+                ),
                 st.tuples(st.just("drain"), st.just(0), st.just(0)),
             ),
             min_size=1,
@@ -105,7 +121,11 @@ def test_script_matches_memory_backend_exactly(redis_url: str, prefix: str, scen
         else:
             assert red.drain() == memory.drain()
         assert red.state() == memory.state()
-    assert (red.successful_calls, red.failed_calls, red.faults) == (memory.successful_calls, memory.failed_calls, 0)
+    assert (red.successful_calls, red.failed_calls, red.faults) == (
+        memory.successful_calls,
+        memory.failed_calls,
+        0,
+    )
 
 
 def test_large_values_stay_exact(redis_url: str, prefix: str) -> None:
@@ -199,7 +219,8 @@ def test_seed_000_across_two_processes(redis_url: str, prefix: str) -> None:
         start = time.time() + 1.2
         code = _CHILD.format(root=str(ROOT), name=f"mp{trial}", url=redis_url, prefix=prefix, start=start)
         procs = [
-            subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(2)
+            subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+            for _ in range(2)
         ]
         granted = [int(p.communicate(timeout=30)[0]) for p in procs]
         assert sum(granted) == 5, granted
@@ -291,27 +312,33 @@ def test_acquire_all_atomic_under_concurrency(redis_url: str, prefix: str) -> No
     for trial in range(5):
         a = limiter(redis_url, prefix, 5, "60s", clock=SYSTEM_CLOCK, name=f"A{trial}")
         b = limiter(redis_url, prefix, 12, "60s", clock=SYSTEM_CLOCK, name=f"B{trial}")
-        barrier = threading.Barrier(40)
-        both: list[bool] = []
-        alone: list[bool] = []
-
-        def pair() -> None:
-            barrier.wait()
-            both.append(acquire_all([a, b]) is None)
-
-        def single() -> None:
-            barrier.wait()
-            alone.append(b.acquire_permission())
-
-        pool = [threading.Thread(target=pair) for _ in range(20)] + [threading.Thread(target=single) for _ in range(20)]
-        for t in pool:
-            t.start()
-        for t in pool:
-            t.join()
-        pairs, singles = sum(both), sum(alone)
+        pairs, singles = _mixed_burst(a, b)
         assert pairs <= 5 and pairs + singles == 12
         assert a.metrics.available_permissions == 5 - pairs
         assert b.metrics.available_permissions == 0
+
+
+def _mixed_burst(a: RateLimiter, b: RateLimiter) -> tuple[int, int]:
+    barrier = threading.Barrier(40)
+    both: list[bool] = []
+    alone: list[bool] = []
+
+    def pair() -> None:
+        barrier.wait()
+        both.append(acquire_all([a, b]) is None)
+
+    def single() -> None:
+        barrier.wait()
+        alone.append(b.acquire_permission())
+
+    pool = [threading.Thread(target=pair) for _ in range(20)] + [
+        threading.Thread(target=single) for _ in range(20)
+    ]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    return sum(both), sum(alone)
 
 
 def test_mixed_keyed_and_unkeyed_in_one_round_trip(redis_url: str, prefix: str) -> None:
@@ -436,7 +463,8 @@ async def test_async_path_uses_redis_asyncio_and_never_blocks_the_loop(
 ) -> None:
     loop = asyncio.get_running_loop()
     loop.set_debug(True)
-    loop.slow_callback_duration = 0.02
+    # The decisive check is the patched sync call below; the threshold only has to survive a loaded machine.
+    loop.slow_callback_duration = 0.15
     rl = limiter(redis_url, prefix, 30, "60s", clock=SYSTEM_CLOCK, name="aio")
     keyed = rb.RedisKeyedRateLimiter(
         "aio", RateLimiterConfig(limit_for_period=2, limit_refresh_period="60s"), url=redis_url, prefix=prefix
@@ -474,7 +502,9 @@ async def _client_in_new_loop(conn: rb.RedisConnection):
 # ------------------------------------------------------------------------------------------- registry
 
 
-def test_registry_builds_redis_limiters_driven_by_r4_clock(redis_url: str, prefix: str, settings, r4_clock) -> None:
+def test_registry_builds_redis_limiters_driven_by_r4_clock(
+    redis_url: str, prefix: str, settings, r4_clock
+) -> None:
     from django_ratelimit_r4 import registry
 
     settings.RATELIMIT_R4 = {
