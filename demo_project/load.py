@@ -29,7 +29,8 @@ def main() -> None:
             request = urllib.request.Request(args.url, method="POST", data=b"")
             try:
                 with urllib.request.urlopen(request, timeout=5) as response:
-                    key = f"{response.status} {b'DECLINED' in response.read() and 'declined' or 'approved'}"
+                    outcome = "declined" if b"DECLINED" in response.read() else "approved"
+                    key = f"{response.status} {outcome}"
             except urllib.error.HTTPError as exc:
                 key = f"{exc.code} retry-after={exc.headers.get('Retry-After')}"
             except OSError as exc:

@@ -1,9 +1,8 @@
 """Demo URLs. Probe paths sit outside every limiter: a saturated limiter must not fail a probe."""
 
+from cards import views
 from django.contrib import admin
 from django.urls import include, path
-
-from cards import views
 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
