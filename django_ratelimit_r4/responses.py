@@ -163,7 +163,7 @@ def retry_after_for(
 
 def _problem(exc: ResilienceError, status: int, retry_after: int) -> tuple[dict[str, Any], str]:
     """(problem members, one-line text) for a rejection."""
-    return _problem_for(type(exc), str(exc), exc.name, _violated(exc), status, retry_after)
+    return _problem_for(_problem_type(exc), str(exc), exc.name, _violated(exc), status, retry_after)
 
 
 def _violated(exc: ResilienceError) -> tuple[str, ...]:
@@ -172,17 +172,26 @@ def _violated(exc: ResilienceError) -> tuple[str, ...]:
     return tuple(getattr(exc, "violated_policies", None) or (exc.name,))
 
 
+_PROBLEM_TITLES = {
+    PROBLEM_QUOTA_EXCEEDED: "Quota Exceeded",
+    PROBLEM_TEMPORARY_REDUCED_CAPACITY: "Temporary Reduced Capacity",
+    "about:blank": "Service Unavailable",
+}
+
+
+def _problem_type(exc: ResilienceError) -> str:
+    if isinstance(exc, RequestNotPermitted):
+        return PROBLEM_QUOTA_EXCEEDED
+    if isinstance(exc, BulkheadFull):
+        return PROBLEM_TEMPORARY_REDUCED_CAPACITY
+    return "about:blank"
+
+
 def _problem_for(
-    kind: type[ResilienceError], message: str, name: str, violated: tuple[str, ...], status: int, retry_after: int
+    problem_type: str, message: str, name: str, violated: tuple[str, ...], status: int, retry_after: int
 ) -> tuple[dict[str, Any], str]:
     detail = f"{message}; retry after {retry_after} second{'s' if retry_after != 1 else ''}."
-    body: dict[str, Any]
-    if issubclass(kind, RequestNotPermitted):
-        body = {"type": PROBLEM_QUOTA_EXCEEDED, "title": "Quota Exceeded"}
-    elif issubclass(kind, BulkheadFull):
-        body = {"type": PROBLEM_TEMPORARY_REDUCED_CAPACITY, "title": "Temporary Reduced Capacity"}
-    else:
-        body = {"type": "about:blank", "title": "Service Unavailable"}
+    body: dict[str, Any] = {"type": problem_type, "title": _PROBLEM_TITLES[problem_type]}
     body.update(status=status, detail=detail, name=name, retry_after=retry_after)
     if violated:
         body["violated-policies"] = list(violated)
@@ -193,7 +202,7 @@ def _problem_for(
 # distinct combination keeps the 429 path cheap (it is what an attacker makes us serve, fast).
 @lru_cache(maxsize=1024)
 def _rendered(
-    kind: type[ResilienceError],
+    problem_type: str,
     message: str,
     name: str,
     violated: tuple[str, ...],
@@ -201,7 +210,7 @@ def _rendered(
     retry_after: int,
     as_json: bool,
 ) -> tuple[bytes, str]:
-    body, detail = _problem_for(kind, message, name, violated, status, retry_after)
+    body, detail = _problem_for(problem_type, message, name, violated, status, retry_after)
     if as_json:
         return json.dumps(body).encode(), _JSON_CONTENT_TYPE
     return (detail + "\n").encode(), _TEXT_CONTENT_TYPE
@@ -215,7 +224,7 @@ def default_response(
     Exposed so a custom builder can wrap it.
     """
     content, content_type = _rendered(
-        type(exc), str(exc), exc.name, _violated(exc), status, retry_after,
+        _problem_type(exc), str(exc), exc.name, _violated(exc), status, retry_after,
         accepts_json(request.META.get("HTTP_ACCEPT")),
     )
     return HttpResponse(content, status=status, content_type=content_type)
@@ -241,7 +250,7 @@ def response_for_exception(
     if builder is None:
         # The default response is fully known: set its headers at construction instead of patching.
         content, content_type = _rendered(
-            type(exc), str(exc), exc.name, _violated(exc), status, retry_after,
+            _problem_type(exc), str(exc), exc.name, _violated(exc), status, retry_after,
             accepts_json(request.META.get("HTTP_ACCEPT")),
         )
         return HttpResponse(

@@ -898,7 +898,7 @@ class CircuitBreaker:
 
     def _acquire_general(self) -> _StateData | CallNotPermitted:
         out: _Pending = []
-        rejected: tuple[State, tuple[Any, ...], dict[str, Any]] | None = None
+        rejected: State | None = None
         wait = 0
         lock = self._lock
         lock.acquire()
