@@ -26,6 +26,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from itertools import islice
 from typing import Any
 
 from .backends.base import decide, div_ceil, nanos_to_wait, refresh
@@ -392,6 +393,20 @@ class KeyedRateLimiter:
         with self._lock:
             self.clock = clock
             self._reset_locked(clock)
+
+    def keys(self, limit: int | None = None) -> list[str]:
+        """The keys holding state, least recently used (by cycle) first: a snapshot copied under the lock.
+
+        ``limit`` caps the copy (and the time the lock is held) at the ``limit`` oldest keys; ``None``
+        copies them all. A key may still be listed after it has refilled: full entries are dropped
+        lazily (see :meth:`purge`). Use it for operator listings, not per request: it is O(keys).
+        """
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise ValueError(f"limit must be None or an int >= 0, got {limit!r}")
+        with self._lock:
+            if limit is None or limit >= len(self._states):
+                return list(self._states)
+            return list(islice(self._states, limit))
 
     def __len__(self) -> int:
         """Number of keys holding state."""

@@ -139,15 +139,11 @@ def _ratelimiter_state(limiter: Any, keyed: Any, include_keys: bool) -> dict[str
 
 def _keys(keyed: Any) -> dict[str, dict[str, int]]:
     """Live keys (oldest first, capped at :data:`MAX_LISTED_KEYS`) with their permissions and wait."""
-    # KeyedRateLimiter has no public iteration; copy the names under its lock, then read each state.
-    with keyed._lock:
-        names: list[str] = []
-        for key in keyed._states:
-            if len(names) >= MAX_LISTED_KEYS:
-                break
-            names.append(key)
+    # A snapshot of the names first (the store stays locked only for the copy), then each key's state.
+    # A store that cannot list its keys (Redis keeps only hashes of them) lists none.
+    lister = getattr(keyed, "keys", None)
     out = {}
-    for key in names:
+    for key in lister(MAX_LISTED_KEYS) if lister is not None else ():
         _, available, wait = keyed.state(key)
         out[key] = {"available_permissions": available, "nanos_to_wait": wait}
     return out
