@@ -55,6 +55,7 @@ from ..core.ratelimiter import (
     RateLimiterEvent,
     RateLimiterEvents,
 )
+from ..core.waiting import Waiters
 from .base import RateLimiterBackend
 
 if TYPE_CHECKING:
@@ -628,7 +629,7 @@ class RedisKeyedRateLimiterMetrics:
     @property
     def number_of_waiting_threads(self) -> int:
         """Callers of this process waiting for a reserved permit (only with ``timeout_duration > 0``)."""
-        return self._limiter._waiting
+        return self._limiter._waiters.count
 
     def __repr__(self) -> str:
         return (
@@ -682,7 +683,7 @@ class RedisKeyedRateLimiter(_Clocked):
         # For code written against KeyedRateLimiter's internals (state listings): nothing is held locally.
         self._lock = threading.Lock()
         self._states: dict[str, int] = {}
-        self._waiting = 0
+        self._waiters = Waiters()
         self.successful_calls = 0
         self.failed_calls = 0
         self.lossy_evictions = 0
@@ -758,7 +759,7 @@ class RedisKeyedRateLimiter(_Clocked):
                 self._publish(FAILED_ACQUIRE, permits)
             return False
         if wait > 0:
-            self._wait(wait)
+            self._waiters.sleep(self.clock, wait)
         if self.events.wants_successful:
             self._publish(SUCCESSFUL_ACQUIRE, permits)
         return True
@@ -771,7 +772,7 @@ class RedisKeyedRateLimiter(_Clocked):
                 self._publish(FAILED_ACQUIRE, permits)
             return False
         if wait > 0:
-            await self._await(wait)
+            await self._waiters.asleep(self.clock, wait)
         if self.events.wants_successful:
             self._publish(SUCCESSFUL_ACQUIRE, permits)
         return True
@@ -782,7 +783,7 @@ class RedisKeyedRateLimiter(_Clocked):
         if wait < 0:
             raise self._rejection(key, permits, -wait)
         if wait > 0:
-            self._wait(wait)
+            self._waiters.sleep(self.clock, wait)
         if self.events.wants_successful:
             self._publish(SUCCESSFUL_ACQUIRE, permits)
 
@@ -792,7 +793,7 @@ class RedisKeyedRateLimiter(_Clocked):
         if wait < 0:
             raise self._rejection(key, permits, -wait)
         if wait > 0:
-            await self._await(wait)
+            await self._waiters.asleep(self.clock, wait)
         if self.events.wants_successful:
             self._publish(SUCCESSFUL_ACQUIRE, permits)
 
@@ -913,24 +914,6 @@ class RedisKeyedRateLimiter(_Clocked):
         exc = RequestNotPermitted(self, wait_ns)  # type: ignore[arg-type]
         exc.key = key  # type: ignore[attr-defined]
         return exc
-
-    def _wait(self, wait_ns: int) -> None:
-        with self._counter_lock:
-            self._waiting += 1
-        try:
-            self.clock.sleep(wait_ns / _NS_PER_S)
-        finally:
-            with self._counter_lock:
-                self._waiting -= 1
-
-    async def _await(self, wait_ns: int) -> None:
-        with self._counter_lock:
-            self._waiting += 1
-        try:
-            await self.clock.asleep(wait_ns / _NS_PER_S)
-        finally:
-            with self._counter_lock:
-                self._waiting -= 1
 
     def _publish(self, event_type: str, permits: int) -> None:
         self.events.publish(RateLimiterEvent(event_type, self.name, number_of_permits=permits))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, ParamSpec, TypeVar, cast
@@ -17,6 +16,7 @@ from .config import Validator
 from .durations import format_duration
 from .events import Event, EventPublisher
 from .exceptions import RequestNotPermitted
+from .waiting import Waiters
 
 __all__ = [
     "DRAINED",
@@ -33,8 +33,6 @@ __all__ = [
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-_NS_PER_S = 1_000_000_000
 
 #: Event types, Resilience4j's names.
 SUCCESSFUL_ACQUIRE = "SUCCESSFUL_ACQUIRE"
@@ -167,7 +165,7 @@ class RateLimiterMetrics:
     @property
     def number_of_waiting_threads(self) -> int:
         """Callers (threads or tasks) currently waiting for a reserved permit."""
-        return self._limiter._waiting
+        return self._limiter._waiters.count
 
     @property
     def successful_calls(self) -> int:
@@ -236,8 +234,7 @@ class RateLimiter:
         # in-memory one does not (its decision is a few integer operations under a lock).
         self._aacquire: Callable[[int, int], Awaitable[int]] | None = getattr(self._backend, "aacquire", None)
         self._timeout_ns: int = int(self.config.timeout_duration)
-        self._waiting = 0
-        self._waiting_lock = threading.Lock()
+        self._waiters = Waiters()
 
     @property
     def backend(self) -> RateLimiterBackend:
@@ -262,7 +259,7 @@ class RateLimiter:
             if self.events.wants_failed:
                 self._publish(FAILED_ACQUIRE, permits)
             return False
-        self._wait(wait)
+        self._waiters.sleep(self.clock, wait)
         if self.events.wants_successful:
             self._publish(SUCCESSFUL_ACQUIRE, permits)
         return True
@@ -285,7 +282,7 @@ class RateLimiter:
             if self.events.wants_failed:
                 self._publish(FAILED_ACQUIRE, permits)
             return False
-        await self._await(wait)
+        await self._waiters.asleep(self.clock, wait)
         if self.events.wants_successful:
             self._publish(SUCCESSFUL_ACQUIRE, permits)
         return True
@@ -301,7 +298,7 @@ class RateLimiter:
                 self._publish(FAILED_ACQUIRE, permits)
             raise RequestNotPermitted(self, -wait)
         if wait > 0:
-            self._wait(wait)
+            self._waiters.sleep(self.clock, wait)
         if self.events.wants_successful:
             self._publish(SUCCESSFUL_ACQUIRE, permits)
 
@@ -317,7 +314,7 @@ class RateLimiter:
                 self._publish(FAILED_ACQUIRE, permits)
             raise RequestNotPermitted(self, -wait)
         if wait > 0:
-            await self._await(wait)
+            await self._waiters.asleep(self.clock, wait)
         if self.events.wants_successful:
             self._publish(SUCCESSFUL_ACQUIRE, permits)
 
@@ -427,25 +424,6 @@ class RateLimiter:
         self._backend.reset(self.clock)
 
     # -- internals ------------------------------------------------------------------------------------------
-
-    def _wait(self, wait_ns: int) -> None:
-        with self._waiting_lock:
-            self._waiting += 1
-        try:
-            self.clock.sleep(wait_ns / _NS_PER_S)
-        finally:
-            with self._waiting_lock:
-                self._waiting -= 1
-
-    async def _await(self, wait_ns: int) -> None:
-        # The lock is only ever held for an increment, so taking it on the loop cannot stall it.
-        with self._waiting_lock:
-            self._waiting += 1
-        try:
-            await self.clock.asleep(wait_ns / _NS_PER_S)
-        finally:
-            with self._waiting_lock:
-                self._waiting -= 1
 
     def _publish(self, event_type: str, permits: int) -> None:
         self.events.publish(RateLimiterEvent(event_type, self.name, number_of_permits=permits))
