@@ -23,6 +23,7 @@ guards the store and is held only for the dict operations and the integer decisi
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -568,6 +569,33 @@ def _peek_unkeyed(limiter: RateLimiter, permits: int) -> int:
     return to_next + div_ceil(permits - (available + limit), limit) * period
 
 
+_REDIS_MODULE = __package__ + ".backends.redis"
+
+
+def _redis_of(entries: Sequence[tuple[Any, Any]]) -> Any | None:
+    """``backends.redis`` when every entry is Redis-backed, None when none is; TypeError when mixed.
+
+    A process that never imported ``backends.redis`` has no Redis-backed limiter (and ``redis`` stays
+    optional), so the in-memory path pays one dict lookup. Memory and Redis limiters cannot be decided
+    all-or-nothing together: that would hold the in-memory locks across a network round trip.
+    """
+    module = sys.modules.get(_REDIS_MODULE)
+    if module is None:
+        return None
+    remote = (module.RedisBackend, module.RedisKeyedRateLimiter)
+    flags = [isinstance(lim.backend if isinstance(lim, RateLimiter) else lim, remote) for lim, _ in entries]
+    if not any(flags):
+        return None
+    if not all(flags):
+        on_redis = [lim.name for (lim, _), flag in zip(entries, flags, strict=True) if flag]
+        in_memory = [lim.name for (lim, _), flag in zip(entries, flags, strict=True) if not flag]
+        raise TypeError(
+            f"cannot decide Redis-backed rate limiters {on_redis} and in-memory ones {in_memory} "
+            "all-or-nothing in one call; give every limiter of one decision the same backend"
+        )
+    return module
+
+
 def acquire_all_keyed(
     entries: Sequence[tuple[RateLimiter | KeyedRateLimiter, str | None]], permits: int = 1
 ) -> tuple[int, int] | None:
@@ -581,9 +609,16 @@ def acquire_all_keyed(
     overlapping calls cannot deadlock) and every key is peeked. Only when all keys pass are the
     unkeyed limiters decided, atomically, by their backend's ``acquire_many``; the keys are committed
     if that grants too. Events are published after every lock is released.
+
+    Redis-backed entries (``RedisKeyedRateLimiter``, or a ``RateLimiter`` on a ``RedisBackend``) are
+    handed to :func:`django_ratelimit_r4.backends.redis.acquire_all_keyed` (one atomic script, same
+    result). Mixing Redis-backed and in-memory entries raises ``TypeError``.
     """
     if permits < 1:
         raise ValueError(f"permits must be >= 1, got {permits}")
+    redis_module = _redis_of(entries)
+    if redis_module is not None:
+        return redis_module.acquire_all_keyed(entries, permits)  # type: ignore[no-any-return]
     keyed: list[tuple[int, KeyedRateLimiter, str]] = []
     plain: list[tuple[int, RateLimiter]] = []
     for index, (limiter, key) in enumerate(entries):
