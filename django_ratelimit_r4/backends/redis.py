@@ -261,14 +261,21 @@ def _check_period(period_ns: int) -> None:
 
 
 class _Clocked:
-    """Shared by the Redis limiters: clock mode, connection and fault handling."""
+    """Shared by the Redis limiters: clock mode, connection, one-key decisions, counters and fault handling."""
 
     _url: str
     _conn: RedisConnection
     _now: Any
     _slack: bytes
+    _limit: int
+    _period: int
+    _fault_wait: int
+    _counter_lock: threading.Lock
+    anchor_key: str
     fault_policy: str
     faults: int
+    successful_calls: int
+    failed_calls: int
 
     def _use_clock(self, clock: Clock) -> None:
         # The system clock is per host (monotonic), so decisions use Redis TIME; any other clock (FakeClock)
@@ -290,9 +297,85 @@ class _Clocked:
         return conn
 
     def _fault(self, conn: RedisConnection, exc: BaseException | None, what: str) -> None:
-        self.faults += 1
+        with self._counter_lock:
+            self.faults += 1
         if exc is not None:
             conn.fault(exc, what)
+
+    def _key_args(self, state_key: str, op: bytes, permits: int, timeout_ns: int) -> list[Any]:
+        now_s, now_ns = self._time_args()
+        return [
+            self.anchor_key,
+            state_key,
+            op,
+            now_s,
+            now_ns,
+            permits,
+            timeout_ns,
+            self._slack,
+            self._limit,
+            self._period,
+        ]
+
+    def _count(self, wait: int) -> int:
+        with self._counter_lock:
+            if wait >= 0:
+                self.successful_calls += 1
+            else:
+                self.failed_calls += 1
+        return wait
+
+    def _acquire_at(self, state_key: str, permits: int, timeout_ns: int) -> int:
+        """Decide and commit in one round trip: wait ``>= 0`` granted (reserved), ``< 0`` rejected (``-wait``)."""
+        if permits < 1:
+            raise ValueError(f"permits must be >= 1, got {permits!r}")
+        conn = self._connection()
+        if conn.is_down():
+            self._fault(conn, None, "acquire")
+            return self._fault_wait
+        try:
+            wait = conn.call(2, self._key_args(state_key, b"acquire", permits, timeout_ns))
+        except _FAULTS as exc:
+            self._fault(conn, exc, "acquire")
+            return self._fault_wait
+        return self._count(wait)
+
+    async def _aacquire_at(self, state_key: str, permits: int, timeout_ns: int) -> int:
+        """Async twin of :meth:`_acquire_at` on ``redis.asyncio``: never blocks the event loop."""
+        if permits < 1:
+            raise ValueError(f"permits must be >= 1, got {permits!r}")
+        conn = self._connection()
+        if conn.is_down():
+            self._fault(conn, None, "acquire")
+            return self._fault_wait
+        try:
+            wait = await conn.acall(2, self._key_args(state_key, b"acquire", permits, timeout_ns))
+        except _FAULTS as exc:
+            self._fault(conn, exc, "acquire")
+            return self._fault_wait
+        return self._count(wait)
+
+    def _state_at(self, state_key: str) -> tuple[int, int, int, int]:
+        """``(cycle, permissions, nanos_to_wait for 1, ns to the next cycle)``; on a fault, the policy's view."""
+        conn = self._connection()
+        if not conn.is_down():
+            try:
+                cycle, permissions, wait, to_next = conn.call(2, self._key_args(state_key, b"state", 1, 0))
+                return cycle, permissions, wait, to_next
+            except _FAULTS as exc:
+                conn.fault(exc, "state")
+        if self.fault_policy == "open":
+            return 0, self._limit, 0, self._period
+        return 0, 0, FAULT_RETRY_AFTER_NS, FAULT_RETRY_AFTER_NS
+
+    def _drain_at(self, state_key: str) -> int:
+        """Drain ``state_key``'s refreshed permissions to 0 (debt kept); how many were drained, 0 on a fault."""
+        conn = self._connection()
+        try:
+            return int(conn.call(2, self._key_args(state_key, b"drain", 1, 0)))
+        except _FAULTS as exc:
+            self._fault(conn, exc, "drain")
+            return 0
 
 
 # ------------------------------------------------------------------------------------------- unkeyed backend
@@ -343,74 +426,20 @@ class RedisBackend(_Clocked):
 
     # -- protocol -------------------------------------------------------------------------------------
 
-    def _args(self, op: bytes, permits: int, timeout_ns: int) -> list[Any]:
-        now_s, now_ns = self._time_args()
-        return [
-            self.anchor_key,
-            self.state_key,
-            op,
-            now_s,
-            now_ns,
-            permits,
-            timeout_ns,
-            self._slack,
-            self._limit,
-            self._period,
-        ]
-
-    def _count(self, wait: int) -> int:
-        with self._counter_lock:
-            if wait >= 0:
-                self.successful_calls += 1
-            else:
-                self.failed_calls += 1
-        return wait
-
     def acquire(self, permits: int, timeout_ns: int) -> int:
         """Decide and commit in one round trip: wait ``>= 0`` granted (reserved), ``< 0`` rejected (``-wait``)."""
-        if permits < 1:
-            raise ValueError(f"permits must be >= 1, got {permits!r}")
-        conn = self._connection()
-        if conn.is_down():
-            self._fault(conn, None, "acquire")
-            return self._fault_wait
-        try:
-            wait = conn.call(2, self._args(b"acquire", permits, timeout_ns))
-        except _FAULTS as exc:
-            self._fault(conn, exc, "acquire")
-            return self._fault_wait
-        return self._count(wait)
+        return self._acquire_at(self.state_key, permits, timeout_ns)
 
     async def aacquire(self, permits: int, timeout_ns: int) -> int:
         """Async twin of :meth:`acquire` on ``redis.asyncio``: never blocks the event loop."""
-        if permits < 1:
-            raise ValueError(f"permits must be >= 1, got {permits!r}")
-        conn = self._connection()
-        if conn.is_down():
-            self._fault(conn, None, "acquire")
-            return self._fault_wait
-        try:
-            wait = await conn.acall(2, self._args(b"acquire", permits, timeout_ns))
-        except _FAULTS as exc:
-            self._fault(conn, exc, "acquire")
-            return self._fault_wait
-        return self._count(wait)
+        return await self._aacquire_at(self.state_key, permits, timeout_ns)
 
     def state4(self) -> tuple[int, int, int, int]:
         """``(cycle, available_permissions, nanos_to_wait for 1, ns to the next cycle)``; writes nothing.
 
         On a fault: full and no wait under "open", empty with the fault wait under "closed".
         """
-        conn = self._connection()
-        if not conn.is_down():
-            try:
-                cycle, permissions, wait, to_next = conn.call(2, self._args(b"state", 1, 0))
-                return cycle, permissions, wait, to_next
-            except _FAULTS as exc:
-                conn.fault(exc, "state")
-        if self.fault_policy == "open":
-            return 0, self._limit, 0, self._period
-        return 0, 0, FAULT_RETRY_AFTER_NS, FAULT_RETRY_AFTER_NS
+        return self._state_at(self.state_key)
 
     def state(self) -> tuple[int, int, int]:
         """``(cycle, available_permissions, nanos_to_wait for 1 permit)`` now (one round trip, no write)."""
@@ -423,12 +452,7 @@ class RedisBackend(_Clocked):
 
     def drain(self) -> int:
         """Drain the refreshed permissions to 0 (debt kept); returns how many. 0 on a fault."""
-        conn = self._connection()
-        try:
-            return int(conn.call(2, self._args(b"drain", 1, 0)))
-        except _FAULTS as exc:
-            self._fault(conn, exc, "drain")
-            return 0
+        return self._drain_at(self.state_key)
 
     def change_limit(self, limit_for_period: int) -> None:
         """Use ``limit_for_period`` from the next decision on (it travels with every call)."""
@@ -696,60 +720,15 @@ class RedisKeyedRateLimiter(_Clocked):
     def _state_key(self, key: object) -> str:
         return self._key_prefix + client_key_digest(key)
 
-    def _args(self, key: object, op: bytes, permits: int, timeout_ns: int) -> list[Any]:
-        now_s, now_ns = self._time_args()
-        return [
-            self.anchor_key,
-            self._state_key(key),
-            op,
-            now_s,
-            now_ns,
-            permits,
-            timeout_ns,
-            self._slack,
-            self._limit,
-            self._period,
-        ]
-
-    def _count(self, wait: int) -> int:
-        with self._counter_lock:
-            if wait >= 0:
-                self.successful_calls += 1
-            else:
-                self.failed_calls += 1
-        return wait
-
     # -- deciding -------------------------------------------------------------------------------------
 
     def _decide(self, key: object, permits: int, timeout_ns: int) -> int:
         """One round trip: wait ``>= 0`` granted (reserved), ``< 0`` rejected (``-wait``)."""
-        if permits < 1:
-            raise ValueError(f"permits must be >= 1, got {permits!r}")
-        conn = self._connection()
-        if conn.is_down():
-            self._fault(conn, None, "acquire")
-            return self._fault_wait
-        try:
-            wait = conn.call(2, self._args(key, b"acquire", permits, timeout_ns))
-        except _FAULTS as exc:
-            self._fault(conn, exc, "acquire")
-            return self._fault_wait
-        return self._count(wait)
+        return self._acquire_at(self._state_key(key), permits, timeout_ns)
 
     async def _adecide(self, key: object, permits: int, timeout_ns: int) -> int:
         """Async twin of :meth:`_decide` on ``redis.asyncio``."""
-        if permits < 1:
-            raise ValueError(f"permits must be >= 1, got {permits!r}")
-        conn = self._connection()
-        if conn.is_down():
-            self._fault(conn, None, "acquire")
-            return self._fault_wait
-        try:
-            wait = await conn.acall(2, self._args(key, b"acquire", permits, timeout_ns))
-        except _FAULTS as exc:
-            self._fault(conn, exc, "acquire")
-            return self._fault_wait
-        return self._count(wait)
+        return await self._aacquire_at(self._state_key(key), permits, timeout_ns)
 
     def acquire_permission(self, key: str, permits: int = 1) -> bool:
         """Take ``permits`` from ``key``'s cluster-wide budget; True if granted (waits within the timeout)."""
@@ -810,35 +789,18 @@ class RedisKeyedRateLimiter(_Clocked):
 
     def drain_permissions(self, key: str) -> int:
         """Set ``key``'s refreshed permissions to 0 (debt kept); returns how many were drained (0 on a fault)."""
-        conn = self._connection()
-        try:
-            drained = int(conn.call(2, self._args(key, b"drain", 1, 0)))
-        except _FAULTS as exc:
-            self._fault(conn, exc, "drain")
-            drained = 0
+        drained = self._drain_at(self._state_key(key))
         if self.events.wants_drained:
             self._publish(DRAINED, drained)
         return drained
 
-    def _state4(self, key: str) -> tuple[int, int, int, int]:
-        conn = self._connection()
-        if not conn.is_down():
-            try:
-                cycle, permissions, wait, to_next = conn.call(2, self._args(key, b"state", 1, 0))
-                return cycle, permissions, wait, to_next
-            except _FAULTS as exc:
-                conn.fault(exc, "state")
-        if self.fault_policy == "open":
-            return 0, self._limit, 0, self._period
-        return 0, 0, FAULT_RETRY_AFTER_NS, FAULT_RETRY_AFTER_NS
-
     def state(self, key: str) -> tuple[int, int, int]:
         """``(cycle, available_permissions, nanos_to_wait for 1 permit)`` for ``key``; writes nothing."""
-        return self._state4(key)[:3]
+        return self._state_at(self._state_key(key))[:3]
 
     def quota(self, key: str) -> tuple[int, int]:
         """``(remaining, reset_ns)`` for ``key`` (RateLimit headers): one round trip, writes nothing."""
-        _, permissions, wait, to_next = self._state4(key)
+        _, permissions, wait, to_next = self._state_at(self._state_key(key))
         return (permissions, to_next) if permissions >= 1 else (permissions, wait)
 
     def get(self, key: str) -> KeyedRateLimiterView:
