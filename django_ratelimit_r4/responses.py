@@ -223,11 +223,21 @@ def default_response(
 
     Exposed so a custom builder can wrap it.
     """
-    content, content_type = _rendered(
-        _problem_type(exc), str(exc), exc.name, _violated(exc), status, retry_after,
+    content, content_type = _default_body(request, exc, status, retry_after)
+    return HttpResponse(content, status=status, content_type=content_type)
+
+
+def _default_body(request: HttpRequest, exc: ResilienceError, status: int, retry_after: int) -> tuple[bytes, str]:
+    """(content, content type) of the built-in body, negotiated on the request's ``Accept``."""
+    return _rendered(
+        _problem_type(exc),
+        str(exc),
+        exc.name,
+        _violated(exc),
+        status,
+        retry_after,
         accepts_json(request.META.get("HTTP_ACCEPT")),
     )
-    return HttpResponse(content, status=status, content_type=content_type)
 
 
 def response_for_exception(
@@ -249,10 +259,7 @@ def response_for_exception(
     retry_after = retry_after_for(exc, bulkhead_retry_after_ns)
     if builder is None:
         # The default response is fully known: set its headers at construction instead of patching.
-        content, content_type = _rendered(
-            _problem_type(exc), str(exc), exc.name, _violated(exc), status, retry_after,
-            accepts_json(request.META.get("HTTP_ACCEPT")),
-        )
+        content, content_type = _default_body(request, exc, status, retry_after)
         return HttpResponse(
             content,
             status=status,
