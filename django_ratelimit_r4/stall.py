@@ -12,9 +12,11 @@ is stalled: the watchdog captures the **loop thread's** stack right then, while 
 stall's duration. The cost is one tiny callback per ``interval`` on the loop and one mostly-asleep
 thread; nothing is added to any request.
 
-Enable it in ``asgi.py`` with one line::
+Enable it with ``RATELIMIT_R4["stall_detector"] = {"enabled": True}`` when
+:class:`~django_ratelimit_r4.middleware.ResilienceMiddleware` runs in async mode (it starts one
+detector per event loop at its first request), or in ``asgi.py`` with one line::
 
-    application = monitor_asgi(get_asgi_application(), threshold=0.020)
+    application = monitor_asgi(get_asgi_application())  # threshold from the setting (default 20 ms)
 
 The recorded duration is the heartbeat's lag: the time a request arriving during the stall would
 have waited. It undercounts the real block by at most ``interval`` (the block may have begun just
@@ -34,9 +36,12 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from datetime import timedelta
 from types import FrameType, TracebackType
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .core.durations import parse_duration
+
+if TYPE_CHECKING:
+    from .conf import StallDetectorOptions
 
 __all__ = [
     "DEFAULT_THRESHOLD_S",
@@ -46,6 +51,8 @@ __all__ = [
     "StallMonitor",
     "StallStats",
     "add_stall_listener",
+    "configured_options",
+    "ensure_detector",
     "get_detectors",
     "monitor_asgi",
     "remove_stall_listener",
@@ -432,6 +439,55 @@ class StallDetector:
             )
 
 
+def configured_options() -> StallDetectorOptions:
+    """``RATELIMIT_R4["stall_detector"]`` as ``StallDetectorOptions(enabled, threshold_ns)``.
+
+    Read when called (never at import); callers cache it. Outside a configured Django project, or when
+    ``RATELIMIT_R4``'s options are invalid (logged as an error; ``manage.py check`` lists them), the
+    defaults: disabled, 20 ms.
+    """
+    # Imported here: the detector itself works without a Django project (worker scripts).
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+
+    from . import conf
+
+    if not settings.configured:
+        return conf.StallDetectorOptions()
+    try:
+        return conf.get_options().stall_detector
+    except ImproperlyConfigured:
+        logger.exception("stall detector: invalid RATELIMIT_R4 options, using the defaults (disabled, 20 ms)")
+        return conf.StallDetectorOptions()
+
+
+_ensure_lock = threading.Lock()
+
+
+def ensure_detector(
+    loop: asyncio.AbstractEventLoop | None = None,
+    *,
+    threshold: float | str | timedelta | None = None,
+    name: str = "asgi",
+    **detector_kwargs: Any,
+) -> StallDetector:
+    """Return the running detector that watches ``loop`` (default: the running loop), starting one if none does.
+
+    Used by :class:`~django_ratelimit_r4.middleware.ResilienceMiddleware`: any running detector counts
+    (one started by :func:`monitor_asgi`, or your own), so a loop is never watched twice. A started one
+    ends by itself when its loop closes. ``threshold=None`` takes the ``stall_detector`` setting's.
+    """
+    if loop is None:
+        loop = asyncio.get_running_loop()
+    with _ensure_lock:
+        for detector in get_detectors():
+            if detector.loop is loop and detector.running:
+                return detector
+        if threshold is None:
+            threshold = configured_options().threshold_ns / 1e9
+        return StallDetector(threshold, name=name, **detector_kwargs).start(loop)
+
+
 class StallMonitor:
     """ASGI wrapper that starts one :class:`StallDetector` per event loop on its first call.
 
@@ -461,6 +517,8 @@ class StallMonitor:
 
     def _ensure(self, loop: asyncio.AbstractEventLoop) -> None:
         with self._lock:
+            if self._detector_kwargs.get("threshold") is None:  # monitor_asgi() without a threshold
+                self._detector_kwargs["threshold"] = configured_options().threshold_ns / 1e9
             # Detectors of closed loops end on their own; drop them so they can be collected.
             self._detectors = [d for d in self._detectors if d.running]
             if not any(d.loop is loop for d in self._detectors):
@@ -477,15 +535,17 @@ class StallMonitor:
 
 def monitor_asgi(
     application: ASGIApp,
-    threshold: float | str | timedelta = DEFAULT_THRESHOLD_S,
+    threshold: float | str | timedelta | None = None,
     **detector_kwargs: Any,
 ) -> StallMonitor:
-    """Wrap an ASGI application so its event loop is watched for stalls (off unless you call this).
+    """Wrap an ASGI application so its event loop is watched for stalls (always, whatever ``enabled`` says).
 
-    ``application = monitor_asgi(get_asgi_application())`` in ``asgi.py``. Extra keyword arguments
-    (``interval``, ``logger``, ``on_stall``, ``hang_report_after``, ``name``) go to each
-    :class:`StallDetector`; the threshold is validated now, not at the first request.
+    ``application = monitor_asgi(get_asgi_application())`` in ``asgi.py``. ``threshold=None`` takes
+    ``RATELIMIT_R4["stall_detector"]["threshold"]`` (default 20 ms), read at the first call, never at
+    import. Extra keyword arguments (``interval``, ``logger``, ``on_stall``, ``hang_report_after``,
+    ``name``) go to each :class:`StallDetector`; an explicit threshold is validated now.
     """
-    _to_seconds(threshold, "threshold")
+    if threshold is not None:
+        _to_seconds(threshold, "threshold")
     detector_kwargs.setdefault("name", "asgi")
     return StallMonitor(application, threshold=threshold, **detector_kwargs)
