@@ -246,6 +246,11 @@ def _name_part(name: str) -> str:
     return quote(name, safe="")
 
 
+def _glob_escape(text: str) -> str:
+    """``text`` as a literal in a Redis SCAN/KEYS pattern."""
+    return "".join("\\" + c if c in "\\*?[]" else c for c in text)
+
+
 def client_key_digest(key: object) -> str:
     """The Redis-safe form of a client key: a 128-bit BLAKE2b hex digest (no client data stored in Redis)."""
     raw = key if isinstance(key, str) else str(key)
@@ -812,7 +817,8 @@ class RedisKeyedRateLimiter(_Clocked):
     # -- management -----------------------------------------------------------------------------------
 
     def _scan_keys(self) -> list[bytes]:
-        return list(self._conn.sync.scan_iter(match=self._key_prefix + "*", count=1000))
+        # The prefix is the operator's (redis_key_prefix): escaped, so "a*" cannot match another app's keys.
+        return list(self._conn.sync.scan_iter(match=_glob_escape(self._key_prefix) + "*", count=1000))
 
     def purge(self) -> int:
         """Nothing to do (full states are deleted and others expire in Redis); returns 0."""

@@ -541,3 +541,19 @@ def test_registry_refuses_redis_with_invalid_options(settings) -> None:
     settings.RATELIMIT_R4 = {"backend": "redis", "ratelimiters": {"instances": {"api": {}}}}
     with pytest.raises(ImproperlyConfigured, match="redis_url"):
         registry.get_rate_limiter("api")
+
+
+def test_a_glob_in_the_key_prefix_never_reaches_another_prefix(redis_url: str, prefix: str, raw) -> None:
+    """reset() and len() scan by prefix: a prefix with glob characters must match only itself."""
+    clock = FakeClock()
+    config = RateLimiterConfig(limit_for_period=1, limit_refresh_period="60s")
+    globbed = rb.RedisKeyedRateLimiter("g", config, clock=clock, url=redis_url, prefix=prefix + "*")
+    other = rb.RedisKeyedRateLimiter("g", config, clock=clock, url=redis_url, prefix=prefix + "x")
+    try:
+        assert other.acquire_permission("victim")
+        assert len(globbed) == 0
+        globbed.reset()
+        assert not other.acquire_permission("victim")  # the other prefix's state survived
+        assert len(other) == 1
+    finally:
+        raw.delete(*raw.keys(rb._glob_escape(prefix) + "[*x]:*") or ["-"])
