@@ -81,11 +81,19 @@ def _authorize(request: HttpRequest) -> _Access:
     raise Http404
 
 
+def _unused_view(request: HttpRequest) -> HttpResponse:
+    """Stands in for the view in the CSRF check, which needs one but never calls it."""
+    return HttpResponse()
+
+
+# Like any middleware instance, it keeps no per-request state: one serves every request.
+_CSRF = CsrfViewMiddleware(_unused_view)
+
+
 def _csrf_failure(request: HttpRequest) -> HttpResponse | None:
     """Run Django's CSRF check for a session-authenticated POST (the views themselves are exempt)."""
-    check = CsrfViewMiddleware(lambda _request: HttpResponse())
-    check.process_request(request)
-    return check.process_view(request, None, (), {})
+    _CSRF.process_request(request)
+    return _CSRF.process_view(request, _unused_view, (), {})
 
 
 def _json(data: Any, status: int = 200) -> JsonResponse:
@@ -119,7 +127,7 @@ def _body(request: HttpRequest) -> dict[str, Any]:
     if request.content_type == "application/json":
         try:
             data = json.loads(request.body or b"{}")
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
             raise state.IllegalAction(f"the request body is not valid JSON: {exc}") from None
         if not isinstance(data, dict):
             raise state.IllegalAction("the JSON body must be an object")

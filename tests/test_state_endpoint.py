@@ -208,6 +208,8 @@ def test_illegal_transition_is_a_400(ops: Any, client: Client) -> None:
 def test_bad_json_body_and_wrong_method(ops: Any, client: Client) -> None:
     bad = client.post(BASE + "slow/drain", data="{", content_type="application/json", **_bearer())
     assert bad.status_code == 400 and "not valid JSON" in bad.json()["error"]
+    deep = client.post(BASE + "slow/drain", data="[" * 100_000, content_type="application/json", **_bearer())
+    assert deep.status_code == 400 and "not valid JSON" in deep.json()["error"]
     assert client.get(BASE + "slow/drain", **_bearer()).status_code == 405
     assert client.post(BASE, **_bearer()).status_code == 405
 
