@@ -59,7 +59,7 @@ def summarize(items: list[dict[str, Any]]) -> str:
 
 
 @dataclasses.dataclass
-class ResilienceState(HealthCheck):
+class ResilienceState(HealthCheck):  # type: ignore[misc]  # health_check ships no types
     """Reports every configured instance's state; healthy unless ``RATELIMIT_R4`` is misconfigured."""
 
     summary: str = dataclasses.field(default="", init=False, repr=False, compare=False)
