@@ -34,6 +34,8 @@ from .core.exceptions import ConfigurationError
 from .core.ratelimiter import RateLimiterConfig
 from .core.retry import RetryConfig
 from .core.timelimiter import TimeLimiterConfig
+from .headers import DRAFT_6, DRAFT_10
+from .keys import BUILTIN_KEYS, validate_key_spec
 
 __all__ = [
     "KINDS",
@@ -200,9 +202,6 @@ KINDS: dict[str, Kind] = {
 DEFAULT_MAX_KEYS = 100_000
 DEFAULT_BULKHEAD_RETRY_AFTER = Nanos(1_000_000_000)
 
-#: Built-in request key functions for keyed rate limiters (``header:<Name>`` and dotted paths too).
-BUILTIN_KEYS = ("ip", "user", "user_or_ip", "session")
-
 _OPTION_KEYS = (
     "backend",
     "redis_url",
@@ -218,7 +217,7 @@ _OPTION_KEYS = (
 )
 _BACKENDS = ("memory", "redis")
 _FAULT_POLICIES = ("open", "closed")
-_HEADER_STYLES = ("draft-10", "draft-6")
+_HEADER_STYLES = (DRAFT_10, DRAFT_6)
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 _DURATION_HINT = "Write durations as timedelta or a string with a unit: '500ms', '1s', '5m'."
 
@@ -329,8 +328,6 @@ def parse_key_spec(value: object) -> str | Callable[..., Any] | None:
 
 def _parse_key(value: object) -> str | Callable[..., Any] | None:
     # keys.validate_key_spec is the single source of the key rules (it imports dotted paths).
-    from .keys import validate_key_spec
-
     try:
         error = validate_key_spec(value)
     except Exception as exc:  # a user module imported by the dotted path may raise anything
