@@ -24,11 +24,7 @@ def r4_clock() -> Iterator[FakeClock]:
     clock's current time. Advance it with ``r4_clock.advance(seconds)``. Afterwards the real clock
     is restored and the instances are reset.
     """
-    from django_ratelimit_r4.testing import FakeClock, install_clock, restore_clock
+    from django_ratelimit_r4.testing import fake_clock
 
-    clock = FakeClock()
-    install_clock(clock)
-    try:
+    with fake_clock() as clock:
         yield clock
-    finally:
-        restore_clock()
