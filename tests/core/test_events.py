@@ -142,8 +142,14 @@ def test_a_failing_listener_is_logged_and_the_others_still_run(caplog: pytest.Lo
     assert "'inst'" in failures[0].getMessage() and "A event" in failures[0].getMessage()
 
 
-def test_publish_without_listeners_does_nothing() -> None:
-    DemoEvents().publish(Event("A", "x"))
+def test_publish_without_listeners_does_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    events = DemoEvents()
+    seen: list[Event] = []
+    events.on_b(seen.append)
+    assert events.wants("A") is False and events.wants("B") is True
+    with caplog.at_level(logging.DEBUG, logger="django_ratelimit_r4.events"):
+        events.publish(Event("A", "x"))  # no listener of A: nothing is called, nothing logged
+    assert seen == [] and caplog.records == []
 
 
 def test_publishers_are_independent() -> None:
