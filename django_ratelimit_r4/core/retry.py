@@ -263,6 +263,26 @@ class Retry:
             else:
                 metrics.number_of_failed_calls_without_retry_attempt += 1
 
+    def _after_exception(self, attempt: int, exc: Exception) -> int:
+        """The wait in ns before the next attempt after ``exc``, or -1 when ``exc`` must propagate."""
+        if not self._retryable(exc):
+            self._not_retried(attempt, exc)
+            return -1
+        if attempt >= self._max_attempts:
+            self._exhausted_exception(attempt, exc)
+            return -1
+        return self._failed_attempt(attempt, exc)
+
+    def _after_retried_result(self, attempt: int, last_exc: Exception | None) -> int:
+        """The wait in ns before the next attempt after a result to retry, or -1 when attempts are spent.
+
+        With ``fail_after_max_attempts`` the -1 case raises :class:`MaxRetriesExceeded` instead.
+        """
+        if attempt >= self._max_attempts:
+            self._exhausted_result(attempt, last_exc)
+            return -1
+        return self._failed_attempt(attempt, None)
+
     def _exhausted_exception(self, attempts: int, exc: Exception) -> None:
         self._count_failure(attempts)
         if self.events.has_listeners:
@@ -315,22 +335,17 @@ class Retry:
             try:
                 result = fn(*args, **kwargs)
             except Exception as exc:
-                if not self._retryable(exc):
-                    self._not_retried(attempt, exc)
-                    raise
-                if attempt >= self._max_attempts:
-                    self._exhausted_exception(attempt, exc)
+                wait = self._after_exception(attempt, exc)
+                if wait < 0:
                     raise
                 last_exc = exc
-                wait = self._failed_attempt(attempt, exc)
             else:
                 if predicate is None or not predicate(result):
                     self._succeeded(attempt, last_exc)
                     return result
-                if attempt >= self._max_attempts:
-                    self._exhausted_result(attempt, last_exc)
+                wait = self._after_retried_result(attempt, last_exc)
+                if wait < 0:
                     return result
-                wait = self._failed_attempt(attempt, None)
             self._sleep(wait / 1e9)
 
     async def acall(self, fn: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any) -> T:
@@ -343,22 +358,17 @@ class Retry:
             try:
                 result = await fn(*args, **kwargs)
             except Exception as exc:
-                if not self._retryable(exc):
-                    self._not_retried(attempt, exc)
-                    raise
-                if attempt >= self._max_attempts:
-                    self._exhausted_exception(attempt, exc)
+                wait = self._after_exception(attempt, exc)
+                if wait < 0:
                     raise
                 last_exc = exc
-                wait = self._failed_attempt(attempt, exc)
             else:
                 if predicate is None or not predicate(result):
                     self._succeeded(attempt, last_exc)
                     return result
-                if attempt >= self._max_attempts:
-                    self._exhausted_result(attempt, last_exc)
+                wait = self._after_retried_result(attempt, last_exc)
+                if wait < 0:
                     return result
-                wait = self._failed_attempt(attempt, None)
             await self._asleep(wait / 1e9)
 
     def decorate(self, fn: Callable[P, R]) -> Callable[P, R]:
