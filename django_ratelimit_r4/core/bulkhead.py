@@ -476,7 +476,8 @@ class Bulkhead:
         budget_ns = self._max_wait_ns
         try:
             if self._real_time:
-                waiter.lock.acquire(True, budget_ns / 1e9)  # type: ignore[union-attr]
+                # Capped: a longer timeout (a wait of centuries, or ~49 days on Windows) raises OverflowError.
+                waiter.lock.acquire(True, min(budget_ns / 1e9, threading.TIMEOUT_MAX))  # type: ignore[union-attr]
             else:
                 self._park_fake_clock(waiter, budget_ns)
         except BaseException:

@@ -832,3 +832,25 @@ def test_defaults_follow_resilience4j() -> None:
     assert b.config.max_wait_duration == 0
     assert b.config.fair_call_handling is True
     assert "Bulkhead('d'" in repr(b)
+
+
+def test_a_wait_budget_beyond_the_platform_lock_timeout_still_waits() -> None:
+    """A max_wait_duration longer than threading.TIMEOUT_MAX must wait, not raise OverflowError."""
+    b = make(1, "400000d")  # ~1095 years, beyond TIMEOUT_MAX (~292 years on Linux, ~49 days on Windows)
+    assert b.try_acquire_permission()
+    got: list[object] = []
+
+    def waiter() -> None:
+        try:
+            got.append(b.try_acquire_permission())
+        except BaseException as exc:  # recorded: the assertion below shows what went wrong
+            got.append(exc)
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    until(lambda: b.metrics.waiting_calls == 1 or bool(got))
+    b.on_complete()
+    t.join(5)
+    assert got == [True]
+    b.on_complete()
+    assert_all_free(b)
