@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test demo bench lint soak clean
+.PHONY: test demo bench bench-peers lint soak clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,11 @@ demo: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/run.py
+
+# Our primitives side by side with django-ratelimit, DRF, limits, pybreaker and purgatory (benchmarks/README.md).
+bench-peers: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e ".[bench]"
+	$(PY) benchmarks/run.py peers
 
 lint: $(VENV)/.installed
 	$(PY) -m pip install --quiet ".[dev]"
