@@ -18,7 +18,7 @@ Methodology, the same for every subject:
 * ``baseline_ns`` is always OURS (the matching row: keyed limiter for keyed peers, closed/open breaker for
   breakers) and ``ratio = ns_per_op / baseline_ns``: how many times our cost the peer's decision takes.
 
-Three more checks, no timing: memory growth (``tracemalloc``) over 100k rejections by an OPEN breaker, and
+Two checks without timing: memory growth (``tracemalloc``) over 100k rejections by an OPEN breaker, and
 over-admission when 20 threads released by one ``threading.Barrier`` race for a 5-per-window limit.
 
 Run: ``python benchmarks/run.py peers`` (or ``make bench-peers``, or ``python benchmarks/bench_peers.py``).
