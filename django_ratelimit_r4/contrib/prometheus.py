@@ -43,6 +43,9 @@ Two modes, chosen once by :func:`install`:
   counters and pushes counter *deltas* and gauge values. Decisions still pay nothing; values lag by at
   most ``interval``. The thread starts lazily in the worker, on its first request (or the first
   :func:`sync_now`), never in the gunicorn master, and a last sync runs at interpreter exit.
+  A circuit breaker's ``state`` gauges are also pushed at each of its transitions, from a
+  ``STATE_TRANSITION`` listener (which leaves the breaker's per-call fast path alone; it never waits
+  for the syncer), so a scrape sees an opened breaker at once; the syncer is the backstop.
   Stalls are observed from :func:`django_ratelimit_r4.stall.add_stall_listener`.
 
 gunicorn configuration for multiprocess mode (wipe the directory before each start)::
@@ -72,6 +75,7 @@ import contextlib
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
@@ -441,6 +445,27 @@ collector = R4Collector()
 # --------------------------------------------------------------------------------------------------
 
 
+class _StateWatch:
+    """A breaker's ``STATE_TRANSITION`` listener: queue its state gauges for a push, push if nobody is.
+
+    Holds the breaker weakly (the syncer's ``WeakKeyDictionary`` maps breaker -> watch) and the registry
+    generation it was built for: a breaker of a replaced setting pushes nothing.
+    """
+
+    __slots__ = ("__weakref__", "breaker", "generation", "name", "syncer")
+
+    def __init__(self, syncer: _Syncer, name: str, breaker: Any, generation: int) -> None:
+        self.syncer = syncer
+        self.name = name
+        self.breaker = weakref.ref(breaker)
+        self.generation = generation
+
+    def __call__(self, event: Any) -> None:
+        syncer = self.syncer
+        syncer._pending[self] = None
+        syncer._drain_states()
+
+
 class _Syncer:
     """Pushes the primitives' numbers into multiprocess-safe metric objects, every ``interval``."""
 
@@ -470,6 +495,8 @@ class _Syncer:
                 registry=registry,
                 buckets=_stall.STALL_BUCKETS,
             )
+        #: breaker -> its transition listener (weak keys: a breaker of a replaced setting goes away).
+        self._watched: weakref.WeakKeyDictionary[Any, _StateWatch] = weakref.WeakKeyDictionary()
         self._after_fork()
         # Survive the process: counters already pushed by the parent stay the parent's.
         self._last: dict[tuple[_Spec, Labels, str], tuple[object, int]] = {}
@@ -480,6 +507,9 @@ class _Syncer:
         # Locks held by a thread of the parent at fork time would stay locked forever in the child.
         self._lock = threading.Lock()
         self._start_lock = threading.Lock()
+        self._watch_lock = threading.Lock()
+        #: Breakers whose state gauges a transition asked to push (insertion-ordered set).
+        self._pending: dict[_StateWatch, None] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing = False
@@ -499,16 +529,19 @@ class _Syncer:
             return value  # a new (rebuilt) or reset source counts from zero
         return value - last[1]
 
+    def _set_gauge_locked(self, spec: _Spec, labels: Labels, value: float) -> None:
+        gauges = self._gauges
+        if gauges.get((spec, labels)) != value:
+            gauges[spec, labels] = value
+            self._child(spec, labels).set(value)
+
     def sync(self) -> None:
         """Read every instance once and push gauge values and counter deltas."""
         reading = _Reading()
         with self._lock:  # read under the lock too: an older reading applied late would look like a reset
             _read(reading)
-            gauges = self._gauges
             for spec, labels, value in reading.gauges:
-                if gauges.get((spec, labels)) != value:
-                    gauges[spec, labels] = value
-                    self._child(spec, labels).set(value)
+                self._set_gauge_locked(spec, labels, value)
             for spec, labels, slot, source, value in reading.counters:
                 delta = self._delta((spec, labels, slot), source, value)
                 if delta:
@@ -521,6 +554,58 @@ class _Syncer:
                     child = self._child(spec, labels)
                     child._count.inc(delta_count)
                     child._sum.inc(delta_ns / _NS_PER_S)
+            # After the reading: a transition queued while reading must win over the older state read.
+            self._push_states_locked()
+        self._drain_states()
+
+    # -- breaker state at each transition ------------------------------------------------------------
+
+    def watch(self, name: str, breaker: Any) -> None:
+        """Push ``breaker``'s ``state`` gauges at each of its transitions (idempotent).
+
+        A ``STATE_TRANSITION`` listener does not make the breaker build per-call events.
+        """
+        with self._watch_lock:
+            if breaker in self._watched:
+                return
+            listener = self._watched[breaker] = _StateWatch(self, name, breaker, r4_registry.generation)
+        breaker.events.on_state_transition(listener)
+
+    def watch_all(self) -> None:
+        """:meth:`watch` every configured breaker, building it if needed (the build hook watches later ones)."""
+        for name, breaker in r4_registry.instances("circuitbreakers"):
+            self.watch(name, breaker)
+
+    def unwatch(self) -> None:
+        """Remove every transition listener :meth:`watch` added (for :func:`uninstall`)."""
+        with self._watch_lock:
+            watched = list(self._watched.items())
+            self._watched.clear()
+        for breaker, listener in watched:
+            breaker.events.remove_listener(listener)
+
+    def _drain_states(self) -> None:
+        # Whoever holds the lock pushes; a transition never waits for a running sync. The holder looks
+        # again after releasing, so a transition queued meanwhile is not left for the next interval.
+        lock = self._lock
+        while self._pending and lock.acquire(blocking=False):
+            try:
+                self._push_states_locked()
+            finally:
+                lock.release()
+
+    def _push_states_locked(self) -> None:
+        pending = self._pending
+        while pending:
+            watch, _ = pending.popitem()
+            breaker = watch.breaker()
+            if breaker is None or watch.generation != r4_registry.generation:
+                continue  # a replaced setting's breaker: the current one is what the gauges describe
+            # The current state, not the event's: events of two racing transitions may arrive swapped.
+            # Reading it can fire a due transition, whose listener just queues again for this loop.
+            current = breaker.state
+            for label, state in _STATES:
+                self._set_gauge_locked(CB_STATE, (watch.name, label), 1.0 if state is current else 0.0)
 
     def observe_stall(self, event: Any) -> None:
         """Stall listener: one observation per stall, from the detector's watchdog thread."""
@@ -541,6 +626,10 @@ class _Syncer:
                 self._thread = thread
 
     def _run(self) -> None:
+        try:  # breakers built before install() never met the build hook
+            self.watch_all()
+        except Exception:
+            logger.exception("django-ratelimit-r4: circuit breaker states will be pushed by the syncer only")
         while not self._stop.wait(self.interval):
             self.sync_logged()
 
@@ -629,6 +718,8 @@ def install(
             _stall.add_stall_listener(syncer.observe_stall)
         # Started by the worker's first request, so a preloading gunicorn master never runs it.
         request_started.connect(_on_first_request, weak=False, dispatch_uid=_FIRST_REQUEST_UID)
+        if _on_build not in r4_registry.build_callbacks:
+            r4_registry.build_callbacks.append(_on_build)
         if not _atexit_registered:
             atexit.register(_flush_at_exit)
             _atexit_registered = True
@@ -664,11 +755,24 @@ def uninstall() -> None:
         syncer = _syncer
         if syncer is not None:
             request_started.disconnect(dispatch_uid=_FIRST_REQUEST_UID)
+            with contextlib.suppress(ValueError):
+                r4_registry.build_callbacks.remove(_on_build)
             if _stall is not None:
                 _stall.remove_stall_listener(syncer.observe_stall)
             syncer.stop()
+            syncer.unwatch()
             syncer.unregister()
         _mode = _registry = _syncer = None
+
+
+def _on_build(kind: str, name: str, instance: Any) -> None:
+    # Registry build hook (under its lock; must be quick and never raise): watch new breakers at once.
+    syncer = _syncer
+    if syncer is not None and kind == "circuitbreakers":
+        try:
+            syncer.watch(name, instance)
+        except Exception:
+            logger.exception("could not watch circuit breaker %r for state metrics", name)
 
 
 def _on_first_request(**kwargs: Any) -> None:
