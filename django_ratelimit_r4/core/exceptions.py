@@ -55,6 +55,21 @@ class ResilienceError(Exception):
         """Seconds a client should wait: ``ceil(wait_ns / 1e9)``, at least 1."""
         return retry_after_seconds(self.wait_ns)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The live instance (locks, clients) cannot cross a process boundary: a pickled rejection keeps
+        # its name, wait and message but carries None in place of the instance.
+        state = {k: (None if k in _INSTANCE_ATTRS else v) for k, v in self.__dict__.items()}
+        return (_restore, (type(self), state))
+
+
+_INSTANCE_ATTRS = frozenset({"rate_limiter", "bulkhead", "circuit_breaker", "retry", "time_limiter"})
+
+
+def _restore(cls: type[ResilienceError], state: dict[str, Any]) -> ResilienceError:
+    exc = cls.__new__(cls)
+    exc.__dict__.update(state)
+    return exc
+
 
 class RequestNotPermitted(ResilienceError):
     """A rate limiter refused a permit (Resilience4j's ``RequestNotPermitted``)."""

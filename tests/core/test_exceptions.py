@@ -237,3 +237,22 @@ def test_import_string() -> None:
 def test_field_names_skip_private_fields() -> None:
     assert field_names(DemoConfig) == ("wait", "optional_wait", "count", "ratio", "flag", "mode", "errors", "check")
     assert config_module.field_names is field_names
+
+
+def test_rejections_survive_pickling_without_their_live_instance() -> None:
+    """Task queues and multiprocessing pickle exceptions; the instance (locks) must not break that."""
+    import pickle
+
+    from django_ratelimit_r4.core.bulkhead import Bulkhead
+    from django_ratelimit_r4.core.circuitbreaker import CircuitBreaker, State
+    from django_ratelimit_r4.core.exceptions import BulkheadFull, CallNotPermitted, RequestNotPermitted
+    from django_ratelimit_r4.core.ratelimiter import RateLimiter
+
+    for exc in (
+        RequestNotPermitted(RateLimiter("api"), 1_500_000_000),
+        BulkheadFull(Bulkhead("acquirer")),
+        CallNotPermitted(CircuitBreaker("acquirer"), State.OPEN, 2_000_000_000),
+    ):
+        copy = pickle.loads(pickle.dumps(exc))
+        assert type(copy) is type(exc)
+        assert (copy.name, copy.wait_ns, copy.retry_after, str(copy)) == (exc.name, exc.wait_ns, exc.retry_after, str(exc))
