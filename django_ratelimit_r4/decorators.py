@@ -34,6 +34,7 @@ annotation it handles every ``Exception``. Anything else is re-raised.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import inspect
@@ -48,7 +49,6 @@ from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest, HttpResponseBase
 
 from . import conf, registry
-from .backends.base import div_ceil
 from .backends.memory import MemoryBackend
 from .core.exceptions import BulkheadFull, CallNotPermitted, RequestNotPermitted, ResilienceError
 from .core.ratelimiter import RateLimiter
@@ -63,7 +63,7 @@ from .headers import (
     window_seconds,
 )
 from .ip import ClientIPResolver
-from .keyed import KeyedRateLimiter, acquire_all_keyed
+from .keyed import KeyedRateLimiter, _redis_of, acquire_all_keyed
 from .keys import KeyFunc, compile_key
 from .middleware import bulkhead_retry_after_ns, rejection_response
 from .responses import HANDLED_EXCEPTIONS
@@ -135,18 +135,13 @@ def _unkeyed_quota(limiter: RateLimiter) -> tuple[int, int]:
     """``(remaining, reset_ns)`` of an unkeyed limiter, for the RateLimit fields.
 
     ``reset_ns`` is the time to the cycle boundary while permits remain, else the wait for one.
+    ``MemoryBackend.quota()`` and ``RedisBackend.quota()`` (one round trip) give exactly that; a
+    third-party backend with only the protocol's ``state()`` gets the period as an upper bound.
     """
     backend = limiter.backend
-    if type(backend) is MemoryBackend:
-        # Two unlocked int reads of state written under the backend's lock: a fine snapshot for
-        # advisory headers, without a second lock round trip on every allowed request.
-        permissions = backend._permissions
-        to_next = backend._cycle_end - backend._now()
-        if to_next > 0:
-            if permissions >= 1:
-                return permissions, to_next
-            limit = backend._limit
-            return permissions, to_next + div_ceil(1 - (permissions + limit), limit) * backend._period
+    quota = getattr(backend, "quota", None)
+    if quota is not None:
+        return quota()  # type: ignore[no-any-return]
     _, available, wait = backend.state()
     return available, wait if available < 1 else int(limiter.config.limit_refresh_period)
 
@@ -179,10 +174,38 @@ class _Limit:
 class _RatePlan:
     """A gate's limits for one registry generation, with everything per-request work needs."""
 
-    __slots__ = ("draft10", "generation", "limits", "salt", "single", "single_keyed", "style")
+    __slots__ = (
+        "aacquire_all",
+        "acquire_all",
+        "draft10",
+        "fast_quota",
+        "generation",
+        "limits",
+        "remote",
+        "salt",
+        "single",
+        "single_keyed",
+        "style",
+    )
 
-    def __init__(self, generation: int, limits: tuple[_Limit, ...], style: str | None, salt: bytes) -> None:
+    def __init__(
+        self,
+        generation: int,
+        limits: tuple[_Limit, ...],
+        style: str | None,
+        salt: bytes,
+        redis_module: Any | None = None,
+    ) -> None:
         self.generation = generation
+        #: True when the limits live in Redis: every decision and quota is a round trip, so async
+        #: paths await redis.asyncio and read quotas off the event loop.
+        self.remote = redis_module is not None
+        self.acquire_all: Callable[..., tuple[int, int] | None] = (
+            redis_module.acquire_all_keyed if redis_module is not None else acquire_all_keyed
+        )
+        self.aacquire_all: Callable[..., Any] | None = (
+            redis_module.aacquire_all_keyed if redis_module is not None else None
+        )
         self.limits = limits
         self.style = style
         self.draft10 = style == DRAFT_10
@@ -190,6 +213,12 @@ class _RatePlan:
         only = limits[0] if len(limits) == 1 else None
         self.single = only.limiter if only is not None else None
         self.single_keyed = only if only is not None and only.keyed is not None else None
+        # The allowed-request fast path: a single unkeyed in-memory limit with draft-10 headers reads
+        # MemoryBackend.quota() (a lock-free snapshot, no I/O) and writes the two fields inline.
+        backend = self.single.backend if self.single is not None else None
+        self.fast_quota: Callable[[], tuple[int, int]] | None = (
+            backend.quota if self.draft10 and type(backend) is MemoryBackend else None
+        )
 
 
 _STALE_PLAN = _RatePlan.__new__(_RatePlan)
@@ -248,7 +277,13 @@ class RateLimitGate:
                     resolver = ClientIPResolver(options.trusted_proxies or None, options.ipv6_prefix_length)  # type: ignore[arg-type]
                 key_func = compile_key(spec, ip_resolver=resolver)
                 limits.append(_Limit(name, None, registry.get_keyed_rate_limiter(name), key_func))
-            plan = _RatePlan(generation, tuple(limits), options.headers, _secret_salt())
+            try:
+                redis_module = _redis_of(
+                    [(limit.keyed if limit.keyed is not None else limit.limiter, None) for limit in limits]
+                )
+            except TypeError as exc:
+                raise TypeError(f"rate limit gate {list(self.names)}: {exc}") from None
+            plan = _RatePlan(generation, tuple(limits), options.headers, _secret_salt(), redis_module)
             self._plan = plan
             return plan
 
@@ -269,23 +304,39 @@ class RateLimitGate:
             keys.append(_SKIP if key is None else key)
         return keys
 
-    def _acquire(self, plan: _RatePlan, keys: list[Any]) -> None:
-        """Take the permits (no waiting) or raise RequestNotPermitted with the largest wait."""
-        entries = [
+    @staticmethod
+    def _entries(plan: _RatePlan, keys: list[Any]) -> list[tuple[Any, Any]]:
+        return [
             (limit.keyed if limit.keyed is not None else limit.limiter, key)
             for limit, key in zip(plan.limits, keys, strict=True)
             if key is not _SKIP
         ]
-        if not entries:
-            return
-        outcome = acquire_all_keyed(entries, self.permits)  # type: ignore[arg-type]
+
+    @staticmethod
+    def _raise(entries: list[tuple[Any, Any]], outcome: tuple[int, int] | None) -> None:
         if outcome is not None:
             index, wait = outcome
             limiter, key = entries[index]
-            exc = RequestNotPermitted(limiter, wait)  # type: ignore[arg-type]
+            exc = RequestNotPermitted(limiter, wait)
             if key is not None:
                 exc.key = key  # type: ignore[attr-defined]
             raise exc
+
+    def _acquire(self, plan: _RatePlan, keys: list[Any]) -> None:
+        """Take the permits (no waiting) or raise RequestNotPermitted with the largest wait."""
+        entries = self._entries(plan, keys)
+        if entries:
+            self._raise(entries, plan.acquire_all(entries, self.permits))
+
+    async def _aacquire(self, plan: _RatePlan, keys: list[Any]) -> None:
+        """Async twin of :meth:`_acquire`: one awaited script for Redis, integer work under locks for memory."""
+        entries = self._entries(plan, keys)
+        if not entries:
+            return
+        if plan.aacquire_all is not None:
+            self._raise(entries, await plan.aacquire_all(entries, self.permits))
+        else:
+            self._raise(entries, plan.acquire_all(entries, self.permits))
 
     def acquire(self, request: Any = None) -> list[Any]:
         """Take the permits for ``request`` (or for a plain call) or raise ``RequestNotPermitted``.
@@ -330,12 +381,12 @@ class RateLimitGate:
             response = fn(*args, **kwargs)
             if plan.style is None or not isinstance(response, HttpResponseBase) or request_of(args) is None:
                 return response
-            backend = single._backend
-            if plan.draft10 and type(backend) is MemoryBackend:
-                # _unkeyed_quota, _sf, _seconds and _put inlined: this runs on every allowed request.
-                remaining = backend._permissions
-                to_next = backend._cycle_end - backend._now()
-                if to_next > 0 and remaining >= 1:
+            fast_quota = plan.fast_quota
+            if fast_quota is not None:
+                # _sf, _seconds and _put inlined: this runs on every allowed request (Redis and
+                # other backends take _annotate_single).
+                remaining, to_next = fast_quota()
+                if remaining >= 1:
                     limit = plan.limits[0]
                     store = getattr(response.headers, "_store", None)
                     if store is not None:
@@ -385,10 +436,12 @@ class RateLimitGate:
             keys = [key]
         else:
             keys = self._keys(plan, request)
-            self._acquire(plan, keys)  # timeout 0 and locks held for integer work only
+            await self._aacquire(plan, keys)
         response = await fn(*args, **kwargs)
         if plan.style is not None and request is not None and isinstance(response, HttpResponseBase):
-            if keyed is not None and key is not None:
+            if plan.remote:
+                _set_all(response, await self._aheaders(keys))
+            elif keyed is not None and key is not None:
                 self._annotate_keyed(plan, keyed, key, response)
             else:
                 self._annotate(plan, response, keys)
@@ -421,9 +474,20 @@ class RateLimitGate:
             )
         return ratelimit_headers(plan.style, statuses, salt=plan.salt)
 
+    async def _aheaders(self, keys: list[Any]) -> dict[str, str]:
+        """:meth:`headers` for async paths: Redis quotas are read on a worker thread, never on the loop.
+
+        (The Redis limiters have no async ``quota()``; one executor hop for all limits of the gate.)
+        """
+        plan = self.plan()
+        if plan.style is None:
+            return {}
+        if not plan.remote:
+            return self.headers(keys)
+        return await asyncio.get_running_loop().run_in_executor(None, self.headers, keys)
+
     def _annotate(self, plan: _RatePlan, response: HttpResponseBase, keys: list[Any]) -> None:
-        for name, value in self.headers(keys).items():
-            response.headers[name] = value
+        _set_all(response, self.headers(keys))
 
     def _annotate_single(self, plan: _RatePlan, limiter: RateLimiter, response: HttpResponseBase) -> None:
         if not plan.draft10:
@@ -460,6 +524,31 @@ class RateLimitGate:
         else:
             self._annotate(plan, response, self._keys(plan, request))
         return response
+
+    async def arejected_response(self, request: Any, exc: RequestNotPermitted) -> HttpResponseBase:
+        """Async twin of :meth:`rejected_response` (Redis quotas read off the event loop)."""
+        plan = self.plan()
+        if not plan.remote:
+            return self.rejected_response(request, exc)
+        response = rejection_response(request, exc)
+        if plan.style is None:
+            return response
+        if plan.single is not None:
+            keys: list[Any] = [None]
+        elif plan.single_keyed is not None:
+            key = getattr(exc, "key", None)
+            if key is None:
+                return response
+            keys = [key]
+        else:
+            keys = self._keys(plan, request)
+        _set_all(response, await self._aheaders(keys))
+        return response
+
+
+def _set_all(response: HttpResponseBase, headers: dict[str, str]) -> None:
+    for name, value in headers.items():
+        response.headers[name] = value
 
 
 # ----------------------------------------------------------------------------------------------- fallbacks
@@ -606,6 +695,22 @@ class _Resilience:
                 return self.respond(exc, request)  # type: ignore[arg-type]
         return _RERAISE
 
+    async def ahandle(
+        self, fn: Callable[..., Any], exc: BaseException, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """Async twin of :meth:`handle`: awaits an async fallback and builds the 429 without blocking."""
+        if self.fallback is not None and isinstance(exc, self.fallback_types):
+            fb_args, fb_kwargs = _fallback_args(fn, args, kwargs)
+            outcome = self.fallback(*fb_args, exc, **fb_kwargs)
+            return await outcome if inspect.isawaitable(outcome) else outcome
+        if self.owns(exc):
+            request = request_of(args)
+            if request is not None:
+                if isinstance(exc, RequestNotPermitted) and self.gate is not None:
+                    return await self.gate.arejected_response(request, exc)
+                return self.respond(exc, request)  # type: ignore[arg-type]
+        return _RERAISE
+
     # -- wrapping ------------------------------------------------------------------------------------
 
     def __call__(self, fn: F) -> F:
@@ -668,10 +773,7 @@ class _Resilience:
         gate = self.gate
 
         async def _ahandle(exc: BaseException, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-            outcome = self.handle(fn, exc, args, kwargs)
-            if inspect.isawaitable(outcome):
-                return await outcome
-            return outcome
+            return await self.ahandle(fn, exc, args, kwargs)
 
         if only_gate:
             gate_acall = gate.acall  # type: ignore[union-attr]

@@ -44,7 +44,7 @@ def _gate(names: str | Sequence[str], permits: int) -> RateLimitGate:
     return gate
 
 
-class RateLimiterThrottle(BaseThrottle):  # type: ignore[misc]  # DRF ships no type hints
+class RateLimiterThrottle(BaseThrottle):  # type: ignore[misc,unused-ignore]  # typed only with DRF stubs
     """DRF throttle that asks the view's named rate limiter(s).
 
     The view sets ``rate_limiter = "api"`` (or a list, decided all-or-nothing), else its

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Sequence
 
 from ..core.clock import Clock
-from .base import RateLimiterBackend, nanos_to_wait, refresh
+from .base import RateLimiterBackend, div_ceil, nanos_to_wait, refresh
 
 __all__ = ["MemoryBackend"]
 
@@ -110,6 +110,26 @@ class MemoryBackend:
         with self._lock:
             now, cycle, permissions = self._refresh_locked()
             return cycle, permissions, nanos_to_wait(permissions, 1, cycle, now, self._period, self._limit)
+
+    def quota(self) -> tuple[int, int]:
+        """``(remaining, reset_ns)`` now, for RateLimit headers; changes nothing.
+
+        Same shape as ``RedisBackend.quota()``: ``reset_ns`` is the time to the next cycle boundary while
+        permits remain, else the wait for one permit; ``remaining`` may be negative (reservation debt).
+        Inside the stored cycle it is a lock-free snapshot of two ints (advisory figures, no second lock
+        round trip per allowed request); after the cycle ended it refreshes under the lock.
+        """
+        permissions = self._permissions
+        to_next = self._cycle_end - self._now()
+        if to_next <= 0:
+            with self._lock:
+                now, cycle, permissions = self._refresh_locked()
+            to_next = (cycle + 1) * self._period - now
+        if permissions >= 1:
+            return permissions, to_next
+        limit = self._limit
+        # nanos_to_wait for one permit: permissions < 1 here, so the deficit is exact with div_ceil.
+        return permissions, to_next + div_ceil(1 - (permissions + limit), limit) * self._period
 
     def drain(self) -> int:
         """Drain the refreshed current permissions to 0, keep any debt, return how many were drained."""
