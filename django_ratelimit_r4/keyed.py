@@ -42,6 +42,7 @@ from .core.ratelimiter import (
     RateLimiterEvent,
     RateLimiterEvents,
 )
+from .core.waiting import Waiters
 
 __all__ = [
     "KeyMetrics",
@@ -90,7 +91,7 @@ class KeyedRateLimiterMetrics:
     @property
     def number_of_waiting_threads(self) -> int:
         """Callers currently waiting for a reserved permit (only with ``timeout_duration > 0``)."""
-        return self._limiter._waiting
+        return self._limiter._waiters.count
 
     def __repr__(self) -> str:
         return (
@@ -139,7 +140,7 @@ class KeyedRateLimiter:
         # Keys idle for this many whole cycles are dropped even with state; None = never.
         self._idle_cycles = None if idle_timeout_ns is None else -(-idle_timeout_ns // self._period) + 1
         self._lock = threading.Lock()
-        self._waiting = 0
+        self._waiters = Waiters()
         self._states: OrderedDict[str, int] = OrderedDict()
         self._reset_locked(self.clock)
 
@@ -258,7 +259,7 @@ class KeyedRateLimiter:
                 self._publish(FAILED_ACQUIRE, permits)
             return False
         if wait > 0:
-            self._wait(wait)
+            self._waiters.sleep(self.clock, wait)
         if self.events.wants_successful:
             self._publish(SUCCESSFUL_ACQUIRE, permits)
         return True
@@ -271,7 +272,7 @@ class KeyedRateLimiter:
                 self._publish(FAILED_ACQUIRE, permits)
             return False
         if wait > 0:
-            await self._await(wait)
+            await self._waiters.asleep(self.clock, wait)
         if self.events.wants_successful:
             self._publish(SUCCESSFUL_ACQUIRE, permits)
         return True
@@ -286,7 +287,7 @@ class KeyedRateLimiter:
         if wait < 0:
             raise self._rejection(key, permits, -wait)
         if wait > 0:
-            self._wait(wait)
+            self._waiters.sleep(self.clock, wait)
         if self.events.wants_successful:
             self._publish(SUCCESSFUL_ACQUIRE, permits)
 
@@ -296,7 +297,7 @@ class KeyedRateLimiter:
         if wait < 0:
             raise self._rejection(key, permits, -wait)
         if wait > 0:
-            await self._await(wait)
+            await self._waiters.asleep(self.clock, wait)
         if self.events.wants_successful:
             self._publish(SUCCESSFUL_ACQUIRE, permits)
 
@@ -424,25 +425,6 @@ class KeyedRateLimiter:
         exc = RequestNotPermitted(self, wait_ns)  # type: ignore[arg-type]
         exc.key = key  # type: ignore[attr-defined]
         return exc
-
-    def _wait(self, wait_ns: int) -> None:
-        with self._lock:
-            self._waiting += 1
-        try:
-            self.clock.sleep(wait_ns / _NS_PER_S)
-        finally:
-            with self._lock:
-                self._waiting -= 1
-
-    async def _await(self, wait_ns: int) -> None:
-        # The lock is only held for an increment, so taking it on the event loop cannot stall it.
-        with self._lock:
-            self._waiting += 1
-        try:
-            await self.clock.asleep(wait_ns / _NS_PER_S)
-        finally:
-            with self._lock:
-                self._waiting -= 1
 
     def _publish(self, event_type: str, permits: int) -> None:
         self.events.publish(RateLimiterEvent(event_type, self.name, number_of_permits=permits))
