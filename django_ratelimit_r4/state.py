@@ -13,7 +13,9 @@ durations in ``state`` are integer nanoseconds (``*_ns``, ``nanos_to_wait``) and
 remaining open time, also float seconds. Exception classes and callables are dotted paths.
 
 Client keys of keyed rate limiters are never included unless ``include_keys=True`` (the endpoint
-asks for it only with ``?keys=1`` and the right permission); the key count always is.
+asks for it only with ``?keys=1`` and the right permission); the key count always is. A store that
+cannot count its keys (the Redis backend keeps only expiring digests of them) reports
+``"live_keys": null`` with a ``"note"`` saying why, and lists no keys.
 
 Actions: :func:`reset`, :func:`drain`, :func:`transition`. An instance name may be qualified with
 its type (``"circuitbreaker:payments"``), which is required when the bare name is configured
@@ -36,6 +38,7 @@ __all__ = [
     "MAX_LISTED_KEYS",
     "TRANSITION_TARGETS",
     "TYPES",
+    "UNCOUNTED_KEYS_NOTE",
     "IllegalAction",
     "StateError",
     "UnknownName",
@@ -61,6 +64,13 @@ TRANSITION_TARGETS: dict[str, str] = {
 
 #: At most this many client keys are listed per keyed limiter with ``include_keys`` (oldest first).
 MAX_LISTED_KEYS = 1000
+
+#: The ``note`` of a keyed limiter whose store cannot count or list its keys (``live_keys`` is null).
+UNCOUNTED_KEYS_NOTE = (
+    "live_keys is unknown: this store (the Redis backend) keeps only hashed client keys that expire by "
+    "themselves, so it can neither count them cheaply nor list them; successful_calls and failed_calls "
+    "count this process's decisions only"
+)
 
 
 class StateError(Exception):
@@ -123,14 +133,18 @@ def _ratelimiter_state(limiter: Any, keyed: Any, include_keys: bool) -> dict[str
     }
     if keyed is not None:
         km = keyed.metrics
+        live = km.live_keys
+        counted = live is not None and live >= 0  # Redis: -1, i.e. unknown
         per_key: dict[str, Any] = {
-            "live_keys": km.live_keys,
+            "live_keys": live if counted else None,
             "max_keys": keyed.max_keys,
             "successful_calls": km.successful_calls,
             "failed_calls": km.failed_calls,
             "lossy_evictions": km.lossy_evictions,
             "number_of_waiting_threads": km.number_of_waiting_threads,
         }
+        if not counted:
+            per_key["note"] = UNCOUNTED_KEYS_NOTE
         if include_keys:
             per_key["keys"] = _keys(keyed)
         state["keyed"] = per_key
@@ -140,7 +154,7 @@ def _ratelimiter_state(limiter: Any, keyed: Any, include_keys: bool) -> dict[str
 def _keys(keyed: Any) -> dict[str, dict[str, int]]:
     """Live keys (oldest first, capped at :data:`MAX_LISTED_KEYS`) with their permissions and wait."""
     # A snapshot of the names first (the store stays locked only for the copy), then each key's state.
-    # A store that cannot list its keys (Redis keeps only hashes of them) lists none.
+    # A store that cannot list its keys (Redis keeps only hashes of them: keys() is []) lists none.
     lister = getattr(keyed, "keys", None)
     out = {}
     for key in lister(MAX_LISTED_KEYS) if lister is not None else ():

@@ -1,4 +1,8 @@
-"""The shipped Grafana dashboard and the operations guide cover every metric and stay well-formed."""
+"""The shipped Grafana dashboard and the operations guide cover every metric and stay well-formed.
+
+The guide is checked against what ``contrib/prometheus.py`` really exports: a live scrape with every
+primitive configured (series names and labels) and the gauges it builds for multiprocess mode.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry, Gauge
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -102,9 +107,125 @@ def test_rates_use_counters_only(dashboard: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("metric", METRICS)
 def test_operations_guide_documents_every_metric(metric: str) -> None:
-    text = (DOCS / "operations.md").read_text(encoding="utf-8")
-    rows = [line for line in text.splitlines() if line.startswith(f"| `{metric}`")]
+    rows = [line for line in _reference().splitlines() if line.startswith(f"| `{metric}`")]
     assert len(rows) == 1, metric
     cells = [c.strip() for c in re.split(r"(?<!\\)\|", rows[0].strip().strip("|"))]  # "\|" is a literal pipe
     assert len(cells) == 4 and all(cells), rows[0]  # series, type, labels, meaning
     assert "`name`" in cells[2]
+
+
+# ----------------------------------------------------------------------------- guide vs. a live scrape
+
+EVERY_PRIMITIVE = {
+    "ratelimiters": {
+        "configs": {"default": {"limit_refresh_period": "60s"}},
+        "instances": {
+            "api": {"limit_for_period": 10},
+            "per_ip": {"limit_for_period": 2, "key": "ip"},
+        },
+    },
+    "bulkheads": {"instances": {"db": {"max_concurrent_calls": 2}}},
+    "circuitbreakers": {"instances": {"payments": {}}},
+    "retries": {"instances": {"payments": {"max_attempts": 2}}},
+    "timelimiters": {"instances": {"payments": {"timeout_duration": "1s"}}},
+}
+
+
+def _guide() -> str:
+    return (DOCS / "operations.md").read_text(encoding="utf-8")
+
+
+def _reference() -> str:
+    """The per-primitive series tables of operations.md (section 1, before the multi-worker notes)."""
+    section = _guide().split("## 1. Metrics reference", 1)[1]
+    return section.split("### Counters and gauges under multiple workers", 1)[0]
+
+
+def _rows(text: str, first_cell: str) -> list[list[str]]:
+    """The cells of every table row of ``text`` whose first cell is exactly ``first_cell``."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("|"):
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+            if cells[0] == first_cell:
+                out.append(cells)
+    return out
+
+
+@pytest.fixture
+def scrape(settings: Any, monkeypatch: pytest.MonkeyPatch, r4_clock: Any) -> dict[str, set[str]]:
+    """Documented series name -> label names, from a single-process scrape with every primitive in use."""
+    from django_ratelimit_r4 import registry, stall
+    from django_ratelimit_r4.contrib import prometheus
+
+    settings.RATELIMIT_R4 = EVERY_PRIMITIVE
+    registry.get_keyed_rate_limiter("per_ip").acquire_permission("203.0.113.7")  # a live key
+    registry.get_rate_limiter("api").acquire_permission()
+    detector = stall.StallDetector(name="asgi")  # never started: its (zero) counters are exported
+    monkeypatch.setattr(stall, "get_detectors", lambda: [detector])
+    target = CollectorRegistry()
+    target.register(prometheus.R4Collector())
+    series: dict[str, set[str]] = {}
+    for family in target.collect():
+        for sample in family.samples:
+            # Summaries and histograms are documented by family name (_count/_sum/_bucket are suffixes).
+            name = family.name if family.type in ("summary", "histogram") else sample.name
+            series.setdefault(name, set()).update(sample.labels)
+    return series
+
+
+def test_the_scrape_covers_every_kind_of_series(scrape: dict[str, set[str]]) -> None:
+    # Guards the test below: an empty or partial scrape would document nothing.
+    assert len(scrape) >= len(METRICS) + 1, sorted(scrape)
+    assert "resilience4j_ratelimiter_keys" in scrape and "r4_event_loop_stall_seconds" in scrape
+
+
+def test_operations_guide_documents_every_exported_series(scrape: dict[str, set[str]]) -> None:
+    """Fails when prometheus.py exports a series (or a label) that operations.md has no row for."""
+    tables = _reference()
+    for name, labels in sorted(scrape.items()):
+        reference = _rows(tables, f"`{name}`")  # series | type | labels | meaning
+        assert len(reference) == 1, f"{name} is exported but has no row in the metrics reference"
+        assert len(reference[0]) == 4 and all(reference[0]), reference[0]
+        for label in labels:
+            assert f"`{label}`" in reference[0][2], f"{name}: label {label!r} is not documented"
+
+
+def test_keyed_instances_export_no_available_permissions(scrape: dict[str, set[str]], settings: Any) -> None:
+    """The documented rule, checked on the same configuration the guide's rule talks about."""
+    from django_ratelimit_r4.contrib import prometheus
+
+    target = CollectorRegistry()
+    target.register(prometheus.R4Collector())
+    available = "resilience4j_ratelimiter_available_permissions"
+    assert target.get_sample_value(available, {"name": "api"}) == 9.0
+    assert target.get_sample_value(available, {"name": "per_ip"}) is None
+    assert target.get_sample_value("resilience4j_ratelimiter_keys", {"name": "per_ip"}) == 1.0
+    assert "exports no `available_permissions`" in _guide()
+
+
+def test_multiprocess_table_matches_the_modes_prometheus_uses() -> None:
+    """Every gauge of multiprocess mode is in the guide's table, with the mode it is really built with."""
+    from django_ratelimit_r4.contrib import prometheus
+
+    syncer = prometheus._Syncer(CollectorRegistry(), 1.0)  # builds the metric objects only (no thread)
+    built = {m._name: m._multiprocess_mode for m in syncer.metrics.values() if isinstance(m, Gauge)}
+    assert len(built) >= 9
+    section = _guide().split("### Gauges under `PROMETHEUS_MULTIPROC_DIR`", 1)[1].split("\n### ", 1)[0]
+    documented = {}
+    for line in section.splitlines():
+        match = re.match(r"\| `(\w+)` \| `(\w+)` \|", line)
+        if match:
+            documented[match.group(1)] = match.group(2)
+    assert documented == built
+    for mode in set(built.values()):
+        assert mode.startswith("live"), mode  # the table's "live workers" wording depends on it
+
+
+def test_redis_docs_say_what_is_global_and_what_is_per_process() -> None:
+    guide, redis = _guide(), (DOCS / "redis.md").read_text(encoding="utf-8")
+    assert "### Which figures are global with Redis" in guide
+    assert "## Global state, per-process counters" in redis
+    for text in (guide, redis):
+        assert "resilience4j_ratelimiter_calls_total" in text and "per process" in text
+        assert "max by (name)" in text  # the global gauge must not be summed over workers

@@ -16,6 +16,9 @@ Public names:
   entries, like :func:`django_ratelimit_r4.keyed.acquire_all_keyed`, in one round trip.
 * :class:`RedisConnection` / :func:`connection` -- the per-process clients of one URL (after fork too).
 
+Both limiters have ``quota()`` (RateLimit header fields) and an ``aquota()`` twin on ``redis.asyncio``; each
+is one round trip that writes nothing.
+
 Time: Redis server time (``TIME``) by default, so hosts agree; a limiter whose clock is not the system clock
 (a ``FakeClock`` from ``r4_clock``) sends its own ``now`` instead, so tests stay deterministic.
 
@@ -369,6 +372,22 @@ class _Clocked:
                 return cycle, permissions, wait, to_next
             except _FAULTS as exc:
                 conn.fault(exc, "state")
+        return self._fault_state()
+
+    async def _astate_at(self, state_key: str) -> tuple[int, int, int, int]:
+        """Async twin of :meth:`_state_at` on ``redis.asyncio``: one round trip, never blocks the loop."""
+        conn = self._connection()
+        if not conn.is_down():
+            try:
+                reply = await conn.acall(2, self._key_args(state_key, b"state", 1, 0))
+                cycle, permissions, wait, to_next = reply
+                return cycle, permissions, wait, to_next
+            except _FAULTS as exc:
+                conn.fault(exc, "state")
+        return self._fault_state()
+
+    def _fault_state(self) -> tuple[int, int, int, int]:
+        # What a state read shows while Redis cannot answer: the fault policy's decision, as a state.
         if self.fault_policy == "open":
             return 0, self._limit, 0, self._period
         return 0, 0, FAULT_RETRY_AFTER_NS, FAULT_RETRY_AFTER_NS
@@ -452,8 +471,14 @@ class RedisBackend(_Clocked):
 
     def quota(self) -> tuple[int, int]:
         """``(remaining, reset_ns)`` for RateLimit headers: time to the next cycle, or the wait for one permit."""
-        _, permissions, wait, to_next = self.state4()
-        return (permissions, to_next) if permissions >= 1 else (permissions, wait)
+        return _quota(self._state_at(self.state_key))
+
+    async def aquota(self) -> tuple[int, int]:
+        """Async twin of :meth:`quota`: the same ``(remaining, reset_ns)``, one ``redis.asyncio`` round trip.
+
+        Writes nothing and never raises on a Redis fault (the fault policy's view, as :meth:`state4`).
+        """
+        return _quota(await self._astate_at(self.state_key))
 
     def drain(self) -> int:
         """Drain the refreshed permissions to 0 (debt kept); returns how many. 0 on a fault."""
@@ -497,6 +522,12 @@ class RedisBackend(_Clocked):
             f"RedisBackend(name={self.name!r}, limit={self._limit}, period_ns={self._period}, "
             f"url={_redact(self._url)!r}, fault_policy={self.fault_policy!r})"
         )
+
+
+def _quota(state4: tuple[int, int, int, int]) -> tuple[int, int]:
+    """``(remaining, reset_ns)`` of a state: time to the next cycle while permits remain, else the wait for one."""
+    _, permissions, wait, to_next = state4
+    return (permissions, to_next) if permissions >= 1 else (permissions, wait)
 
 
 class _Member:
@@ -642,7 +673,10 @@ class RedisKeyedRateLimiterMetrics:
 
     @property
     def live_keys(self) -> int:
-        """Always -1 (unknown): counting keys in Redis is O(keys); use ``len(limiter)`` for housekeeping."""
+        """Always -1 (unknown): counting keys in Redis is O(keys); use ``len(limiter)`` for housekeeping.
+
+        ``state.snapshot()`` reports it as ``null`` with a note; the Prometheus ``keys`` gauge shows -1.
+        """
         return -1
 
     @property
@@ -674,7 +708,8 @@ class RedisKeyedRateLimiter(_Clocked):
     key; never expires) and ``<prefix>:rlk:<name>:k:<blake2b(key)>`` (``cycle permissions``; deleted when
     full, else expires when it would be full, so idle clients cost nothing). Client keys are hashed: a key
     cannot reach another's Redis key and no client data is stored. ``max_keys`` / ``idle_timeout_ns`` are
-    accepted for interface compatibility and unused (expiry bounds memory). ``len()`` scans Redis (O(keys)).
+    accepted for interface compatibility and unused (expiry bounds memory). ``len()`` scans Redis (O(keys)),
+    ``metrics.live_keys`` is -1 (unknown) and :meth:`keys` is always empty (only digests are stored).
     """
 
     def __init__(
@@ -805,8 +840,11 @@ class RedisKeyedRateLimiter(_Clocked):
 
     def quota(self, key: str) -> tuple[int, int]:
         """``(remaining, reset_ns)`` for ``key`` (RateLimit headers): one round trip, writes nothing."""
-        _, permissions, wait, to_next = self._state_at(self._state_key(key))
-        return (permissions, to_next) if permissions >= 1 else (permissions, wait)
+        return _quota(self._state_at(self._state_key(key)))
+
+    async def aquota(self, key: str) -> tuple[int, int]:
+        """Async twin of :meth:`quota` on ``redis.asyncio``: same result, one round trip, never blocks the loop."""
+        return _quota(await self._astate_at(self._state_key(key)))
 
     def get(self, key: str) -> KeyedRateLimiterView:
         """A ``RateLimiter``-like view of ``key`` (creates nothing until used)."""
@@ -823,6 +861,17 @@ class RedisKeyedRateLimiter(_Clocked):
     def purge(self) -> int:
         """Nothing to do (full states are deleted and others expire in Redis); returns 0."""
         return 0
+
+    def keys(self, limit: int | None = None) -> list[str]:
+        """Always ``[]``: Redis holds only BLAKE2b digests of client keys, which cannot be turned back into keys.
+
+        Same signature as :meth:`KeyedRateLimiter.keys <django_ratelimit_r4.keyed.KeyedRateLimiter.keys>`
+        (``limit`` is validated the same way), so operator listings (``state.snapshot(include_keys=True)``)
+        work on both stores; here they list no key. Use :meth:`state` / ``key in limiter`` for a known key.
+        """
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise ValueError(f"limit must be None or an int >= 0, got {limit!r}")
+        return []
 
     def reset(self, key: str | None = None) -> None:
         """Forget ``key`` (full again), or with no key every key of this limiter (cluster-wide) and the

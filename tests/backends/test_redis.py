@@ -557,3 +557,148 @@ def test_a_glob_in_the_key_prefix_never_reaches_another_prefix(redis_url: str, p
         assert len(other) == 1
     finally:
         raw.delete(*raw.keys(rb._glob_escape(prefix) + "[*x]:*") or ["-"])
+
+
+# ------------------------------------------------------------------------------- async quota, listings
+
+
+def _two_limiters(url: str, prefix: str, clock: FakeClock):
+    config = RateLimiterConfig(limit_for_period=3, limit_refresh_period="10s", timeout_duration="30s")
+    rl = RateLimiter("q", config, clock=clock, backend=rb.redis_backend(url, prefix=prefix))
+    keyed = rb.RedisKeyedRateLimiter("q", config, clock=clock, url=url, prefix=prefix)
+    return rl, keyed
+
+
+async def test_aquota_equals_quota_in_every_state(
+    redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aquota() is quota() on redis.asyncio: same (remaining, reset_ns) full, partial, empty and in debt."""
+    clock = FakeClock(1_700_000_000_123_456_789)
+    rl, keyed = _two_limiters(redis_url, prefix, clock)
+    backend = rl.backend
+    assert isinstance(backend, rb.RedisBackend)
+    calls: list[bytes] = []
+    real_acall = rb.RedisConnection.acall
+
+    async def counting_acall(self, numkeys, args):
+        calls.append(args[2])
+        return await real_acall(self, numkeys, args)
+
+    seen = []
+    for step in range(6):  # full, 2 left, 1 left, 0 left, 1 in debt (reserved), next cycle
+        sync_answers = (backend.quota(), keyed.quota("c"), keyed.quota("other"))
+        with monkeypatch.context() as patch:
+            patch.setattr(rb.RedisConnection, "acall", counting_acall)
+            patch.setattr(rb.RedisConnection, "call", _no_sync_call)
+            calls.clear()
+            async_answers = (await backend.aquota(), await keyed.aquota("c"), await keyed.aquota("other"))
+            assert calls == [b"state", b"state", b"state"]  # one round trip each, read-only op
+        assert async_answers == sync_answers, step
+        seen.append(async_answers[0])
+        if step < 4:
+            assert backend.acquire(1, 30 * S) >= 0 and keyed.reserve_permission("c") >= 0
+        else:
+            clock.advance_ns(10 * S)
+    # reset_ns: the time to the next cycle while permits remain, else the wait for one (next refill).
+    assert seen == [(3, 10 * S), (2, 10 * S), (1, 10 * S), (0, 10 * S), (-1, 10 * S), (2, 10 * S)]
+
+
+def _no_sync_call(*args, **kwargs):
+    raise AssertionError("sync Redis call on the event loop")
+
+
+async def test_aquota_applies_the_fault_policy_without_raising() -> None:
+    opened = limiter(UNREACHABLE, "r4test", 4, "60s", clock=SYSTEM_CLOCK, name="aq-open")
+    closed = rb.RedisKeyedRateLimiter(
+        "aq-closed", RateLimiterConfig(limit_for_period=4), url=UNREACHABLE, fault_policy="closed"
+    )
+    started = time.monotonic()
+    assert await opened.backend.aquota() == (4, 60 * S)  # type: ignore[union-attr]
+    assert await closed.aquota("k") == (0, rb.FAULT_RETRY_AFTER_NS)
+    assert time.monotonic() - started < 2
+
+
+def test_keyed_keys_is_empty_and_validates_like_the_memory_store(redis_url: str, prefix: str) -> None:
+    _, keyed = _two_limiters(redis_url, prefix, FakeClock())
+    assert keyed.acquire_permission("203.0.113.7")
+    assert "203.0.113.7" in keyed and len(keyed) == 1  # the state exists ...
+    assert keyed.keys() == [] and keyed.keys(5) == []  # ... but only its digest: nothing to list
+    for bad in (-1, True, 1.5, "3"):
+        with pytest.raises(ValueError, match="limit"):
+            keyed.keys(bad)  # type: ignore[arg-type]
+
+
+def test_counters_are_per_process_and_the_limiter_state_is_global(redis_url: str, prefix: str) -> None:
+    """Two instances of one name stand for two workers: they share the budget, not the counters."""
+    clock = FakeClock()
+    worker_a, keyed_a = _two_limiters(redis_url, prefix, clock)
+    config = worker_a.config
+    worker_b = RateLimiter(
+        "q", config, clock=clock, backend=rb.redis_backend(redis_url, prefix=prefix)
+    )  # building with a FakeClock resets the shared state: build B before A decides
+    keyed_b = rb.RedisKeyedRateLimiter("q", config, clock=clock, url=redis_url, prefix=prefix)
+    assert worker_a.acquire_permission(2) and keyed_a.acquire_permission("c", 3)
+    assert worker_b.metrics.available_permissions == 1 and keyed_b.quota("c")[0] == 0  # global
+    assert worker_a.metrics.successful_calls == 1 and worker_b.metrics.successful_calls == 0  # per process
+    assert keyed_a.metrics.successful_calls == 1 and keyed_b.metrics.successful_calls == 0
+
+
+def test_state_snapshot_is_honest_about_redis_keys(redis_url: str, prefix: str, settings, r4_clock) -> None:
+    import json
+
+    from django_ratelimit_r4 import registry, state
+
+    settings.RATELIMIT_R4 = {
+        "backend": "redis",
+        "redis_url": redis_url,
+        "redis_key_prefix": prefix,
+        "ratelimiters": {
+            "instances": {"per_ip": {"limit_for_period": 2, "limit_refresh_period": "60s", "key": "ip"}}
+        },
+    }
+    registry.get_keyed_rate_limiter("per_ip").acquire_permission("203.0.113.7")
+    [item] = state.snapshot(["per_ip"], include_keys=True)
+    keyed = item["state"]["keyed"]
+    assert keyed["live_keys"] is None and keyed["note"] == state.UNCOUNTED_KEYS_NOTE
+    assert keyed["keys"] == {}  # keys() is [] on Redis: nothing listed, nothing raised
+    assert keyed["successful_calls"] == 1
+    assert '"live_keys": null' in json.dumps(item)
+    [plain] = state.snapshot(["per_ip"])
+    assert "keys" not in plain["state"]["keyed"] and plain["state"]["keyed"]["live_keys"] is None
+
+
+def test_memory_snapshot_keeps_its_count_and_has_no_note(settings) -> None:
+    from django_ratelimit_r4 import registry, state
+
+    settings.RATELIMIT_R4 = {"ratelimiters": {"instances": {"per_ip": {"limit_for_period": 2, "key": "ip"}}}}
+    registry.get_keyed_rate_limiter("per_ip").acquire_permission("203.0.113.7")
+    [item] = state.snapshot(["per_ip"])
+    assert item["state"]["keyed"]["live_keys"] == 1 and "note" not in item["state"]["keyed"]
+
+
+def test_prometheus_shows_redis_keyed_limiters_as_documented(redis_url: str, prefix: str, settings) -> None:
+    """docs/operations.md: a Redis keyed limiter exports keys = -1 (unknown) and no available_permissions."""
+    from prometheus_client import CollectorRegistry
+
+    from django_ratelimit_r4 import registry
+    from django_ratelimit_r4.contrib import prometheus
+
+    settings.RATELIMIT_R4 = {
+        "backend": "redis",
+        "redis_url": redis_url,
+        "redis_key_prefix": prefix,
+        "ratelimiters": {
+            "instances": {
+                "per_ip": {"limit_for_period": 2, "limit_refresh_period": "60s", "key": "ip"},
+                "api": {"limit_for_period": 5, "limit_refresh_period": "60s"},
+            }
+        },
+    }
+    registry.get_keyed_rate_limiter("per_ip").acquire_permission("203.0.113.7")
+    scrape = CollectorRegistry()
+    scrape.register(prometheus.R4Collector())
+    keys = scrape.get_sample_value("resilience4j_ratelimiter_keys", {"name": "per_ip"})
+    assert keys == -1.0
+    available = "resilience4j_ratelimiter_available_permissions"
+    assert scrape.get_sample_value(available, {"name": "per_ip"}) is None
+    assert scrape.get_sample_value(available, {"name": "api"}) is not None
