@@ -42,7 +42,7 @@ def summarize(items: list[dict[str, Any]]) -> str:
         kind = item["type"]
         if kind == "ratelimiter":
             text = f"{s['available_permissions']}/{item['config']['limit_for_period']} available"
-            if s["keyed"] is not None:
+            if s["keyed"] is not None and s["keyed"]["live_keys"] is not None:
                 text += f", {s['keyed']['live_keys']} keys"
         elif kind == "bulkhead":
             text = f"{s['concurrent_calls']}/{s['max_allowed_concurrent_calls']} in use"

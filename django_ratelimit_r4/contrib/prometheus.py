@@ -309,7 +309,9 @@ def _read(out: _Reading) -> None:
             waiting += km.number_of_waiting_threads
             counter((RL_CALLS, (name, "successful"), "keyed", k, km.successful_calls))
             counter((RL_CALLS, (name, "failed"), "keyed", k, km.failed_calls))
-            gauge((RL_KEYS, (name,), km.live_keys))
+            live = km.live_keys
+            if live is not None and live >= 0:  # Redis cannot count its keys cheaply: no series then
+                gauge((RL_KEYS, (name,), live))
         gauge((RL_WAITING, (name,), waiting))
 
     for name, bh in r4_registry.instances("bulkheads"):

@@ -677,7 +677,7 @@ def test_memory_snapshot_keeps_its_count_and_has_no_note(settings) -> None:
 
 
 def test_prometheus_shows_redis_keyed_limiters_as_documented(redis_url: str, prefix: str, settings) -> None:
-    """docs/operations.md: a Redis keyed limiter exports keys = -1 (unknown) and no available_permissions."""
+    """docs/operations.md: a Redis keyed limiter exports no keys series (unknown) and no available_permissions."""
     from prometheus_client import CollectorRegistry
 
     from django_ratelimit_r4 import registry
@@ -697,8 +697,8 @@ def test_prometheus_shows_redis_keyed_limiters_as_documented(redis_url: str, pre
     registry.get_keyed_rate_limiter("per_ip").acquire_permission("203.0.113.7")
     scrape = CollectorRegistry()
     scrape.register(prometheus.R4Collector())
-    keys = scrape.get_sample_value("resilience4j_ratelimiter_keys", {"name": "per_ip"})
-    assert keys == -1.0
+    assert scrape.get_sample_value("resilience4j_ratelimiter_keys", {"name": "per_ip"}) is None
+    assert scrape.get_sample_value("resilience4j_ratelimiter_calls_total", {"name": "per_ip", "kind": "successful"}) == 1
     available = "resilience4j_ratelimiter_available_permissions"
     assert scrape.get_sample_value(available, {"name": "per_ip"}) is None
     assert scrape.get_sample_value(available, {"name": "api"}) is not None

@@ -101,7 +101,7 @@ def _row(item: dict[str, Any]) -> list[str]:
             str(s["number_of_waiting_threads"]),
             str(s["successful_calls"]),
             str(s["failed_calls"]),
-            "-" if keyed is None else str(keyed["live_keys"]),
+            "-" if keyed is None else ("?" if keyed["live_keys"] is None else str(keyed["live_keys"])),
         ]
     if kind == "bulkhead":
         return [
