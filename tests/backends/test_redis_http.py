@@ -214,7 +214,7 @@ def no_sync_redis_on_loop(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]
 
 @contextmanager
 def loop_debug(caplog: pytest.LogCaptureFixture) -> Iterator[list[str]]:
-    """asyncio debug mode with a 50 ms slow-callback threshold; yields the slow-callback messages."""
+    """asyncio debug mode with a 200 ms slow-callback threshold; yields the slow-callback messages."""
     loop = asyncio.get_running_loop()
     old_debug, old_slow = loop.get_debug(), loop.slow_callback_duration
     loop.set_debug(True)
