@@ -199,7 +199,8 @@ KINDS: dict[str, Kind] = {
 }
 
 #: Default values of the per-instance extra options.
-DEFAULT_MAX_KEYS = 100_000
+# ~1M live clients at ~190 bytes each is ~190 MB: sized for a busy public API, well under 1 GB.
+DEFAULT_MAX_KEYS = 1_000_000
 DEFAULT_BULKHEAD_RETRY_AFTER = Nanos(1_000_000_000)
 
 _OPTION_KEYS = (
