@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test demo bench bench-peers lint soak clean
+.PHONY: test demo demo-gunicorn demo-uvicorn demo-redis bench bench-peers lint soak clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,17 @@ test: $(VENV)/.installed
 
 demo: $(VENV)/.installed
 	cd demo_project && ../$(PY) manage.py migrate --noinput && ../$(PY) manage.py runserver 127.0.0.1:8000
+
+# The same demo under production servers (docs/demo.md). demo_project/serve.py makes a fresh
+# PROMETHEUS_MULTIPROC_DIR, shares the simulated partner between workers, and cleans up on Ctrl-C.
+demo-gunicorn: $(VENV)/.installed   # 4 workers, in-memory backend: per-process state, on purpose
+	cd demo_project && ../$(PY) serve.py gunicorn --workers 4 --migrate
+
+demo-uvicorn: $(VENV)/.installed    # demo.asgi:application with the stall detector; try /block?ms=100
+	cd demo_project && ../$(PY) serve.py uvicorn --migrate
+
+demo-redis: $(VENV)/.installed      # gunicorn, 4 workers, rate limits in Redis on 127.0.0.1:6379
+	cd demo_project && ../$(PY) serve.py gunicorn --workers 4 --backend redis --migrate
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/run.py

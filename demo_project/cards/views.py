@@ -1,9 +1,13 @@
-"""Demo views: authorization endpoints, the partner switch, probes and the live dashboard."""
+"""Demo views: authorization endpoints, the partner switch, probes, the stall demo and the live dashboard."""
 
 from __future__ import annotations
 
 import json
+import os
+import time
 
+from django.conf import settings
+from django.core.handlers.asgi import ASGIRequest
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
@@ -11,10 +15,14 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 from health_check.views import HealthCheckView
 
-from django_ratelimit_r4 import state
+from django_ratelimit_r4 import state, stall
 from django_ratelimit_r4.decorators import ratelimit
 
-from .acquirer import PARTNER, acapture, capture
+from .acquirer import METER, PARTNER, AcquirerError, acapture, acapture_strict, capture, capture_strict
+
+#: /block never blocks longer than this: enough to see a stall, short of gunicorn's worker timeout.
+MAX_BLOCK_MS = 2000
+_PROBLEM = "application/problem+json"
 
 
 def _card_and_amount(request: HttpRequest) -> tuple[str, int]:
@@ -26,33 +34,73 @@ def _card_and_amount(request: HttpRequest) -> tuple[str, int]:
     return card, amount
 
 
+def _partner_failed() -> JsonResponse:
+    # What a terminal gets without the fallback when the partner itself fails: an error, not an answer.
+    return JsonResponse({"type": "about:blank", "title": "Bad Gateway", "status": 502,
+                         "detail": "the acquirer failed"}, status=502, content_type=_PROBLEM)
+
+
 @csrf_exempt
 @ratelimit(["per-client", "authorize-global"])
 def authorize(request: HttpRequest) -> JsonResponse:
-    """Authorize a payment: 10 per second per client IP and 200 per second overall, all-or-nothing."""
-    return JsonResponse(capture(*_card_and_amount(request)))
+    """Authorize a payment: 10 per second per client IP and 200 per second overall, all-or-nothing.
+
+    ``?fallback=0`` skips the "temporarily unavailable" fallback: an open breaker or a full bulkhead
+    then becomes a 503 with ``Retry-After`` (ResilienceMiddleware) and a partner error a 502.
+    """
+    card, amount = _card_and_amount(request)
+    if request.GET.get("fallback") == "0":
+        try:
+            return JsonResponse(capture_strict(card, amount))
+        except AcquirerError:
+            return _partner_failed()
+    return JsonResponse(capture(card, amount))
 
 
 @csrf_exempt
 @ratelimit(["per-client", "authorize-global"])
 async def authorize_async(request: HttpRequest) -> JsonResponse:
     """The same under ASGI: every wait is an asyncio wait."""
-    return JsonResponse(await acapture(*_card_and_amount(request)))
+    card, amount = _card_and_amount(request)
+    if request.GET.get("fallback") == "0":
+        try:
+            return JsonResponse(await acapture_strict(card, amount))
+        except AcquirerError:
+            return _partner_failed()
+    return JsonResponse(await acapture(card, amount))
 
 
 @csrf_exempt
 @require_POST
 def partner(request: HttpRequest) -> JsonResponse:
-    """Switch the simulated partner down/up and set its latency: {"down": true, "latency_ms": 300}."""
+    """Switch the simulated partner down/up and set its latency: {"down": true, "latency_ms": 300}.
+
+    With ``DEMO_STATE_DIR`` set (gunicorn/uvicorn via serve.py) the change reaches every worker.
+    """
     try:
         body = json.loads(request.body or b"{}")
+        if "down" in body:
+            PARTNER.down = bool(body["down"])
+        if "latency_ms" in body:
+            PARTNER.latency_s = float(body["latency_ms"]) / 1000
+    except (ValueError, TypeError, AttributeError):
+        return JsonResponse({"error": 'body must be JSON like {"down": true, "latency_ms": 300}'}, status=400)
+    return JsonResponse(PARTNER.as_dict())
+
+
+async def block(request: HttpRequest) -> JsonResponse:
+    """Deliberately block the event loop for ``?ms=100`` (max 2000): the stall detector's demo.
+
+    ``time.sleep`` inside a coroutine is the bug the detector exists to find: under uvicorn every other
+    request of this worker waits too, and ``django_ratelimit_r4.stall`` logs this line's stack.
+    """
+    try:
+        ms = max(0, min(int(request.GET.get("ms", "100")), MAX_BLOCK_MS))
     except ValueError:
-        return JsonResponse({"error": "body must be JSON"}, status=400)
-    if "down" in body:
-        PARTNER.down = bool(body["down"])
-    if "latency_ms" in body:
-        PARTNER.latency_s = max(0.0, min(float(body["latency_ms"]), 5000.0)) / 1000
-    return JsonResponse({"down": PARTNER.down, "latency_ms": PARTNER.latency_s * 1000})
+        return JsonResponse({"error": "ms must be an integer"}, status=400)
+    started = time.perf_counter()
+    time.sleep(ms / 1000)  # the deliberate mistake: should be `await asyncio.sleep(...)`
+    return JsonResponse({"blocked_ms": round((time.perf_counter() - started) * 1000, 1)})
 
 
 def live(request: HttpRequest) -> HttpResponse:
@@ -76,7 +124,20 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     return render(request, "cards/dashboard.html")
 
 
+def _stalls() -> dict[str, float]:
+    stats = [d.snapshot() for d in stall.get_detectors()]
+    return {"detectors": len(stats), "stalls_total": sum(s.stalls_total for s in stats),
+            "max_stall_ms": round(max((s.max_stall_seconds for s in stats), default=0.0) * 1000, 1)}
+
+
 def dashboard_state(request: HttpRequest) -> JsonResponse:
-    """This process's live state, for the dashboard (the demo runs one process)."""
-    return JsonResponse({"instances": state.snapshot(), "partner": {"down": PARTNER.down,
-                         "latency_ms": PARTNER.latency_s * 1000}})
+    """The live state of the worker process that answered (each worker has its own with the memory backend)."""
+    return JsonResponse({
+        "pid": os.getpid(),
+        "server": "asgi" if isinstance(request, ASGIRequest) else "wsgi",
+        "backend": settings.DEMO_BACKEND,
+        "instances": state.snapshot(),
+        "partner": PARTNER.as_dict(),
+        "partner_calls": METER.snapshot(),
+        "stalls": _stalls(),
+    })

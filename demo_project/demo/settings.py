@@ -27,6 +27,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # X-Worker-Pid on every response (outermost, so 429s and 503s get it too): which worker answered.
+    "cards.middleware.worker_pid",
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -62,14 +64,24 @@ STATIC_URL = "static/"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"django_ratelimit_r4": {"handlers": ["console"], "level": "INFO"}},
+    "formatters": {"plain": {"format": "%(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # django_ratelimit_r4.stall logs a WARNING with the blocking stack when the event loop stalls (uvicorn).
+    "loggers": {
+        "django_ratelimit_r4": {"handlers": ["console"], "level": "INFO"},
+        # A 429 is the demo working, not a warning: keep "Too Many Requests" lines out of the console.
+        "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
+    },
 }
 
 # The numbers come from the two source articles: 10 per second per client with a 0 wait (seed 000),
 # and the acquirer's bulkhead + breaker (seed 002: window 20, minimum 10, 50 %, 3 s open, 3 trial calls).
 # Bulkhead size from Little's law: 100 calls/s x 0.3 s = 30 in flight on average, plus headroom.
 RATELIMIT_R4 = {
+    # The demo pretends to sit behind exactly one reverse proxy, so load.py --clients and the dashboard's
+    # load button can play many clients by sending X-Forwarded-For. Only set this when a proxy you run
+    # really appends that header: otherwise any client can claim a fresh IP and a fresh budget.
+    "trusted_proxies": 1,
     "ratelimiters": {
         "configs": {"default": {"limit_refresh_period": "1s", "timeout_duration": "0s"}},
         "instances": {
@@ -88,9 +100,21 @@ RATELIMIT_R4 = {
                 "wait_duration_in_open_state": "3s",
                 "permitted_number_of_calls_in_half_open_state": 3,
                 "record_exceptions": ["cards.acquirer.AcquirerError"],
+                # A full bulkhead says "we are busy", not "the partner is sick": neither success nor failure.
+                "ignore_exceptions": ["django_ratelimit_r4.exceptions.BulkheadFull"],
             }
         }
     },
     # `manage.py r4 status --url http://127.0.0.1:8000/r4/ --token <this>` reads the running server with it.
     "state_endpoint_token": "demo-token-for-local-use-only-0123456789",
 }
+
+# DEMO_BACKEND=redis (make demo-redis): every rate limiter lives in Redis, so "10 per second per client"
+# holds across all gunicorn workers. Bulkheads and breakers stay per process, by design.
+DEMO_BACKEND = os.environ.get("DEMO_BACKEND", "memory")
+if DEMO_BACKEND == "redis":
+    RATELIMIT_R4["backend"] = "redis"
+    RATELIMIT_R4["redis_url"] = os.environ.get("DEMO_REDIS_URL", "redis://127.0.0.1:6379/0")
+    RATELIMIT_R4["redis_key_prefix"] = "r4demo"
+elif DEMO_BACKEND != "memory":
+    raise ValueError(f"DEMO_BACKEND must be 'memory' or 'redis', not {DEMO_BACKEND!r}")

@@ -10,6 +10,8 @@ urlpatterns = [
     path("authorize", views.authorize, name="authorize"),
     path("authorize-async", views.authorize_async, name="authorize-async"),
     path("partner", views.partner, name="partner"),
+    # Off the main path: blocks the event loop on purpose so the stall detector has something to log.
+    path("block", views.block, name="block"),
     path("healthz/live", views.live, name="live"),
     path("healthz/ready", views.ready, name="ready"),
     path("healthz/resilience", views.resilience_health, name="resilience-health"),

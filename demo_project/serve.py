@@ -1,0 +1,156 @@
+"""Run the demo under a production server: ``make demo-gunicorn``, ``make demo-uvicorn``, ``make demo-redis``.
+
+    python serve.py gunicorn [--workers 4] [--threads 8] [--port 8000] [--backend memory|redis] [--migrate]
+    python serve.py uvicorn [--port 8000] [--migrate]
+
+What it sets up, so the servers behave like docs/operations.md says they should:
+
+* a fresh temporary directory, removed at exit, holding ``PROMETHEUS_MULTIPROC_DIR`` (gunicorn only: empty
+  at every start, as prometheus_client requires) and ``DEMO_STATE_DIR`` (the simulated partner's knobs,
+  shared by the workers, because "partner down" must mean down for all of them);
+* gunicorn with ``gunicorn.conf.py`` (the ``worker_exit`` / ``child_exit`` hooks), gthread workers;
+* uvicorn ``demo.asgi:application`` (one worker: the stall detector from ``monitor_asgi`` watches its loop);
+* ``--backend redis``: ``DEMO_BACKEND=redis``; if nothing answers at ``--redis-url`` and ``redis-server``
+  is installed, a throwaway one (no persistence) is started on that port and stopped at exit.
+
+Ctrl-C (or SIGTERM) stops the server, then the throwaway Redis, then removes the directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import FrameType
+from urllib.parse import urlsplit
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (see the module docstring)."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("server", choices=["gunicorn", "uvicorn"])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--workers", type=int, default=4, help="gunicorn worker processes (default 4)")
+    parser.add_argument("--threads", type=int, default=8, help="threads per gunicorn worker (default 8)")
+    parser.add_argument("--backend", choices=["memory", "redis"], default="memory")
+    parser.add_argument("--redis-url", default=os.environ.get("DEMO_REDIS_URL", DEFAULT_REDIS_URL))
+    parser.add_argument("--migrate", action="store_true", help="run manage.py migrate first")
+    return parser.parse_args(argv)
+
+
+def server_command(args: argparse.Namespace) -> list[str]:
+    """The gunicorn or uvicorn command line."""
+    bind = f"{args.host}:{args.port}"
+    if args.server == "gunicorn":
+        return [sys.executable, "-m", "gunicorn", "demo.wsgi:application", "--config", str(HERE / "gunicorn.conf.py"),
+                "--bind", bind, "--workers", str(args.workers), "--worker-class", "gthread",
+                "--threads", str(args.threads), "--graceful-timeout", "5"]
+    return [sys.executable, "-m", "uvicorn", "demo.asgi:application", "--host", args.host, "--port", str(args.port),
+            "--lifespan", "off", "--timeout-graceful-shutdown", "5", "--no-access-log"]
+
+
+def redis_answers(url: str, timeout: float = 0.5) -> bool:
+    """True when something at ``url`` answers PING."""
+    import redis
+
+    try:
+        return bool(redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout).ping())
+    except (redis.RedisError, OSError):
+        return False
+
+
+def start_redis(url: str) -> subprocess.Popen[bytes] | None:
+    """Start a throwaway redis-server for ``url`` unless one answers already; None if nothing was started."""
+    if redis_answers(url):
+        return None
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 6379
+    binary = shutil.which("redis-server")
+    if host not in ("127.0.0.1", "localhost") or binary is None:
+        sys.exit(f"serve.py: nothing answers at {url}; start Redis there (or pass --redis-url)")
+    process = subprocess.Popen([binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+                                "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while not redis_answers(url):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            sys.exit(f"serve.py: could not start redis-server on port {port}")
+        time.sleep(0.05)
+    print(f"serve.py: started a throwaway redis-server on {host}:{port} (stopped at exit)", flush=True)
+    return process
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """True when nothing listens on host:port yet (a clear message beats gunicorn's retry loop)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        return sock.connect_ex((host, port)) != 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Set the environment up, run the server until it exits or we are told to stop, clean up."""
+    args = parse_args(argv)
+    if not port_is_free(args.host, args.port):
+        print(f"serve.py: {args.host}:{args.port} is in use (another demo running?); use --port", file=sys.stderr)
+        return 2
+    tmp = Path(tempfile.mkdtemp(prefix="r4-demo-"))
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "demo.settings", "DEMO_BACKEND": args.backend,
+           "DEMO_REDIS_URL": args.redis_url, "DEMO_STATE_DIR": str(tmp / "state")}
+    # The demo and the checkout's package, importable without installing (like manage.py does).
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), str(HERE.parent), env.get("PYTHONPATH")) if p)
+    (tmp / "state").mkdir()
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    if args.server == "gunicorn":
+        (tmp / "prometheus").mkdir()  # fresh and empty at every start
+        env["PROMETHEUS_MULTIPROC_DIR"] = str(tmp / "prometheus")
+    redis_process: subprocess.Popen[bytes] | None = None
+    server: subprocess.Popen[bytes] | None = None
+    stopping = False
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+        if server is not None and server.poll() is None:
+            server.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        if args.backend == "redis":
+            redis_process = start_redis(args.redis_url)
+        if args.migrate:
+            subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=HERE, env=env,
+                           check=True)
+        if stopping:
+            return 0
+        extra = f", {args.workers} workers, {args.backend} backend" if args.server == "gunicorn" else ""
+        print(f"serve.py: {args.server}{extra} on http://{args.host}:{args.port}/  (Ctrl-C stops)", flush=True)
+        server = subprocess.Popen(server_command(args), cwd=HERE, env=env)
+        while True:
+            try:
+                return server.wait(timeout=15) if not stopping else server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                if stopping:
+                    server.kill()
+    finally:
+        if server is not None and server.poll() is None:
+            server.kill()
+            server.wait()
+        if redis_process is not None:
+            redis_process.terminate()
+            redis_process.wait(timeout=10)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,333 @@
+"""The demo under real servers, started exactly as the Makefile does (``demo_project/serve.py``).
+
+gunicorn (2 gthread workers, PROMETHEUS_MULTIPROC_DIR, the worker_exit/child_exit hooks) and uvicorn
+(``demo.asgi:application`` with ``monitor_asgi``) on free ports, each in its own process group that is
+killed in ``finally``. Checked over HTTP: 429 with ``Retry-After``, probes that stay 200 while the limiter
+is saturated and the partner is down, the "temporarily unavailable" decline, the r4 series on /metrics
+(multiprocess under gunicorn), the stall detector under uvicorn, ``load.py --clients`` (trusted proxy),
+and, when ``node`` is installed, the dashboard's own JavaScript driven against the live server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+DEMO = Path(__file__).resolve().parent.parent / "demo_project"
+START_TIMEOUT_S = 20.0
+
+
+@dataclass
+class Response:
+    """What the tests need from one HTTP answer."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> object:
+        """The body parsed as JSON."""
+        return json.loads(self.body)
+
+
+def request(url: str, method: str = "GET", body: bytes | None = None, headers: dict[str, str] | None = None,
+            timeout: float = 5.0) -> Response:
+    """One HTTP request; 4xx/5xx are answers, not exceptions."""
+    req = urllib.request.Request(url, method=method, data=body, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return Response(resp.status, {k.lower(): v for k, v in resp.headers.items()}, resp.read())
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return Response(exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read())
+
+
+def free_port() -> int:
+    """A port nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Server:
+    """A running demo: its base URL and its process (a group leader), whose output goes to ``log_path``."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        """Everything the server printed so far."""
+        return self.log_path.read_text(errors="replace")
+
+
+@contextlib.contextmanager
+def serve(tmp_path: Path, *args: str) -> Iterator[Server]:
+    """Start ``serve.py <args>`` on a free port; stop its whole process group at exit."""
+    port = free_port()
+    log_path = tmp_path / f"server-{port}.log"
+    env = {**os.environ, "DEMO_DB": ":memory:", "PYTHONUNBUFFERED": "1"}
+    for name in ("PROMETHEUS_MULTIPROC_DIR", "DEMO_STATE_DIR", "DEMO_BACKEND", "DJANGO_SETTINGS_MODULE"):
+        env.pop(name, None)
+    with log_path.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "serve.py", *args, "--port", str(port)],
+            cwd=DEMO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    server = Server(f"http://127.0.0.1:{port}", process, log_path)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            assert process.poll() is None, f"server exited early:\n{server.log()}"
+            with contextlib.suppress(OSError):
+                if request(server.url + "/healthz/live", timeout=1).status == 200:
+                    break
+            assert time.monotonic() < deadline, f"server did not start:\n{server.log()}"
+            time.sleep(0.1)
+        yield server
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)  # serve.py stops the server and removes its temp dir
+        try:
+            process.wait(timeout=8)
+        except subprocess.TimeoutExpired:
+            pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # anything left in the group (a stuck worker)
+        process.wait(timeout=5)
+
+
+def hit_until_429(url: str, headers: dict[str, str] | None = None, limit: int = 200) -> tuple[Response, list[int]]:
+    """POST until a 429 comes back; return it and the statuses before it."""
+    statuses: list[int] = []
+    for _ in range(limit):
+        response = request(url, "POST", b"", headers)
+        if response.status == 429:
+            return response, statuses
+        statuses.append(response.status)
+    raise AssertionError(f"no 429 after {limit} requests: {statuses[-20:]}")
+
+
+def assert_probes_green(url: str) -> None:
+    """Liveness and readiness answer 200, whatever the limiters and the breaker say."""
+    for path in ("/healthz/live", "/healthz/ready"):
+        response = request(url + path)
+        assert response.status == 200, (path, response)
+
+
+def metric_value(text: str, metric: str, **labels: str) -> float:
+    """Sum of the samples of ``metric`` whose labels include ``labels`` (any other labels, e.g. pid, allowed)."""
+    total, found = 0.0, False
+    for line in text.splitlines():
+        match = re.match(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})? (\S+)$", line)
+        if not match or match.group(1) != metric:
+            continue
+        got = dict(re.findall(r'(\w+)="([^"]*)"', match.group(2) or ""))
+        if all(got.get(k) == v for k, v in labels.items()):
+            total, found = total + float(match.group(3)), True
+    if not found:
+        raise KeyError(f"{metric}{labels} not in /metrics")
+    return total
+
+
+def wait_for_metric(url: str, metric: str, minimum: float, timeout: float = 6.0, **labels: str) -> str:
+    """Poll /metrics until ``metric{labels}`` reaches ``minimum`` (the multiprocess syncer lags by up to 1 s)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = request(url + "/metrics").body.decode()
+        with contextlib.suppress(KeyError):
+            if metric_value(text, metric, **labels) >= minimum:
+                return text
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{metric}{labels} never reached {minimum}:\n" +
+                                 "\n".join(line for line in text.splitlines() if metric in line))
+        time.sleep(0.2)
+
+
+def open_breakers(url: str, authorize: str) -> list[dict[str, object]]:
+    """Partner down, then authorizations (from distinct clients) until every worker's breaker refuses calls.
+
+    Returns the JSON answers; stops once the last 10 were all refused by an open breaker.
+    """
+    assert request(url + "/partner", "POST", json.dumps({"down": True, "latency_ms": 0}).encode()).status == 200
+    answers: list[dict[str, object]] = []
+    for i in range(200):
+        response = request(f"{url}{authorize}", "POST", b"", {"X-Forwarded-For": f"198.18.1.{i % 250}"})
+        assert response.status == 200, response  # denying is not failing: never a 5xx
+        answers.append(response.json())  # type: ignore[arg-type]
+        if len(answers) >= 20 and all(a.get("cause") == "CallNotPermitted" for a in answers[-10:]):
+            return answers
+    raise AssertionError(f"breakers never all opened: {[a.get('cause') for a in answers[-20:]]}")
+
+
+def exactly_ten_then_429(url: str, headers: dict[str, str] | None = None) -> Response:
+    """One client gets exactly 10 in a cycle, then a 429 (retried if a burst straddles a cycle boundary)."""
+    for _ in range(3):
+        rejected, before = hit_until_429(url, headers)
+        if len(before) == 10:
+            return rejected
+        time.sleep(1.0)
+    raise AssertionError(f"{len(before)} requests passed before the 429, not 10")
+
+
+# Runs the dashboard's own script in node against the live server, with just enough DOM to render.
+NODE_HARNESS = r"""
+const vm = require("vm"), fs = require("fs");
+const [base, scriptPath] = process.argv.slice(2);
+const inputs = {rate: "40", clients: "8", seconds: "15", lambda: "100"};
+const elements = {};
+const ctx = new Proxy({}, {get: (t, k) => (k in t ? t[k] : () => {}), set: (t, k, v) => { t[k] = v; return true; }});
+const el = (id) => elements[id] || (elements[id] = {id, textContent: "", innerHTML: "", style: {}, value: inputs[id] || "",
+                                                     width: 520, height: 170, getContext: () => ctx});
+global.document = {getElementById: el, querySelector: el};
+const realFetch = fetch;
+global.fetch = (url, options) => realFetch(base + url, options);
+vm.runInThisContext(fs.readFileSync(scriptPath, "utf8"));
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+(async () => {
+  await refresh();
+  for (let tries = 0; tries < 3 && !retryAfter.size; tries++) { burst(30, true); await sleep(1200); }
+  for (let i = 0; i < 6; i++) { await refresh(); await sleep(100); }   // see more than one worker
+  renderChart(); renderTimeline();
+  let totals = {ok: 0, declined: 0, "429": 0, "503": 0, other: 0};
+  for (const v of perSecond.values()) for (const k in totals) totals[k] += v[k];
+  console.log(JSON.stringify({pids: [...pids], totals, retry: [...retryAfter.keys()], server, backend,
+    banner: [el("banner").style.display, el("banner").innerHTML], little: el("verdict").innerHTML + el("observed").innerHTML,
+    workers: el("#workers tbody").innerHTML, who: el("who").innerHTML, log: el("log").textContent}));
+  process.exit(0);
+})().catch((e) => { console.error(e); process.exit(1); });
+"""
+
+
+def run_dashboard_script(tmp_path: Path, url: str) -> dict[str, object]:
+    """Extract the dashboard's <script>, run it in node against ``url``; return what it rendered."""
+    html = request(url + "/").body.decode()
+    script = re.search(r"<script>(.*)</script>", html, re.S)
+    assert script, "dashboard has no inline script"
+    (tmp_path / "dashboard.js").write_text(script.group(1))
+    (tmp_path / "harness.js").write_text(NODE_HARNESS)
+    result = subprocess.run(["node", str(tmp_path / "harness.js"), url, str(tmp_path / "dashboard.js")],
+                            capture_output=True, text=True, timeout=20)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_gunicorn_two_workers(tmp_path: Path) -> None:
+    with serve(tmp_path, "gunicorn", "--workers", "2", "--threads", "4") as server:
+        url = server.url
+        first = request(url + "/authorize", "POST", b"")
+        assert first.status == 200 and "x-worker-pid" in first.headers
+
+        # 10 per second per client, per worker (memory backend): a 429 with a computed Retry-After comes.
+        rejected, before = hit_until_429(url + "/authorize")
+        assert rejected.headers["retry-after"] == "1", rejected.headers
+        assert rejected.headers["content-type"] == "application/problem+json"
+        assert len(before) >= 9 and set(before) == {200}
+        assert_probes_green(url)
+
+        # The partner is one system for all workers (shared through DEMO_STATE_DIR): every worker's breaker
+        # opens from its own failures, and callers get a decline, never an error.
+        answers = open_breakers(url, "/authorize")
+        causes = [a.get("cause") for a in answers]
+        assert all(a["reason"] == "TEMPORARILY_UNAVAILABLE" for a in answers), answers[:3]
+        assert "AcquirerError" in causes and causes[-1] == "CallNotPermitted", causes
+        assert_probes_green(url)
+        # Without the fallback an open breaker is a 503 with the remaining open time as Retry-After.
+        strict = request(url + "/authorize?fallback=0", "POST", b"", {"X-Forwarded-For": "198.18.2.1"})
+        assert strict.status == 503 and strict.headers["retry-after"] in ("1", "2", "3"), strict
+
+        # Multiprocess metrics: counters summed over workers, gauges per pid, the breaker's state at once.
+        text = wait_for_metric(url, "resilience4j_ratelimiter_calls_total", 1, kind="failed", name="per-client")
+        assert re.search(r'resilience4j_bulkhead_available_concurrent_calls\{name="acquirer",pid="\d+"\}', text), text
+        text = wait_for_metric(url, "resilience4j_circuitbreaker_state", 1, name="acquirer", state="open")
+        assert metric_value(text, "resilience4j_circuitbreaker_not_permitted_calls_total", name="acquirer") >= 0
+
+        pids = {request(url + "/dashboard/state.json").headers["x-worker-pid"] for _ in range(30)}
+        assert len(pids) == 2, pids  # keepalive 0: the dashboard sees every worker
+
+        if shutil.which("node"):
+            assert request(url + "/partner", "POST", b'{"down": false, "latency_ms": 20}').status == 200
+            seen = run_dashboard_script(tmp_path, url)
+            assert seen["server"] == "wsgi" and seen["backend"] == "memory"
+            assert len(seen["pids"]) == 2, seen["pids"]  # type: ignore[arg-type]
+            assert seen["banner"][0] == "block" and "its own limiters" in seen["banner"][1]  # type: ignore[index]
+            assert seen["totals"]["429"] >= 1 and seen["retry"] == ["1"], seen["totals"]  # type: ignore[index]
+            assert "Fits" in seen["little"] and "Measured on pid" in seen["little"], seen["little"]  # type: ignore[operator]
+            assert seen["workers"].count("<tr>") == 2, seen["workers"]  # type: ignore[union-attr]
+    assert "Traceback" not in server.log(), server.log()
+
+
+def test_uvicorn_stall_detector_and_load_clients(tmp_path: Path) -> None:
+    with serve(tmp_path, "uvicorn") as server:
+        url = server.url
+        assert request(url + "/partner", "POST", b'{"latency_ms": 0}').status == 200
+        rejected = exactly_ten_then_429(url + "/authorize-async")
+        assert rejected.headers["retry-after"] == "1", rejected
+        assert_probes_green(url)
+        answers = open_breakers(url, "/authorize-async")
+        assert [a["cause"] for a in answers[:10]] == ["AcquirerError"] * 10
+        assert answers[-1]["cause"] == "CallNotPermitted"
+        assert_probes_green(url)
+
+        # The deliberate blocking call: the detector counts it, and logs the line that blocked.
+        blocked = request(url + "/block?ms=150")
+        assert blocked.status == 200
+        text = wait_for_metric(url, "r4_event_loop_stalls_total", 1, timeout=3, name="asgi")
+        assert metric_value(text, "r4_event_loop_stall_seconds_sum", name="asgi") >= 0.1
+        assert 'resilience4j_circuitbreaker_state{name="acquirer",state="open"} 1.0' in text
+        assert "resilience4j_ratelimiter_calls_total" in text
+        deadline = time.monotonic() + 3
+        while "time.sleep(ms / 1000)" not in server.log() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "event loop 'asgi' blocked for" in server.log() and "time.sleep(ms / 1000)" in server.log()
+        state = request(url + "/dashboard/state.json").json()
+        assert state["server"] == "asgi" and state["stalls"]["stalls_total"] >= 1  # type: ignore[index]
+
+        # load.py: 4 clients (X-Forwarded-For, trusted proxy) at 80/s for 2 s against one process.
+        assert request(url + "/partner", "POST", b'{"down": false, "latency_ms": 5}').status == 200
+        time.sleep(3.1)  # the breaker's 3 s open state ends; the next calls are its half-open trials
+        result = subprocess.run(
+            [sys.executable, "load.py", "--url", url + "/authorize-async", "--rate", "80", "--clients", "4",
+             "--seconds", "2"], cwd=DEMO, capture_output=True, text=True, timeout=20,
+        )
+        assert result.returncode == 0, result.stderr
+        lines = result.stdout.splitlines()
+        assert lines[0].split()[:3] == ["t", "sent", "ok"], lines
+        total = dict(zip(lines[0].split()[:9], lines[-1].split()[:9]))
+        assert total["t"] == "all" and total["sent"] == "160", lines
+        # Each address has its own 10 per second: 2 s touch 2-3 cycles, so each client gets 20-30 through
+        # (at least 80 in all). One shared budget would let at most 30 through.
+        passed = int(total["ok"]) + int(total["declined"])
+        assert 60 <= passed <= 120 and int(total["429"]) >= 40, lines
+    assert "Traceback" not in server.log().replace("the loop thread was running", ""), server.log()
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server not installed")
+def test_gunicorn_redis_backend_makes_per_client_global(tmp_path: Path) -> None:
+    redis_port = free_port()
+    with serve(tmp_path, "gunicorn", "--workers", "2", "--threads", "4", "--backend", "redis",
+               "--redis-url", f"redis://127.0.0.1:{redis_port}/0") as server:
+        assert "throwaway redis-server" in server.log()
+        # Same client, two workers, one budget in Redis: exactly 10 per second, never 2 x 10.
+        rejected = exactly_ten_then_429(server.url + "/authorize", {"X-Forwarded-For": "198.18.3.1"})
+        assert rejected.headers["retry-after"] == "1"
+        pids = {request(server.url + "/dashboard/state.json").headers["x-worker-pid"] for _ in range(20)}
+        assert len(pids) == 2
+        assert request(server.url + "/dashboard/state.json").json()["backend"] == "redis"  # type: ignore[index]
+        assert_probes_green(server.url)
