@@ -86,6 +86,7 @@ _SF_INT_MAX = 999_999_999_999_999
 _SKIP = object()  # a key function said None: that limit does not apply to this request
 _RERAISE = object()
 _PK_SALT_PREFIX = b"django-ratelimit-r4:pk:"
+_PK_FIELDS_MAX = 4096  # per plan: the keyed fast path's cached header parts, cleared when full
 
 
 def request_of(args: tuple[Any, ...]) -> Any | None:
@@ -115,6 +116,26 @@ def _put(response: HttpResponseBase, name: str, lower: str, value: str) -> None:
         response.headers._store[lower] = (name, value)
     except AttributeError:  # a response class without Django's ResponseHeaders
         response[name] = value
+
+
+def _put_keyed(plan: _RatePlan, key: str, remaining: int, reset_ns: int, response: HttpResponseBase) -> None:
+    """Write the draft-10 fields of ``plan.fast_keyed`` for ``key`` (``_sf``/``_seconds``/``_put`` inlined)."""
+    policy, prefix, pk = plan.keyed_fields.get(key) or plan.add_keyed_fields(key)
+    # Clamped to sf-integers with comparisons, not min(): this runs on every allowed request.
+    if remaining < 0:
+        remaining = 0
+    elif remaining > _SF_INT_MAX:
+        remaining = _SF_INT_MAX
+    reset = (reset_ns + 999_999_999) // 1_000_000_000 if reset_ns > 0 else 0  # delay_seconds
+    state = f"{prefix}{remaining};t={reset if reset <= _SF_INT_MAX else _SF_INT_MAX}{pk}"
+    try:
+        store = response.headers._store
+    except AttributeError:  # a response class without Django's ResponseHeaders
+        response["RateLimit-Policy"] = policy
+        response["RateLimit"] = state
+        return
+    store["ratelimit-policy"] = ("RateLimit-Policy", policy)
+    store["ratelimit"] = ("RateLimit", state)
 
 
 @lru_cache(maxsize=4096)
@@ -170,6 +191,19 @@ class _Limit:
             return self.keyed.quota(key)
         return _unkeyed_quota(self.limiter)  # type: ignore[arg-type]
 
+    async def aquota(self, key: Any) -> tuple[int, int]:
+        """:meth:`quota` without blocking the loop: the Redis limiters' ``aquota()`` (redis.asyncio), else
+        ``quota()`` on a worker thread (a third-party backend with only the sync protocol)."""
+        if self.keyed is not None:
+            aquota = getattr(self.keyed, "aquota", None)
+            if aquota is not None:
+                return await aquota(key)  # type: ignore[no-any-return]
+        else:
+            aquota = getattr(self.limiter.backend, "aquota", None)  # type: ignore[union-attr]
+            if aquota is not None:
+                return await aquota()  # type: ignore[no-any-return]
+        return await asyncio.get_running_loop().run_in_executor(None, self.quota, key)
+
 
 class _RatePlan:
     """A gate's limits for one registry generation, with everything per-request work needs."""
@@ -178,8 +212,12 @@ class _RatePlan:
         "aacquire_all",
         "acquire_all",
         "draft10",
+        "fast_keyed",
         "fast_quota",
         "generation",
+        "keyed_acquire_quota",
+        "keyed_fields",
+        "keyed_key_func",
         "limits",
         "remote",
         "salt",
@@ -219,6 +257,34 @@ class _RatePlan:
         self.fast_quota: Callable[[], tuple[int, int]] | None = (
             backend.quota if self.draft10 and type(backend) is MemoryBackend else None
         )
+        # The same for a single in-memory keyed limit: KeyedRateLimiter.acquire_quota() decides and
+        # returns the header figures in one locked step, and each key's constant header parts (its pk
+        # hash, the policy string) are built once and looked up by key.
+        keyed = self.single_keyed
+        self.fast_keyed: _Limit | None = (
+            keyed if self.draft10 and keyed is not None and type(keyed.keyed) is KeyedRateLimiter else None
+        )
+        self.keyed_fields: dict[str, tuple[str, str, str]] = {}
+        fast = self.fast_keyed
+        self.keyed_acquire_quota: Callable[[str, int], tuple[int, int]] | None = (
+            fast.keyed.acquire_quota if fast is not None else None  # type: ignore[union-attr]
+        )
+        self.keyed_key_func: KeyFunc | None = fast.key_func if fast is not None else None
+
+    def add_keyed_fields(self, key: str) -> tuple[str, str, str]:
+        """``(RateLimit-Policy value, RateLimit prefix up to r=, ;pk= suffix)`` of ``fast_keyed`` for ``key``.
+
+        Cached per key (the same clients come back); the cache is bounded by clearing it when full.
+        """
+        limit = self.fast_keyed
+        assert limit is not None
+        pk = ";pk=" + _pk(self.salt, key)
+        fields = (limit.policy + pk, limit.item + ";r=", pk)
+        cache = self.keyed_fields
+        if len(cache) >= _PK_FIELDS_MAX:
+            cache.clear()
+        cache[key] = fields
+        return fields
 
 
 _STALE_PLAN = _RatePlan.__new__(_RatePlan)
@@ -399,6 +465,30 @@ class RateLimitGate:
             self._annotate_single(plan, single, response)
             return response
         request = request_of(args)
+        acquire_quota = plan.keyed_acquire_quota
+        if acquire_quota is not None and request is not None:
+            # The keyed fast path: one locked decision that also gives the header figures.
+            key = plan.keyed_key_func(request)  # type: ignore[misc]
+            if key is None:
+                return fn(*args, **kwargs)
+            remaining, reset_ns = acquire_quota(key, self.permits)
+            response = fn(*args, **kwargs)
+            if isinstance(response, HttpResponseBase):
+                # _put_keyed inlined: this runs on every allowed keyed request.
+                policy, prefix, pk = plan.keyed_fields.get(key) or plan.add_keyed_fields(key)
+                if remaining < 0:
+                    remaining = 0
+                elif remaining > _SF_INT_MAX:
+                    remaining = _SF_INT_MAX
+                reset = (reset_ns + 999_999_999) // 1_000_000_000 if reset_ns > 0 else 0
+                state = f"{prefix}{remaining};t={reset if reset <= _SF_INT_MAX else _SF_INT_MAX}{pk}"
+                store = getattr(response.headers, "_store", None)
+                if store is not None:
+                    store["ratelimit-policy"] = ("RateLimit-Policy", policy)
+                    store["ratelimit"] = ("RateLimit", state)
+                else:
+                    _put_keyed(plan, key, remaining, reset_ns, response)
+            return response
         keyed = plan.single_keyed
         if keyed is not None and request is not None:
             key = keyed.key_func(request)  # type: ignore[misc]
@@ -425,6 +515,7 @@ class RateLimitGate:
         request = request_of(args)
         keyed = plan.single_keyed
         key: Any = None
+        quota: tuple[int, int] | None = None
         if single is not None:
             await single.aacquire_or_raise(self.permits)
             keys: list[Any] = [None]
@@ -432,7 +523,10 @@ class RateLimitGate:
             key = keyed.key_func(request)  # type: ignore[misc]
             if key is None:
                 return await fn(*args, **kwargs)
-            await keyed.keyed.aacquire_or_raise(key, self.permits)  # type: ignore[union-attr]
+            if plan.fast_keyed is not None:  # in memory, draft-10: the decision gives the header figures
+                quota = await keyed.keyed.aacquire_quota(key, self.permits)  # type: ignore[union-attr]
+            else:
+                await keyed.keyed.aacquire_or_raise(key, self.permits)  # type: ignore[union-attr]
             keys = [key]
         else:
             keys = self._keys(plan, request)
@@ -441,6 +535,8 @@ class RateLimitGate:
         if plan.style is not None and request is not None and isinstance(response, HttpResponseBase):
             if plan.remote:
                 _set_all(response, await self._aheaders(keys))
+            elif quota is not None:
+                _put_keyed(plan, key, quota[0], quota[1], response)
             elif keyed is not None and key is not None:
                 self._annotate_keyed(plan, keyed, key, response)
             else:
@@ -455,36 +551,43 @@ class RateLimitGate:
         if plan.style is None:
             return {}
         pairs = [(limit, key) for limit, key in zip(plan.limits, keys, strict=True) if key is not _SKIP]
+        return self._fields(plan, pairs, [limit.quota(key) for limit, key in pairs])
+
+    @staticmethod
+    def _fields(
+        plan: _RatePlan, pairs: list[tuple[_Limit, Any]], quotas: list[tuple[int, int]]
+    ) -> dict[str, str]:
+        """Format the header fields of ``pairs`` (the limits that applied) from their ``quotas``."""
         if not pairs:
             return {}
         if plan.draft10:
             policies = []
             states = []
-            for limit, key in pairs:
-                remaining, reset_ns = limit.quota(key)
+            for (limit, key), (remaining, reset_ns) in zip(pairs, quotas, strict=True):
                 pk = "" if key is None else ";pk=" + _pk(plan.salt, key)
                 policies.append(limit.policy + pk)
                 states.append(f"{limit.item};r={_sf(remaining)};t={_sf(delay_seconds(reset_ns))}{pk}")
             return {"RateLimit-Policy": ", ".join(policies), "RateLimit": ", ".join(states)}
         statuses = []
-        for limit, key in pairs:
-            remaining, reset_ns = limit.quota(key)
+        for (limit, key), (remaining, reset_ns) in zip(pairs, quotas, strict=True):
             statuses.append(
                 QuotaStatus(limit.name, limit.limit, limit.window, remaining, delay_seconds(reset_ns), key)
             )
         return ratelimit_headers(plan.style, statuses, salt=plan.salt)
 
     async def _aheaders(self, keys: list[Any]) -> dict[str, str]:
-        """:meth:`headers` for async paths: Redis quotas are read on a worker thread, never on the loop.
-
-        (The Redis limiters have no async ``quota()``; one executor hop for all limits of the gate.)
-        """
+        """:meth:`headers` for async paths: Redis quotas are awaited (``aquota()``), never read on the loop."""
         plan = self.plan()
         if plan.style is None:
             return {}
         if not plan.remote:
             return self.headers(keys)
-        return await asyncio.get_running_loop().run_in_executor(None, self.headers, keys)
+        pairs = [(limit, key) for limit, key in zip(plan.limits, keys, strict=True) if key is not _SKIP]
+        if len(pairs) == 1:
+            quotas = [await pairs[0][0].aquota(pairs[0][1])]
+        else:  # one round trip each, concurrently
+            quotas = list(await asyncio.gather(*(limit.aquota(key) for limit, key in pairs)))
+        return self._fields(plan, pairs, quotas)
 
     def _annotate(self, plan: _RatePlan, response: HttpResponseBase, keys: list[Any]) -> None:
         _set_all(response, self.headers(keys))

@@ -149,10 +149,18 @@ class KeyedRateLimiter:
     def _reset_locked(self, clock: Clock) -> None:
         self._now = clock.now_ns
         self._anchor = self._now()
+        self._set_cycle(0)
         self._states.clear()
         self.successful_calls = 0
         self.failed_calls = 0
         self.lossy_evictions = 0
+
+    def _set_cycle(self, cycle: int) -> None:
+        # The current cycle, shared by every key (one anchor), cached for acquire_quota's fast path:
+        # its end on the clock, and the packed value of (cycle, 0 permissions). A key stored in this
+        # cycle has ``packed - _cycle_floor == permissions``; one stored earlier gives less than -2**63.
+        self._cycle_end = self._anchor + (cycle + 1) * self._period
+        self._cycle_floor = (cycle << _SHIFT) + _OFFSET
 
     def _load(self, key: str) -> tuple[int, int, int | None]:
         """``(cycle, permissions, packed or None)``; an absent key reads as ``(0, limit)``, i.e. full."""
@@ -245,6 +253,34 @@ class KeyedRateLimiter:
         finally:
             lock.release()
 
+    def _decide_quota_locked(
+        self, key: str, packed: int | None, now: int, permits: int, timeout_ns: int
+    ) -> tuple[int, int, int]:
+        """:meth:`_decide` and :meth:`quota` in one step: ``(wait, remaining, reset_ns)``; caller holds the lock.
+
+        ``packed`` is ``key``'s entry and ``now`` the time since the anchor, both read under the lock.
+        ``wait`` is as in :meth:`_decide` (``< 0`` rejected, then the other two are 0). When granted,
+        ``(remaining, reset_ns)`` is what ``quota(key)`` answers at ``now`` right after the decision.
+        """
+        if permits < 1:
+            raise ValueError(f"permits must be >= 1, got {permits!r}")
+        if packed is None:
+            cycle, permissions = 0, self._limit
+        else:
+            cycle, permissions = packed >> _SHIFT, (packed & _MASK) - _OFFSET
+        period = self._period
+        current, permissions, wait, granted = decide(
+            cycle, permissions, permits, timeout_ns, now, period, self._limit
+        )
+        if not granted:
+            self.failed_calls += 1
+            return -wait, 0, 0
+        self.successful_calls += 1
+        self._store(key, packed, cycle, current, permissions)
+        if permissions >= 1:
+            return wait, permissions, (current + 1) * period - now
+        return wait, permissions, nanos_to_wait(permissions, 1, current, now, period, self._limit)
+
     # -- deciding ---------------------------------------------------------------------------------------
 
     def acquire_permission(self, key: str, permits: int = 1) -> bool:
@@ -300,6 +336,61 @@ class KeyedRateLimiter:
             await self._waiters.asleep(self.clock, wait)
         if self.events.wants_successful:
             self._publish(SUCCESSFUL_ACQUIRE, permits)
+
+    def acquire_quota(self, key: str, permits: int = 1) -> tuple[int, int]:
+        """:meth:`acquire_or_raise`, returning ``key``'s ``(remaining, reset_ns)`` as :meth:`quota` reads it
+        when the permits are handed over: right after the decision, or after the wait for a reserved permit.
+
+        One locked step instead of a decision and a second read for the RateLimit header fields; the
+        figures are this decision's own (a concurrent request's permits are not subtracted from them).
+        """
+        lock = self._lock
+        lock.acquire()
+        try:
+            states = self._states
+            packed = states.get(key)
+            now = self._now()
+            end = self._cycle_end
+            if now >= end:
+                self._set_cycle((now - self._anchor) // self._period)
+                end = self._cycle_end
+            # The common case, spelled out: the key was last used in the current cycle (else the
+            # difference is below -2**63) and a permit is left after these, so decide() grants without
+            # a refresh and quota() would answer (left, time to the cycle boundary).
+            permissions = 0 if packed is None else packed - self._cycle_floor
+            if 0 < permits < permissions:
+                states[key] = packed - permits  # type: ignore[operator]
+                self.successful_calls += 1
+                wait, remaining, reset_ns = 0, permissions - permits, end - now
+            else:
+                wait, remaining, reset_ns = self._decide_quota_locked(
+                    key, packed, now - self._anchor, permits, self._timeout_ns
+                )
+        finally:
+            lock.release()
+        if wait:
+            if wait < 0:
+                raise self._rejection(key, permits, -wait)
+            self._waiters.sleep(self.clock, wait)
+            remaining, reset_ns = self.quota(key)
+        if self.events.wants_successful:
+            self._publish(SUCCESSFUL_ACQUIRE, permits)
+        return remaining, reset_ns
+
+    async def aacquire_quota(self, key: str, permits: int = 1) -> tuple[int, int]:
+        """Async twin of :meth:`acquire_quota` (a reserved permit is awaited, never slept for)."""
+        with self._lock:
+            wait, remaining, reset_ns = self._decide_quota_locked(
+                key, self._states.get(key), self._now() - self._anchor, permits, self._timeout_ns
+            )
+        if wait:
+            if wait < 0:
+                raise self._rejection(key, permits, -wait)
+            await self._waiters.asleep(self.clock, wait)
+            remaining, reset_ns = self.quota(key)
+        if self.events.wants_successful:
+            self._publish(SUCCESSFUL_ACQUIRE, permits)
+        return remaining, reset_ns
 
     def reserve_permission(self, key: str, permits: int = 1) -> int:
         """Reserve without waiting: 0 (use now), ns the caller must wait (reserved), or -1 (rejected)."""

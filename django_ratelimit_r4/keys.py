@@ -72,11 +72,13 @@ def _session_key(request: Any) -> str | None:
 
 
 def _make_user_or_ip(resolver: ClientIPResolver) -> KeyFunc:
+    client_ip = resolver.as_function()
+
     def user_or_ip(request: Any) -> str:
         user = getattr(request, "user", None)
         if user is not None and user.is_authenticated:
             return f"user:{user.pk}"
-        return "ip:" + resolver(request)
+        return "ip:" + client_ip(request)
 
     return user_or_ip
 
@@ -167,7 +169,7 @@ def compile_key(spec: str | Callable[[Any], Any], *, ip_resolver: ClientIPResolv
     if not isinstance(spec, str):
         return _make_custom(spec)
     if spec == "ip":
-        return ip_resolver if ip_resolver is not None else ClientIPResolver()
+        return (ip_resolver if ip_resolver is not None else ClientIPResolver()).as_function()
     if spec == "user":
         return _user_pk
     if spec == "user_or_ip":

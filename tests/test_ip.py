@@ -221,3 +221,34 @@ def test_untrusted_peer_cannot_buy_a_new_identity(forged):
     resolver = ClientIPResolver(["10.0.0.0/8"])
     joined = ", ".join(forged)
     assert resolver(req("198.51.100.9", xff=joined, fwd=joined)) == "198.51.100.9"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    remote=st.one_of(st.none(), _header_text, st.ip_addresses().map(str), st.just("1" * 200)),
+    xff=st.one_of(st.none(), _header_text),
+    trusted=st.sampled_from([None, 0, [], 1, ["10.0.0.0/8"]]),
+    prefix=st.sampled_from([128, 64]),
+)
+def test_as_function_answers_like_the_resolver(remote, xff, trusted, prefix):
+    """The plain function the key specs use (a REMOTE_ADDR-only closure without proxies) is exact."""
+    resolver = ClientIPResolver(trusted, ipv6_prefix_length=prefix)
+    request = req(remote, xff=xff)
+    assert resolver.as_function()(request) == ClientIPResolver(trusted, ipv6_prefix_length=prefix)(request)
+
+
+def test_as_function_without_proxies_reads_only_remote_addr_and_bounds_its_cache():
+    resolver = ClientIPResolver()
+    client_ip = resolver.as_function()
+    assert client_ip.__name__ == "remote_addr"  # not the general __call__
+    assert client_ip(req("198.51.100.1", xff="1.1.1.1", fwd="for=2.2.2.2")) == "198.51.100.1"
+    assert client_ip(req("::ffff:192.0.2.1")) == "192.0.2.1"
+    assert client_ip(req(None)) == UNKNOWN_CLIENT
+    assert client_ip(req("9" * 500)) == UNKNOWN_CLIENT
+    assert resolver._cache.cache_info().currsize == 3  # the 500-char string was never stored
+
+
+def test_as_function_with_proxies_is_the_general_resolver():
+    resolver = ClientIPResolver(1)
+    assert resolver.as_function() == resolver.__call__
+    assert resolver.as_function()(req("10.0.0.1", xff="203.0.113.7")) == "203.0.113.7"
