@@ -104,10 +104,8 @@ def serve(tmp_path: Path, *args: str) -> Iterator[Server]:
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)  # serve.py stops the server and removes its temp dir
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=8)
-        except subprocess.TimeoutExpired:
-            pass
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)  # anything left in the group (a stuck worker)
         process.wait(timeout=5)
@@ -166,6 +164,7 @@ def open_breakers(url: str, authorize: str) -> list[dict[str, object]]:
     Returns the JSON answers; stops once the last 10 were all refused by an open breaker.
     """
     assert request(url + "/partner", "POST", json.dumps({"down": True, "latency_ms": 0}).encode()).status == 200
+    time.sleep(0.25)  # other workers re-read the shared knobs at most every 0.1 s
     answers: list[dict[str, object]] = []
     for i in range(200):
         response = request(f"{url}{authorize}", "POST", b"", {"X-Forwarded-For": f"198.18.1.{i % 250}"})
@@ -249,20 +248,24 @@ def test_gunicorn_two_workers(tmp_path: Path) -> None:
         assert "AcquirerError" in causes and causes[-1] == "CallNotPermitted", causes
         assert_probes_green(url)
         # Without the fallback an open breaker is a 503 with the remaining open time as Retry-After.
-        strict = request(url + "/authorize?fallback=0", "POST", b"", {"X-Forwarded-For": "198.18.2.1"})
-        assert strict.status == 503 and strict.headers["retry-after"] in ("1", "2", "3"), strict
+        # (A worker that saw fewer than 10 failures still lets the call fail at the partner: a 502.)
+        stricts = [request(url + "/authorize?fallback=0", "POST", b"", {"X-Forwarded-For": f"198.18.2.{i}"})
+                   for i in range(6)]
+        assert {r.status for r in stricts} <= {502, 503} and 503 in {r.status for r in stricts}, stricts
+        assert all(r.headers["retry-after"] in ("1", "2", "3") for r in stricts if r.status == 503), stricts
 
         # Multiprocess metrics: counters summed over workers, gauges per pid, the breaker's state at once.
         text = wait_for_metric(url, "resilience4j_ratelimiter_calls_total", 1, kind="failed", name="per-client")
         assert re.search(r'resilience4j_bulkhead_available_concurrent_calls\{name="acquirer",pid="\d+"\}', text), text
-        text = wait_for_metric(url, "resilience4j_circuitbreaker_state", 1, name="acquirer", state="open")
-        assert metric_value(text, "resilience4j_circuitbreaker_not_permitted_calls_total", name="acquirer") >= 0
+        wait_for_metric(url, "resilience4j_circuitbreaker_state", 1, name="acquirer", state="open")
+        wait_for_metric(url, "resilience4j_circuitbreaker_not_permitted_calls_total", 10, name="acquirer")
 
         pids = {request(url + "/dashboard/state.json").headers["x-worker-pid"] for _ in range(30)}
         assert len(pids) == 2, pids  # keepalive 0: the dashboard sees every worker
 
         if shutil.which("node"):
             assert request(url + "/partner", "POST", b'{"down": false, "latency_ms": 20}').status == 200
+            time.sleep(0.25)
             seen = run_dashboard_script(tmp_path, url)
             assert seen["server"] == "wsgi" and seen["backend"] == "memory"
             assert len(seen["pids"]) == 2, seen["pids"]  # type: ignore[arg-type]
@@ -309,7 +312,7 @@ def test_uvicorn_stall_detector_and_load_clients(tmp_path: Path) -> None:
         assert result.returncode == 0, result.stderr
         lines = result.stdout.splitlines()
         assert lines[0].split()[:3] == ["t", "sent", "ok"], lines
-        total = dict(zip(lines[0].split()[:9], lines[-1].split()[:9]))
+        total = dict(zip(lines[0].split()[:9], lines[-1].split()[:9], strict=True))
         assert total["t"] == "all" and total["sent"] == "160", lines
         # Each address has its own 10 per second: 2 s touch 2-3 cycles, so each client gets 20-30 through
         # (at least 80 in all). One shared budget would let at most 30 through.

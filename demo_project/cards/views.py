@@ -15,7 +15,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 from health_check.views import HealthCheckView
 
-from django_ratelimit_r4 import state, stall
+from django_ratelimit_r4 import stall, state
 from django_ratelimit_r4.decorators import ratelimit
 
 from .acquirer import METER, PARTNER, AcquirerError, acapture, acapture_strict, capture, capture_strict
