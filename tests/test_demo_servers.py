@@ -318,6 +318,12 @@ def test_uvicorn_stall_detector_and_load_clients(tmp_path: Path) -> None:
         # (at least 80 in all). One shared budget would let at most 30 through.
         passed = int(total["ok"]) + int(total["declined"])
         assert 60 <= passed <= 120 and int(total["429"]) >= 40, lines
+
+        if shutil.which("node"):  # the dashboard notices ASGI and uses the async view; one process, no banner
+            seen = run_dashboard_script(tmp_path, url)
+            assert seen["server"] == "asgi" and len(seen["pids"]) == 1, seen  # type: ignore[arg-type]
+            assert seen["banner"][0] == "none" and "/authorize-async" in seen["who"], seen  # type: ignore[index,operator]
+            assert seen["totals"]["ok"] >= 10 and seen["totals"]["429"] >= 10, seen["totals"]  # type: ignore[index]
     assert "Traceback" not in server.log().replace("the loop thread was running", ""), server.log()
 
 
