@@ -226,6 +226,7 @@ def _measure(number: int, repeat: int, override_settings: Any) -> list[dict[str,
             "<= bare + 5 us",
         ),
         _row("@ratelimit keyed by ip, allowed", best["keyed"], base, ALLOWED_TARGET_NS, "<= bare + 5 us"),
+        _row("info: keyed over unkeyed (both allowed)", best["keyed"], best["allowed"], None, "info"),
         _row(
             "@ratelimit denied (429 + problem body)",
             best["denied"],

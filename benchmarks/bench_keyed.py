@@ -141,6 +141,21 @@ def run(number: int = NUMBER, repeat: int = REPEAT) -> list[dict[str, Any]]:
         unkeyed_allowed,
         TARGET_RATIO,
     )
+    # The keyed @ratelimit fast path: the decision and the RateLimit figures in one locked step,
+    # against the unkeyed view path's decision plus MemoryBackend.quota() (a lock-free snapshot).
+    unkeyed_headers = RateLimiter("u", _config(big))
+    unkeyed_acquire, unkeyed_quota = unkeyed_headers.acquire_or_raise, unkeyed_headers.backend.quota
+
+    def unkeyed_with_quota() -> tuple[int, int]:
+        unkeyed_acquire()
+        return unkeyed_quota()  # type: ignore[no-any-return]
+
+    row(
+        "keyed acquire_quota (decision + header figures) vs unkeyed acquire + quota",
+        functools.partial(keyed_allowed.acquire_quota, "203.0.113.7"),
+        unkeyed_with_quota,
+        TARGET_RATIO,
+    )
     # Informational: a rejection also computes the wait through nanos_to_wait() (for Retry-After); the
     # ~300 ns it adds sits inside the +15 us budget of a denied request, which builds a 429 anyway.
     row(

@@ -86,7 +86,8 @@ _SF_INT_MAX = 999_999_999_999_999
 _SKIP = object()  # a key function said None: that limit does not apply to this request
 _RERAISE = object()
 _PK_SALT_PREFIX = b"django-ratelimit-r4:pk:"
-_PK_FIELDS_MAX = 4096  # per plan: the keyed fast path's cached header parts, cleared when full
+_KEYED_ENTRIES_MAX = 1024  # per plan: the keyed fast path's cached clients, cleared when full
+_SLOT_MAX_LEN = 256  # longer cache slots (REMOTE_ADDR text or key) are computed, never cached
 
 
 def request_of(args: tuple[Any, ...]) -> Any | None:
@@ -118,9 +119,14 @@ def _put(response: HttpResponseBase, name: str, lower: str, value: str) -> None:
         response[name] = value
 
 
-def _put_keyed(plan: _RatePlan, key: str, remaining: int, reset_ns: int, response: HttpResponseBase) -> None:
-    """Write the draft-10 fields of ``plan.fast_keyed`` for ``key`` (``_sf``/``_seconds``/``_put`` inlined)."""
-    policy, prefix, pk = plan.keyed_fields.get(key) or plan.add_keyed_fields(key)
+#: The keyed fast path's per-client constants: (key, RateLimit-Policy value, RateLimit prefix up to
+#: ``r=``, ``;pk=`` suffix).
+_KeyedEntry = tuple[str, str, str, str]
+
+
+def _put_keyed(entry: _KeyedEntry, remaining: int, reset_ns: int, response: HttpResponseBase) -> None:
+    """Write the draft-10 fields of ``entry``'s client (``_sf``/``_seconds``/``_put`` inlined)."""
+    _, policy, prefix, pk = entry
     # Clamped to sf-integers with comparisons, not min(): this runs on every allowed request.
     if remaining < 0:
         remaining = 0
@@ -170,10 +176,27 @@ def _unkeyed_quota(limiter: RateLimiter) -> tuple[int, int]:
 class _Limit:
     """One named limit of a gate, resolved for one registry generation."""
 
-    __slots__ = ("item", "key_func", "keyed", "limit", "limiter", "name", "policy", "window")
+    __slots__ = (
+        "by_remote_addr",
+        "item",
+        "key_func",
+        "keyed",
+        "limit",
+        "limiter",
+        "name",
+        "policy",
+        "state_prefix",
+        "window",
+    )
 
     def __init__(
-        self, name: str, limiter: RateLimiter | None, keyed: KeyedRateLimiter | None, key_func: KeyFunc | None
+        self,
+        name: str,
+        limiter: RateLimiter | None,
+        keyed: KeyedRateLimiter | None,
+        key_func: KeyFunc | None,
+        *,
+        by_remote_addr: bool = False,
     ) -> None:
         config = limiter.config if limiter is not None else keyed.config  # type: ignore[union-attr]
         self.name = name
@@ -183,6 +206,9 @@ class _Limit:
         self.limit = int(config.limit_for_period)
         self.window = window_seconds(int(config.limit_refresh_period))
         self.item = sf_string(name)
+        self.state_prefix = self.item + ";r="
+        #: The key is a pure function of REMOTE_ADDR ("ip" without trusted proxies).
+        self.by_remote_addr = by_remote_addr
         # Built by the reference formatter once, so the fast path's strings match it exactly.
         self.policy = draft10_headers([QuotaStatus(name, self.limit, self.window, 0, 0)])["RateLimit-Policy"]
 
@@ -216,7 +242,8 @@ class _RatePlan:
         "fast_quota",
         "generation",
         "keyed_acquire_quota",
-        "keyed_fields",
+        "keyed_by_remote_addr",
+        "keyed_entries",
         "keyed_key_func",
         "limits",
         "remote",
@@ -258,33 +285,52 @@ class _RatePlan:
             backend.quota if self.draft10 and type(backend) is MemoryBackend else None
         )
         # The same for a single in-memory keyed limit: KeyedRateLimiter.acquire_quota() decides and
-        # returns the header figures in one locked step, and each key's constant header parts (its pk
-        # hash, the policy string) are built once and looked up by key.
+        # returns the header figures in one locked step, and each client's constants (key, pk hash,
+        # policy string) are built once. With key "ip" and no trusted proxies they are found by the
+        # REMOTE_ADDR text itself, so a returning client costs one dict read, no key function call.
         keyed = self.single_keyed
-        self.fast_keyed: _Limit | None = (
-            keyed if self.draft10 and keyed is not None and type(keyed.keyed) is KeyedRateLimiter else None
-        )
-        self.keyed_fields: dict[str, tuple[str, str, str]] = {}
-        fast = self.fast_keyed
+        fast = keyed if self.draft10 and keyed is not None and type(keyed.keyed) is KeyedRateLimiter else None
+        self.fast_keyed: _Limit | None = fast
+        self.keyed_entries: dict[str, _KeyedEntry] = {}
+        self.keyed_by_remote_addr = fast is not None and fast.by_remote_addr
         self.keyed_acquire_quota: Callable[[str, int], tuple[int, int]] | None = (
             fast.keyed.acquire_quota if fast is not None else None  # type: ignore[union-attr]
         )
         self.keyed_key_func: KeyFunc | None = fast.key_func if fast is not None else None
 
-    def add_keyed_fields(self, key: str) -> tuple[str, str, str]:
-        """``(RateLimit-Policy value, RateLimit prefix up to r=, ;pk= suffix)`` of ``fast_keyed`` for ``key``.
+    def keyed_entry(self, request: Any) -> _KeyedEntry | None:
+        """``fast_keyed``'s cached constants for ``request``'s client; None when its key function exempts it.
 
-        Cached per key (the same clients come back); the cache is bounded by clearing it when full.
+        The sync fast path in :meth:`RateLimitGate._call` inlines this.
+        """
+        if self.keyed_by_remote_addr:
+            return self.keyed_entries.get(request.META.get("REMOTE_ADDR")) or self.add_keyed_entry(request)
+        key = self.keyed_key_func(request)  # type: ignore[misc]
+        if key is None:
+            return None
+        return self.keyed_entries.get(key) or self.add_keyed_entry(request, key)
+
+    def add_keyed_entry(self, request: Any, key: str | None = None) -> _KeyedEntry:
+        """Build (and cache) the entry of ``request``'s client: ``key`` given, or from REMOTE_ADDR.
+
+        Cached by the REMOTE_ADDR text (``keyed_by_remote_addr``) or by the key; the cache holds at most
+        ``_KEYED_ENTRIES_MAX`` clients (cleared when full: the same clients come back and refill it).
         """
         limit = self.fast_keyed
-        assert limit is not None
+        assert limit is not None and limit.key_func is not None
+        if key is None:  # keyed_by_remote_addr: the "ip" key function never answers None
+            slot = request.META.get("REMOTE_ADDR")
+            key = typing.cast(str, limit.key_func(request))
+        else:
+            slot = key
         pk = ";pk=" + _pk(self.salt, key)
-        fields = (limit.policy + pk, limit.item + ";r=", pk)
-        cache = self.keyed_fields
-        if len(cache) >= _PK_FIELDS_MAX:
-            cache.clear()
-        cache[key] = fields
-        return fields
+        entry = (key, limit.policy + pk, limit.state_prefix, pk)
+        if isinstance(slot, str) and len(slot) <= _SLOT_MAX_LEN:
+            cache = self.keyed_entries
+            if len(cache) >= _KEYED_ENTRIES_MAX:
+                cache.clear()
+            cache[slot] = entry
+        return entry
 
 
 _STALE_PLAN = _RatePlan.__new__(_RatePlan)
@@ -342,7 +388,15 @@ class RateLimitGate:
                 if resolver is None:
                     resolver = ClientIPResolver(options.trusted_proxies or None, options.ipv6_prefix_length)  # type: ignore[arg-type]
                 key_func = compile_key(spec, ip_resolver=resolver)
-                limits.append(_Limit(name, None, registry.get_keyed_rate_limiter(name), key_func))
+                limits.append(
+                    _Limit(
+                        name,
+                        None,
+                        registry.get_keyed_rate_limiter(name),
+                        key_func,
+                        by_remote_addr=spec == "ip" and resolver.remote_addr_only,
+                    )
+                )
             try:
                 redis_module = _redis_of(
                     [(limit.keyed if limit.keyed is not None else limit.limiter, None) for limit in limits]
@@ -467,15 +521,22 @@ class RateLimitGate:
         request = request_of(args)
         acquire_quota = plan.keyed_acquire_quota
         if acquire_quota is not None and request is not None:
-            # The keyed fast path: one locked decision that also gives the header figures.
-            key = plan.keyed_key_func(request)  # type: ignore[misc]
-            if key is None:
-                return fn(*args, **kwargs)
+            # The keyed fast path: the client's cached constants (plan.keyed_entry inlined), then one
+            # locked decision that also gives the header figures.
+            if plan.keyed_by_remote_addr:
+                entry = plan.keyed_entries.get(request.META.get("REMOTE_ADDR")) or plan.add_keyed_entry(
+                    request
+                )
+            else:
+                key = plan.keyed_key_func(request)  # type: ignore[misc]
+                if key is None:
+                    return fn(*args, **kwargs)
+                entry = plan.keyed_entries.get(key) or plan.add_keyed_entry(request, key)
+            key, policy, prefix, pk = entry
             remaining, reset_ns = acquire_quota(key, self.permits)
             response = fn(*args, **kwargs)
             if isinstance(response, HttpResponseBase):
                 # _put_keyed inlined: this runs on every allowed keyed request.
-                policy, prefix, pk = plan.keyed_fields.get(key) or plan.add_keyed_fields(key)
                 if remaining < 0:
                     remaining = 0
                 elif remaining > _SF_INT_MAX:
@@ -487,7 +548,7 @@ class RateLimitGate:
                     store["ratelimit-policy"] = ("RateLimit-Policy", policy)
                     store["ratelimit"] = ("RateLimit", state)
                 else:
-                    _put_keyed(plan, key, remaining, reset_ns, response)
+                    _put_keyed(entry, remaining, reset_ns, response)
             return response
         keyed = plan.single_keyed
         if keyed is not None and request is not None:
@@ -515,15 +576,20 @@ class RateLimitGate:
         request = request_of(args)
         keyed = plan.single_keyed
         key: Any = None
+        entry: _KeyedEntry | None = None
         quota: tuple[int, int] | None = None
         if single is not None:
             await single.aacquire_or_raise(self.permits)
             keys: list[Any] = [None]
         elif keyed is not None and request is not None:
-            key = keyed.key_func(request)  # type: ignore[misc]
+            if plan.fast_keyed is not None:  # in memory, draft-10: the decision gives the header figures
+                entry = plan.keyed_entry(request)
+                key = None if entry is None else entry[0]
+            else:
+                key = keyed.key_func(request)  # type: ignore[misc]
             if key is None:
                 return await fn(*args, **kwargs)
-            if plan.fast_keyed is not None:  # in memory, draft-10: the decision gives the header figures
+            if entry is not None:
                 quota = await keyed.keyed.aacquire_quota(key, self.permits)  # type: ignore[union-attr]
             else:
                 await keyed.keyed.aacquire_or_raise(key, self.permits)  # type: ignore[union-attr]
@@ -535,8 +601,8 @@ class RateLimitGate:
         if plan.style is not None and request is not None and isinstance(response, HttpResponseBase):
             if plan.remote:
                 _set_all(response, await self._aheaders(keys))
-            elif quota is not None:
-                _put_keyed(plan, key, quota[0], quota[1], response)
+            elif entry is not None and quota is not None:
+                _put_keyed(entry, quota[0], quota[1], response)
             elif keyed is not None and key is not None:
                 self._annotate_keyed(plan, keyed, key, response)
             else:

@@ -210,6 +210,11 @@ class ClientIPResolver:
             return answer
         return self._from_chain(_forwarded_for(fwd), fallback)  # type: ignore[arg-type]
 
+    @property
+    def remote_addr_only(self) -> bool:
+        """True without trusted proxies: the answer depends on ``REMOTE_ADDR`` alone (no header is read)."""
+        return self._direct
+
     def as_function(self) -> Callable[[Any], str]:
         """This resolver as a plain function of the request, for per-request key functions.
 

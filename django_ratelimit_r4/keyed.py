@@ -17,8 +17,10 @@ key**, because an absent key is read as ``(cycle 0, limit)``, which refreshes to
   (a key in debt, or that used permits in the current cycle); it is counted in ``lossy_evictions``.
 
 All keys share one time anchor (creation, :meth:`~KeyedRateLimiter.reset` or
-:meth:`~KeyedRateLimiter.set_clock`), so their cycles are aligned; a new key starts full. One lock
-guards the store and is held only for the dict operations and the integer decision.
+:meth:`~KeyedRateLimiter.set_clock`), so their cycles are aligned and the current cycle is cached
+once for all keys (a key used in it is recognised with one subtraction); a new key starts full. One
+lock guards the store and is held only for the dict operations and the integer decision.
+:meth:`~KeyedRateLimiter.acquire_quota` also returns the RateLimit header figures of its decision.
 """
 
 from __future__ import annotations
@@ -216,29 +218,37 @@ class KeyedRateLimiter:
         try:
             states = self._states
             packed = states.get(key)
-            now = self._now() - self._anchor
-            if packed is None:
-                cycle, permissions = 0, self._limit
-            else:
-                cycle = packed >> _SHIFT
-                permissions = (packed & _MASK) - _OFFSET
-                if now < (cycle + 1) * self._period and permits > 0:
-                    # Still in the stored cycle, so decide() would not refresh: its answer is
-                    # nanos_to_wait() against the stored permissions, granted when the timeout covers
-                    # it. Spelled out here to skip decide()'s calls on the common paths. Subtracting from
-                    # the packed int decrements its permissions field. A property test checks the store
-                    # against decide() step by step.
+            now = self._now()
+            if now >= self._cycle_end:
+                self._set_cycle((now - self._anchor) // self._period)
+            if packed is not None and permits > 0:
+                permissions = packed - self._cycle_floor
+                if permissions >= -_OFFSET:
+                    # Stored in the current cycle (see _set_cycle), so decide() would not refresh: its
+                    # answer is nanos_to_wait() against the stored permissions, granted when the timeout
+                    # covers it. Spelled out here to skip decide()'s calls on the common paths.
+                    # Subtracting from the packed int decrements its permissions field. A property test
+                    # checks the store against decide() step by step.
                     if permissions >= permits:
                         states[key] = packed - permits
                         self.successful_calls += 1
                         return 0
-                    wait = nanos_to_wait(permissions, permits, cycle, now, self._period, self._limit)
+                    wait = (
+                        self._cycle_end
+                        - now
+                        + div_ceil(permits - permissions - self._limit, self._limit) * self._period
+                    )
                     if timeout_ns >= wait:
                         states[key] = packed - permits
                         self.successful_calls += 1
                         return wait
                     self.failed_calls += 1
                     return -wait
+            if packed is None:
+                cycle, permissions = 0, self._limit
+            else:
+                cycle, permissions = packed >> _SHIFT, (packed & _MASK) - _OFFSET
+            now -= self._anchor
             if permits < 1:
                 raise ValueError(f"permits must be >= 1, got {permits!r}")
             new_cycle, new_permissions, wait, granted = decide(

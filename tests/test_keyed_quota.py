@@ -245,7 +245,7 @@ def test_other_header_styles_take_the_general_path(r4_clock, style) -> None:
 
 
 def test_per_key_header_cache_is_bounded_and_stays_exact(r4_clock, monkeypatch) -> None:
-    monkeypatch.setattr(decorators, "_PK_FIELDS_MAX", 3)
+    monkeypatch.setattr(decorators, "_KEYED_ENTRIES_MAX", 3)
     with override_settings(RATELIMIT_R4=keyed_settings()):
         gate = RateLimitGate("per_ip_60")
         clients = [f"192.0.2.{n}" for n in range(1, 8)]
@@ -253,7 +253,7 @@ def test_per_key_header_cache_is_bounded_and_stays_exact(r4_clock, monkeypatch) 
             for client in clients:
                 response = gate.call(ok, rf.get("/", REMOTE_ADDR=client))
                 assert fields(response) == reference("per_ip_60", 3, 60 * S, 2 - round_, 60 * S, client)
-                assert len(gate.plan().keyed_fields) <= 3
+                assert len(gate.plan().keyed_entries) <= 3
 
 
 def test_key_none_exempts_without_touching_the_store(r4_clock) -> None:
@@ -263,3 +263,47 @@ def test_key_none_exempts_without_touching_the_store(r4_clock) -> None:
         response = gate.call(ok, rf.get("/", REMOTE_ADDR="203.0.113.7"))
         assert "RateLimit" not in response
         assert len(gate.plan().fast_keyed.keyed) == 0
+
+
+def test_ip_entries_are_found_by_remote_addr_text_and_share_the_normalised_budget(r4_clock) -> None:
+    """Key "ip" without proxies caches clients by the REMOTE_ADDR text; spellings of one client
+    (IPv4-mapped IPv6, a /64 group) still share one budget and one pk, and odd text is never a key."""
+    with override_settings(RATELIMIT_R4=keyed_settings(ipv6_prefix_length=64)):
+        gate = RateLimitGate("per_ip_60")
+        plan = gate.plan()
+        assert plan.keyed_by_remote_addr
+        seen = [
+            fields(gate.call(ok, rf.get("/", REMOTE_ADDR=text)))
+            for text in ("203.0.113.7", "::ffff:203.0.113.7", "203.0.113.7")
+        ]
+        assert seen == [reference("per_ip_60", 3, 60 * S, r, 60 * S, "203.0.113.7") for r in (2, 1, 0)]
+        with pytest.raises(RequestNotPermitted):
+            gate.call(ok, rf.get("/", REMOTE_ADDR="::ffff:203.0.113.7"))
+        group = "2001:db8:1:2::/64"
+        assert fields(gate.call(ok, rf.get("/", REMOTE_ADDR="2001:db8:1:2::1"))) == reference(
+            "per_ip_60", 3, 60 * S, 2, 60 * S, group
+        )
+        assert fields(gate.call(ok, rf.get("/", REMOTE_ADDR="2001:db8:1:2::ffff"))) == reference(
+            "per_ip_60", 3, 60 * S, 1, 60 * S, group
+        )
+        # A REMOTE_ADDR spelled like a group is not an address: it is the unknown client, not the group.
+        assert fields(gate.call(ok, rf.get("/", REMOTE_ADDR=group))) == reference(
+            "per_ip_60", 3, 60 * S, 2, 60 * S, "unknown"
+        )
+        long_text = "9" * 300
+        assert fields(gate.call(ok, rf.get("/", REMOTE_ADDR=long_text))) == reference(
+            "per_ip_60", 3, 60 * S, 1, 60 * S, "unknown"
+        )
+        assert long_text not in plan.keyed_entries
+        assert {entry[0] for entry in plan.keyed_entries.values()} == {"203.0.113.7", group, "unknown"}
+
+
+def test_trusted_proxies_key_by_the_resolved_client(r4_clock) -> None:
+    with override_settings(RATELIMIT_R4=keyed_settings(trusted_proxies=1)):
+        gate = RateLimitGate("per_ip_60")
+        assert gate.plan().fast_keyed is not None and not gate.plan().keyed_by_remote_addr
+        for remaining, peer in ((2, "10.0.0.1"), (1, "10.0.0.2")):  # two proxies, one client
+            request = rf.get("/", REMOTE_ADDR=peer, HTTP_X_FORWARDED_FOR="203.0.113.7")
+            assert fields(gate.call(ok, request)) == reference(
+                "per_ip_60", 3, 60 * S, remaining, 60 * S, "203.0.113.7"
+            )
