@@ -22,8 +22,11 @@ When the first argument is a request (``HttpRequest`` or a DRF ``Request``), a r
 decorator's *own* instances is answered here: 429 (rate limiter) or 503 (circuit breaker OPEN /
 FORCED_OPEN, bulkhead full) with the computed ``Retry-After``, exactly like
 :class:`~django_ratelimit_r4.middleware.ResilienceMiddleware`. Rate-limited views also get RateLimit
-header fields on allowed and rejected responses (the ``headers`` option). On other functions the
-exception is raised (:class:`~django_ratelimit_r4.exceptions.RequestNotPermitted`, ...).
+header fields on allowed and rejected responses (the ``headers`` option); for a single in-memory
+keyed limit (draft-10) an allowed request's figures are those of its own decision
+(:meth:`~django_ratelimit_r4.keyed.KeyedRateLimiter.acquire_quota`), otherwise they are read after
+the view. On other functions the exception is raised
+(:class:`~django_ratelimit_r4.exceptions.RequestNotPermitted`, ...).
 
 A ``fallback`` gets the protected function's arguments plus the exception, as in Resilience4j:
 ``fallback(*args, exc, **kwargs)`` (keyword arguments given for positional parameters are passed
