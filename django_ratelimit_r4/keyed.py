@@ -116,7 +116,7 @@ class KeyedRateLimiter:
         config: RateLimiterConfig | None = None,
         *,
         clock: Clock | None = None,
-        max_keys: int = 100_000,
+        max_keys: int = 1_000_000,
         idle_timeout_ns: int | None = None,
     ) -> None:
         """Build an empty store.
