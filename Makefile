@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test demo demo-gunicorn demo-uvicorn demo-redis bench bench-peers lint soak clean
+.PHONY: test demo demo-gunicorn demo-uvicorn demo-redis bench bench-peers lint docs soak clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,11 @@ bench-peers: $(VENV)/.installed
 lint: $(VENV)/.installed
 	$(PY) -m pip install --quiet ".[dev]"
 	$(VENV)/bin/ruff check . && $(VENV)/bin/mypy django_ratelimit_r4
+
+# The documentation site (mkdocs.yml) into site/; --strict makes a broken link or anchor an error.
+docs: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e ".[docs]"
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis
