@@ -16,7 +16,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted(
-    [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "benchmarks" / "README.md", *(ROOT / "docs").glob("*.md")]
+    [
+        ROOT / "README.md",
+        ROOT / "CHANGELOG.md",
+        ROOT / "benchmarks" / "README.md",
+        *(ROOT / "docs").glob("*.md"),
+    ]
 )
 
 _FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.S | re.M)
@@ -110,8 +115,10 @@ def test_the_checker_catches_a_broken_link_and_anchor(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("heading", "expected"),
     [
-        ("5. Health checks: liveness, readiness and why saturation fails neither",
-         "5-health-checks-liveness-readiness-and-why-saturation-fails-neither"),
+        (
+            "5. Health checks: liveness, readiness and why saturation fails neither",
+            "5-health-checks-liveness-readiness-and-why-saturation-fails-neither",
+        ),
         ("Gauges under `PROMETHEUS_MULTIPROC_DIR`", "gauges-under-prometheus_multiproc_dir"),
         ("`ratelimiters` — `get_rate_limiter(name, key=None)`", "ratelimiters--get_rate_limitername-keynone"),
         ("Redis backend with decorators", "redis-backend-with-decorators"),

@@ -1,0 +1,332 @@
+"""The code in the README and the guides runs against the real API and does what the text around it says.
+
+Python blocks are taken from the pages themselves (not copied here), so an example that drifts from the
+code fails this file: settings blocks must pass ``manage.py check``'s checks, the README's views must
+answer 429 with ``Retry-After`` once the limit is used up, and the tests the docs show are run as written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+import types
+import unittest
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core import checks
+from django.test import Client, override_settings
+from django.urls import path
+
+from django_ratelimit_r4 import get_circuit_breaker, get_rate_limiter
+
+ROOT = Path(__file__).resolve().parent.parent
+_PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+_ANY_BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+
+
+def blocks(page: str) -> list[str]:
+    """The ```python blocks of ``page`` (a path from the repository root), in order."""
+    return _PYTHON_BLOCK.findall((ROOT / page).read_text(encoding="utf-8"))
+
+
+def block(page: str, marker: str) -> str:
+    """The one python block of ``page`` that contains ``marker``."""
+    found = [b for b in blocks(page) if marker in "\n" + b]
+    assert len(found) == 1, f"{len(found)} python blocks of {page} contain {marker!r}"
+    return found[0]
+
+
+def run(source: str, page: str, namespace: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Execute a block as a module would (a fresh namespace unless one is given) and return its names."""
+    ns = namespace if namespace is not None else {}
+    ns.setdefault("__name__", "docs_example")
+    exec(compile(source, f"<{page}>", "exec"), ns)
+    return ns
+
+
+def settings_block(page: str, marker: str = '\nRATELIMIT_R4 = {\n    "ratelimiters"') -> dict[str, Any]:
+    """The names a ``settings.py`` block defines; ``[..., "app"]`` placeholders are dropped."""
+    source = re.sub(r"\.\.\.,\s*", "", block(page, marker))
+    source = re.sub(r"^\s*\.\.\.\s*$", "", source, flags=re.M)
+    return run(source, page)
+
+
+def r4_problems(setting: dict[str, Any]) -> list[str]:
+    """What ``manage.py check --tag ratelimit_r4`` prints for ``setting`` (W001 depends on the environment)."""
+    with override_settings(RATELIMIT_R4=setting):
+        messages = checks.run_checks(tags=["ratelimit_r4"])
+    return [str(m) for m in messages if m.id != "ratelimit_r4.W001"]
+
+
+@pytest.fixture
+def fake_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """configuration.md names ``requests`` exceptions; stand them in when requests is not installed."""
+    try:
+        import requests.exceptions  # noqa: F401
+    except ImportError:
+        module = types.ModuleType("requests")
+        exceptions = types.ModuleType("requests.exceptions")
+        exceptions.ConnectionError = type("ConnectionError", (OSError,), {})  # type: ignore[attr-defined]
+        exceptions.Timeout = type("Timeout", (OSError,), {})  # type: ignore[attr-defined]
+        module.exceptions = exceptions  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, "requests", module)
+        monkeypatch.setitem(sys.modules, "requests.exceptions", exceptions)
+
+
+def urlconf(**views: Any) -> types.ModuleType:
+    """A URLconf module routing ``/<name>/`` to each view."""
+    module = types.ModuleType("docs_example_urls")
+    module.urlpatterns = [path(f"{name}/", view) for name, view in views.items()]  # type: ignore[attr-defined]
+    return module
+
+
+# ------------------------------------------------------------------------------------------ settings blocks
+
+
+@pytest.mark.parametrize(
+    ("page", "marker"),
+    [
+        ("README.md", "INSTALLED_APPS"),
+        ("docs/configuration.md", "# settings.py"),
+        ("docs/usage.md", '"sustained": {'),
+        ("docs/testing.md", "# settings.py"),
+        ("docs/redis.md", '"backend": "redis"'),
+    ],
+)
+@pytest.mark.usefixtures("fake_requests")
+def test_settings_examples_pass_the_checks(page: str, marker: str) -> None:
+    settings = settings_block(page, marker)
+    assert r4_problems(settings["RATELIMIT_R4"]) == []
+    if "INSTALLED_APPS" in settings:
+        assert "django_ratelimit_r4" in settings["INSTALLED_APPS"]
+
+
+def test_the_trusted_proxies_fragment_passes_the_checks() -> None:
+    fragment = settings_block("docs/usage.md", '"trusted_proxies": 1')["RATELIMIT_R4"]
+    assert fragment == {"trusted_proxies": 1, "ipv6_prefix_length": 64}
+    assert r4_problems(fragment) == []
+    assert r4_problems({"trusted_proxies": ["10.0.0.0/8"]}) == []
+
+
+def test_the_stall_detector_setting_passes_the_checks() -> None:
+    setting = settings_block("docs/operations.md", '"stall_detector"')["RATELIMIT_R4"]
+    assert setting == {"stall_detector": {"enabled": True, "threshold": "20ms"}}
+    assert r4_problems(setting) == []
+
+
+def test_the_documented_check_output_is_what_check_prints() -> None:
+    text = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    (shown,) = [b for lang, b in _ANY_BLOCK.findall(text) if not lang and b.startswith("?: (ratelimit_r4.")]
+    documented = re.split(r"\n(?=\?: )", shown.strip())
+    wrong = {
+        "ratelimiters": {
+            "configs": {"default": {"limit_refresh_period": 500}},
+            "instances": {"api": {"limit_for_perod": 10}},
+        }
+    }
+    assert sorted(r4_problems(wrong)) == sorted(documented)
+
+
+def test_the_documented_unknown_name_message() -> None:
+    text = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    (message,) = re.findall(r"`(no ratelimiter named 'apii'[^`]*)`", text)
+    setting = {"ratelimiters": {"instances": {"api": {}, "search": {}}}}
+    with override_settings(RATELIMIT_R4=setting), pytest.raises(KeyError) as caught:
+        get_rate_limiter("apii")
+    assert str(caught.value) == message
+
+
+# ---------------------------------------------------------------------------------------------- README views
+
+
+@pytest.fixture
+def readme(settings: Any, r4_clock: Any) -> dict[str, Any]:
+    """The README's settings and its view, DRF and service examples, routed at /orders/, /search/, /drf/."""
+    settings.RATELIMIT_R4 = settings_block("README.md")["RATELIMIT_R4"]
+    ns = run(block("README.md", "def orders(request)"), "README.md")
+    ns.update(run(block("README.md", "class OrderView(APIView)"), "README.md"))
+    settings.ROOT_URLCONF = urlconf(orders=ns["orders"], search=ns["search"], drf=ns["OrderView"].as_view())
+    return ns
+
+
+def test_readme_view_answers_429_with_retry_after(client: Any, readme: dict[str, Any], r4_clock: Any) -> None:
+    for _ in range(10):
+        assert client.get("/orders/").status_code == 200
+    response = client.get("/orders/")
+    assert response.status_code == 429
+    assert response["Retry-After"] == "1"
+    assert response["Cache-Control"] == "no-store"
+    r4_clock.advance(1)
+    assert client.get("/orders/").status_code == 200
+
+
+def test_readme_async_view_is_all_or_nothing(client: Any, readme: dict[str, Any], r4_clock: Any) -> None:
+    for _ in range(5):  # "per-client": 5 per second per IP
+        assert client.get("/search/").status_code == 200
+    response = client.get("/search/")
+    assert response.status_code == 429
+    assert response["Retry-After"] == "1"
+    assert get_rate_limiter("api").metrics.available_permissions == 5  # the rejection took nothing from "api"
+    r4_clock.advance(1)
+    assert client.get("/search/").status_code == 200
+
+
+def test_readme_drf_throttle_answers_429_with_retry_after(
+    client: Any, readme: dict[str, Any], r4_clock: Any
+) -> None:
+    for _ in range(10):
+        assert client.get("/drf/").status_code == 200
+    response = client.get("/drf/")
+    assert response.status_code == 429
+    assert response["Retry-After"] == "1"
+    r4_clock.advance(1)
+    assert client.get("/drf/").status_code == 200
+
+
+def test_readme_service_function_falls_back(readme: dict[str, Any]) -> None:
+    calls = []
+
+    class AcquirerClient:
+        def capture(self, card: str, amount: int) -> None:
+            calls.append((card, amount))
+            raise ConnectionError("acquirer down")
+
+    readme["acquirer_client"] = AcquirerClient()
+    declined = {"status": "DECLINED", "reason": "TEMPORARILY_UNAVAILABLE"}
+    for _ in range(12):
+        assert readme["capture"]("4111", 100) == declined
+    # minimum_number_of_calls 10 at 100 % failures opened the breaker: the last two never left the process.
+    assert len(calls) == 10
+    assert get_circuit_breaker("acquirer").state.name == "OPEN"
+
+
+def test_readme_pytest_example_runs_as_written(client: Any, readme: dict[str, Any], r4_clock: Any) -> None:
+    ns = run(block("README.md", "def test_ten_per_second"), "README.md")
+    ns["test_ten_per_second"](client, r4_clock)
+
+
+def test_readme_core_example_runs_without_django_settings() -> None:
+    ns = run(block("README.md", 'RateLimiter("burst"'), "README.md")
+    assert ns["burst"].metrics.available_permissions == 4
+
+
+# ------------------------------------------------------------------------------------------------ testing.md
+
+
+@pytest.fixture
+def ping(settings: Any) -> dict[str, Any]:
+    """testing.md's settings and /ping/ view."""
+    settings.RATELIMIT_R4 = settings_block("docs/testing.md")["RATELIMIT_R4"]
+    ns = run(block("docs/testing.md", "def ping(request)"), "docs/testing.md")
+    settings.ROOT_URLCONF = urlconf(ping=ns["ping"])
+    return ns
+
+
+def test_testing_guide_pytest_examples_run_as_written(
+    client: Any, settings: Any, ping: dict[str, Any], r4_clock: Any
+) -> None:
+    ns = run(block("docs/testing.md", "def test_ten_requests_per_second(client"), "docs/testing.md")
+    ns["test_ten_requests_per_second"](client, r4_clock)
+    r4_clock.advance(60)
+    ns = run(block("docs/testing.md", "def test_two_per_minute"), "docs/testing.md")
+    ns["test_two_per_minute"](client, r4_clock)
+    ns["test_with_the_settings_fixture"](settings, client, r4_clock)
+
+
+def test_testing_guide_sixty_second_cycle(
+    client: Any, settings: Any, ping: dict[str, Any], r4_clock: Any
+) -> None:
+    """The text: with a 60 s period, a request rejected 10 s into the cycle says ``Retry-After: 50``."""
+    settings.RATELIMIT_R4 = {
+        "ratelimiters": {"instances": {"api": {"limit_for_period": 10, "limit_refresh_period": "60s"}}}
+    }
+    for _ in range(10):
+        assert client.get("/ping/").status_code == 200
+    r4_clock.advance(10)
+    assert client.get("/ping/")["Retry-After"] == "50"
+
+
+def test_testing_guide_breaker_example(settings: Any, r4_clock: Any) -> None:
+    settings.RATELIMIT_R4 = {
+        "circuitbreakers": {"instances": {"payments": {"wait_duration_in_open_state": "30s"}}}
+    }
+    ns = run(block("docs/testing.md", "def test_breaker_half_opens_after_the_wait"), "docs/testing.md")
+    ns["test_breaker_half_opens_after_the_wait"](r4_clock)
+
+
+def test_testing_guide_fake_clock_example() -> None:
+    run(block("docs/testing.md", "clock = FakeClock()"), "docs/testing.md")  # its own asserts
+
+
+@pytest.mark.django_db
+def test_testing_guide_unittest_example(ping: dict[str, Any]) -> None:
+    ns = run(block("docs/testing.md", "class PingTests(TestCase)"), "docs/testing.md")
+    result = unittest.TestResult()
+    ns["PingTests"]("test_ten_requests_per_second")(result)  # __call__: Django sets up self.client
+    assert result.testsRun == 1
+    assert not result.errors and not result.failures, result.errors + result.failures
+
+
+# ----------------------------------------------------------------------------------- usage, configuration, ...
+
+
+def test_usage_examples_run(client: Any, settings: Any, r4_clock: Any) -> None:
+    """Every block of usage.md executes in one namespace, as a reader pastes them; then a few are called."""
+    settings.RATELIMIT_R4 = settings_block("docs/usage.md")["RATELIMIT_R4"]
+    ns: dict[str, Any] = {"payment_unavailable": lambda *args: None}
+    for source in blocks("docs/usage.md"):
+        if source.startswith("RATELIMIT_R4 = {") or "MIDDLEWARE = [" in source:
+            continue  # settings, checked above
+        run(source, "docs/usage.md", ns)
+    assert ns["REST_FRAMEWORK"]["EXCEPTION_HANDLER"] == "django_ratelimit_r4.rest_framework.exception_handler"
+    with pytest.raises(TypeError):
+        ns["timelimiter"]("payments")(lambda: None)  # "refuses sync functions ... at decoration time"
+
+    settings.ROOT_URLCONF = urlconf(search=ns["search"], export=ns["export"], rates=ns["rates"])
+    ns["CACHE"] = {"rates": {"EUR": 1}}
+    ns["fetch_rates"] = lambda: {"EUR": 2}
+    assert client.get("/rates/").json() == {"rates": {"EUR": 2}}
+    get_circuit_breaker("payments").transition_to_open_state()
+    assert client.get("/rates/").json() == {"rates": {"EUR": 1}, "stale": True}  # the fallback
+
+    # export's body is "...": an admitted request reaches it (500: a view must return a response).
+    tolerant = Client(raise_request_exception=False)
+    statuses = [tolerant.get("/export/", HTTP_X_API_KEY="k1").status_code for _ in range(3)]
+    assert statuses == [500, 500, 429]  # "this call costs 5 permits" of 10
+    assert tolerant.get("/export/", HTTP_X_API_KEY="k2").status_code == 500  # another key, another budget
+
+
+@pytest.mark.usefixtures("fake_requests")
+def test_configuration_accessor_example(settings: Any, r4_clock: Any) -> None:
+    settings.RATELIMIT_R4 = settings_block("docs/configuration.md")["RATELIMIT_R4"]
+    charged = []
+    ns = run(
+        block("docs/configuration.md", 'limiter = get_rate_limiter("api")'),
+        "docs/configuration.md",
+        {"charge_card": lambda order: charged.append(order) or "ok", "order": 42},
+    )
+    assert ns["result"] == "ok" and charged == [42]
+
+
+def test_redis_programmatic_example_builds_without_a_server() -> None:
+    pytest.importorskip("redis")
+    source = block("docs/redis.md", "redis_backend(url)").replace("127.0.0.1:6379", "127.0.0.1:1")
+    ns = run(source, "docs/redis.md")
+    assert ns["limiter"].acquire_permission()  # nothing listens there: the "open" fault policy allows
+    assert ns["per_ip"].acquire_permission("203.0.113.7")
+
+
+def test_operations_examples_run() -> None:
+    pytest.importorskip("prometheus_client")
+    hooks = run(block("docs/operations.md", "def worker_exit(server, worker)"), "docs/operations.md")
+    assert callable(hooks["worker_exit"]) and callable(hooks["child_exit"])
+    ns = run(block("docs/operations.md", "async with StallDetector"), "docs/operations.md")
+    asyncio.run(ns["main"]())
+    run(
+        block("docs/operations.md", 'include("django_ratelimit_r4.urls")'),
+        "docs/operations.md",
+        {"path": path, "include": __import__("django.urls").urls.include},
+    )
