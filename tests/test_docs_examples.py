@@ -7,7 +7,10 @@ answer 429 with ``Retry-After`` once the limit is used up, and the tests the doc
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import dataclasses
+import enum
 import re
 import sys
 import types
@@ -20,7 +23,8 @@ from django.core import checks
 from django.test import Client, override_settings
 from django.urls import path
 
-from django_ratelimit_r4 import get_circuit_breaker, get_rate_limiter
+from django_ratelimit_r4 import conf, get_circuit_breaker, get_rate_limiter
+from django_ratelimit_r4.core.durations import parse_duration
 
 ROOT = Path(__file__).resolve().parent.parent
 _PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
@@ -330,3 +334,65 @@ def test_operations_examples_run() -> None:
         "docs/operations.md",
         {"path": path, "include": __import__("django.urls").urls.include},
     )
+
+
+# ------------------------------------------------------------------------------- configuration.md's tables
+
+
+def _table(section_heading: str) -> dict[str, str]:
+    """``{option: default cell}`` of the first table under the configuration.md heading that starts so."""
+    text = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    start = text.index(section_heading)
+    rows: dict[str, str] = {}
+    for line in text[start:].splitlines()[1:]:
+        if line.startswith("#"):
+            break
+        match = re.match(r"^\| `([a-z_0-9]+)` \| (.+?) \|", line)
+        if match:
+            rows[match.group(1)] = match.group(2).strip().strip("`")
+    return rows
+
+
+def _same(documented: str, actual: Any) -> bool:
+    """Whether a documented default (a Python literal, a duration string) is the real default."""
+    value = ast.literal_eval(documented)
+    if isinstance(value, str) and isinstance(actual, int) and not isinstance(actual, bool):
+        return parse_duration(value) == actual
+    if isinstance(actual, enum.Enum):
+        return value in (actual.name, actual.value)
+    if isinstance(value, bool) or isinstance(actual, bool):
+        return value is actual
+    if isinstance(value, tuple):
+        return isinstance(actual, tuple) and value == actual
+    return bool(value == actual)
+
+
+@pytest.mark.parametrize("section", list(conf.KINDS))
+def test_configuration_tables_list_every_field_with_its_real_default(section: str) -> None:
+    kind = conf.KINDS[section]
+    rows = _table(f"### `{section}`")
+    assert set(rows) == set(kind.fields) | set(kind.extras)
+    defaults = kind.config_class()
+    extras = {
+        "key": None,
+        "max_keys": conf.DEFAULT_MAX_KEYS,
+        "key_idle_timeout": None,
+        "retry_after": conf.DEFAULT_BULKHEAD_RETRY_AFTER,
+    }
+    for name, documented in rows.items():
+        actual = extras[name] if name in kind.extras else getattr(defaults, name)
+        assert _same(documented, actual), (name, documented, actual)
+
+
+def test_configuration_top_level_options_table() -> None:
+    rows = _table("## Top-level options")
+    defaults = conf.R4Options()
+    assert set(rows) == {f.name for f in dataclasses.fields(conf.R4Options)}
+    for name, documented in rows.items():
+        if name == "stall_detector":
+            value = ast.literal_eval(documented)
+            stall = defaults.stall_detector
+            assert value == {"enabled": stall.enabled, "threshold": "20ms"}
+            assert parse_duration(value["threshold"]) == stall.threshold_ns
+        else:
+            assert _same(documented, getattr(defaults, name)), (name, documented)
