@@ -675,7 +675,7 @@ class RedisKeyedRateLimiterMetrics:
     def live_keys(self) -> int:
         """Always -1 (unknown): counting keys in Redis is O(keys); use ``len(limiter)`` for housekeeping.
 
-        ``state.snapshot()`` reports it as ``null`` with a note; the Prometheus ``keys`` gauge shows -1.
+        ``state.snapshot()`` reports it as ``null`` with a note; the Prometheus ``keys`` gauge is not exported.
         """
         return -1
 
