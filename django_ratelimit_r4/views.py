@@ -123,21 +123,43 @@ def state_view(request: HttpRequest) -> HttpResponse:
         return _error(str(exc), 404)
 
 
-def _body(request: HttpRequest) -> dict[str, Any]:
+_FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+def _body(request: HttpRequest, fields: frozenset[str]) -> dict[str, Any]:
+    """The action's arguments from a JSON object or a form; anything unexpected is a 400.
+
+    Unknown fields and unreadable bodies are refused rather than ignored: a mistyped ``key`` must not
+    turn a one-client reset into a reset of every client.
+    """
+    data: dict[str, Any]
     if request.content_type == "application/json":
         try:
-            data = json.loads(request.body or b"{}")
+            parsed = json.loads(request.body or b"{}")
         except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
             raise state.IllegalAction(f"the request body is not valid JSON: {exc}") from None
-        if not isinstance(data, dict):
+        if not isinstance(parsed, dict):
             raise state.IllegalAction("the JSON body must be an object")
-        return data
-    return dict(request.POST.dict())
+        data = parsed
+    elif request.content_type in _FORM_TYPES:
+        data = request.POST.dict()
+    elif request.body:
+        raise state.IllegalAction(
+            f"unsupported content type {request.content_type!r}: send application/json or a form"
+        )
+    else:
+        data = {}
+    unknown = sorted(set(data) - fields)
+    if unknown:
+        raise state.IllegalAction(f"unknown field {unknown[0]!r}; expected {', '.join(sorted(fields))}")
+    return data
 
 
 def _action(
-    run: Callable[[str, dict[str, Any]], dict[str, Any]],
+    run: Callable[[str, dict[str, Any]], dict[str, Any]], *fields: str
 ) -> Callable[[HttpRequest, str], HttpResponse]:
+    accepted = frozenset(fields)
+
     @csrf_exempt
     @never_cache
     def view(request: HttpRequest, name: str) -> HttpResponse:
@@ -149,7 +171,7 @@ def _action(
             if failure is not None:
                 return failure
         try:
-            return _json(run(name, _body(request)))
+            return _json(run(name, _body(request, accepted)))
         except state.UnknownName as exc:
             return _error(str(exc), 404)
         except state.StateError as exc:
@@ -162,11 +184,14 @@ def _action(
 
 
 def _optional(data: dict[str, Any], field: str) -> str | None:
+    """``data[field]`` as a non-empty string, or None when absent or null (never for an empty string)."""
     value = data.get(field)
-    if value in (None, ""):
+    if value is None:
         return None
     if not isinstance(value, str):
         raise state.IllegalAction(f"{field!r} must be a string")
+    if not value:
+        raise state.IllegalAction(f"{field!r} is empty: omit the field rather than send an empty value")
     return value
 
 
@@ -189,8 +214,8 @@ def _transition(name: str, data: dict[str, Any]) -> dict[str, Any]:
 
 
 #: POST ``<name>/reset`` with optional ``key``.
-reset_view = _action(_reset)
+reset_view = _action(_reset, "key")
 #: POST ``<name>/drain`` with optional ``key``.
-drain_view = _action(_drain)
+drain_view = _action(_drain, "key")
 #: POST ``<name>/transition`` with ``to`` (``CLOSED``, ``OPEN``, ``FORCED_OPEN``, ...).
-transition_view = _action(_transition)
+transition_view = _action(_transition, "to")

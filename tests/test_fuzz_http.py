@@ -458,8 +458,18 @@ _bodies = st.one_of(
 )
 
 
-def test_state_endpoint_answers_bad_input_with_4xx() -> None:
+_RAW_TYPES = [
+    "application/json",
+    "application/x-www-form-urlencoded",
+    "multipart/form-data; boundary=b",
+    "multipart/form-data",
+    "text/plain",
+]
+
+
+def test_state_endpoint_answers_bad_input_with_4xx_and_loses_no_state() -> None:
     with app():
+        keyed = registry.get_keyed_rate_limiter("f_ip")
 
         @FUZZ
         @given(
@@ -469,11 +479,19 @@ def test_state_endpoint_answers_bad_input_with_4xx() -> None:
             query=st.lists(st.tuples(st.sampled_from(["name", "keys", "x"]), _junk), max_size=3),
             body=_bodies,
             as_json=st.booleans(),
+            raw_type=st.sampled_from(_RAW_TYPES),
         )
         def run(
-            where: str, method: str, auth: str | None, query: list[tuple[str, str]], body: Any, as_json: bool
+            where: str,
+            method: str,
+            auth: str | None,
+            query: list[tuple[str, str]],
+            body: Any,
+            as_json: bool,
+            raw_type: str,
         ) -> None:
             registry.reset_all()
+            keyed.acquire_permission("victim", 2)  # a client's spent budget: only a 200 may refill it
             url = quote(where)
             if query:
                 url += "?" + "&".join(f"{quote(k)}={quote(v, safe='')}" for k, v in query)
@@ -481,7 +499,9 @@ def test_state_endpoint_answers_bad_input_with_4xx() -> None:
             client = Client()
             if method in ("get", "head"):
                 response = getattr(client, method)(url, **meta)
-            elif isinstance(body, bytes) or as_json or not isinstance(body, dict):
+            elif isinstance(body, bytes):
+                response = getattr(client, method)(url, body, content_type=raw_type, **meta)
+            elif as_json or not isinstance(body, dict):
                 response = getattr(client, method)(url, body, content_type="application/json", **meta)
             else:
                 form = {k: str(v) for k, v in body.items()}
@@ -492,6 +512,38 @@ def test_state_endpoint_answers_bad_input_with_4xx() -> None:
             )
             for name, value in response.items():
                 assert not re.search(r"[\r\n]", value), (name, value)
+            if response.status_code != 200:
+                assert keyed.state("victim")[1] == 0  # a refused action changed nothing
+
+        run()
+
+
+def test_an_action_naming_a_client_acts_on_that_client_alone() -> None:
+    with app():
+        keyed = registry.get_keyed_rate_limiter("f_ip")
+
+        @FUZZ
+        @given(
+            action=st.sampled_from(["reset", "drain"]),
+            fields=st.dictionaries(st.sampled_from(["key", "Key", "client"]), st.none() | _junk, max_size=2),
+            as_json=st.booleans(),
+        )
+        def run(action: str, fields: dict[str, str | None], as_json: bool) -> None:
+            registry.reset_all()
+            keyed.acquire_permission("victim", 2)
+            url = f"/ops/r4/f_ip/{action}"
+            auth = {"HTTP_AUTHORIZATION": f"Bearer {TOKEN}"}
+            if as_json:
+                response = Client().post(url, fields, content_type="application/json", **auth)
+            else:  # a form cannot say null: an absent value is left out
+                fields = {k: v for k, v in fields.items() if v is not None}
+                response = Client().post(url, fields, **auth)
+            assert response.status_code in (200, 400), response.content[:300]
+            named = fields.get("key")
+            if response.status_code == 200:
+                assert set(fields) <= {"key"} and response.json().get("key") == named
+            if response.status_code != 200 or named not in (None, "victim"):
+                assert keyed.state("victim")[1] == 0  # refused, or about someone else: not refilled
 
         run()
 

@@ -178,6 +178,26 @@ def test_reset_of_one_client_key(ops: Any, client: Client) -> None:
 
 
 @pytest.mark.parametrize(
+    ("body", "content_type", "fragment"),
+    [
+        (json.dumps({"key": ""}), "application/json", "'key' is empty"),
+        ("key=", "application/x-www-form-urlencoded", "'key' is empty"),
+        (json.dumps({"kye": "a"}), "application/json", "unknown field 'kye'"),
+        ("key=a", "text/plain", "unsupported content type 'text/plain'"),
+    ],
+)
+@pytest.mark.parametrize("action", ["reset", "drain"])
+def test_a_malformed_key_is_refused_never_widened_to_every_client(
+    ops: Any, client: Client, action: str, body: str, content_type: str, fragment: str
+) -> None:
+    for _ in range(3):
+        _use_key(client, "a")
+    response = client.post(BASE + f"per_ip/{action}", data=body, content_type=content_type, **_bearer())
+    assert response.status_code == 400 and fragment in response.json()["error"]
+    assert get_rate_limiter("per_ip", key="a").metrics.available_permissions == 0  # nothing was reset
+
+
+@pytest.mark.parametrize(
     ("path", "body", "status", "fragment"),
     [
         ("nope/reset", {}, 404, "no ratelimiter or circuitbreaker"),
