@@ -962,12 +962,12 @@ class _Resilience:
             return _aratelimited
 
         async def _aprotected(*args: Any, **kwargs: Any) -> Any:
-            retry, breaker, limiter, bulkhead_, _ = self.instances()
+            retry, breaker, timelimiter_, bulkhead_, _ = self.instances()
             call: Callable[..., Any] = fn
             if bulkhead_ is not None:
                 call = partial(bulkhead_.acall, call)
-            if limiter is not None:
-                call = partial(limiter.acall, call)
+            if timelimiter_ is not None:
+                call = partial(timelimiter_.acall, call)
             if gate is not None:
                 call = partial(gate.acall, call)
             if breaker is not None:
