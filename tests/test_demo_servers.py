@@ -11,6 +11,7 @@ and, when ``node`` is installed, the dashboard's own JavaScript driven against t
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import re
@@ -227,6 +228,12 @@ def run_dashboard_script(tmp_path: Path, url: str) -> dict[str, object]:
     return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
+# The servers come with the "demo" extra (make test installs it); a bare `pip install -e .[test]` skips these.
+needs_gunicorn = pytest.mark.skipif(importlib.util.find_spec("gunicorn") is None, reason="gunicorn not installed")
+needs_uvicorn = pytest.mark.skipif(importlib.util.find_spec("uvicorn") is None, reason="uvicorn not installed")
+
+
+@needs_gunicorn
 def test_gunicorn_two_workers(tmp_path: Path) -> None:
     with serve(tmp_path, "gunicorn", "--workers", "2", "--threads", "4") as server:
         url = server.url
@@ -276,6 +283,7 @@ def test_gunicorn_two_workers(tmp_path: Path) -> None:
     assert "Traceback" not in server.log(), server.log()
 
 
+@needs_uvicorn
 def test_uvicorn_stall_detector_and_load_clients(tmp_path: Path) -> None:
     with serve(tmp_path, "uvicorn") as server:
         url = server.url
@@ -327,6 +335,7 @@ def test_uvicorn_stall_detector_and_load_clients(tmp_path: Path) -> None:
     assert "Traceback" not in server.log().replace("the loop thread was running", ""), server.log()
 
 
+@needs_gunicorn
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server not installed")
 def test_gunicorn_redis_backend_makes_per_client_global(tmp_path: Path) -> None:
     redis_port = free_port()
