@@ -464,7 +464,7 @@ async def test_async_path_uses_redis_asyncio_and_never_blocks_the_loop(
     loop = asyncio.get_running_loop()
     loop.set_debug(True)
     # The decisive check is the patched sync call below; the threshold only has to survive a loaded machine.
-    loop.slow_callback_duration = 0.15
+    loop.slow_callback_duration = 0.5
     rl = limiter(redis_url, prefix, 30, "60s", clock=SYSTEM_CLOCK, name="aio")
     keyed = rb.RedisKeyedRateLimiter(
         "aio", RateLimiterConfig(limit_for_period=2, limit_refresh_period="60s"), url=redis_url, prefix=prefix
