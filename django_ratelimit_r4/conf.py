@@ -114,6 +114,7 @@ class Code(enum.Enum):
         "E019",
         "redis_fault_policy is not 'open' or 'closed', or redis_key_prefix is not a non-empty string",
     )
+    INVALID_FORWARDED_HEADER = ("E020", "forwarded_header is not 'auto', 'x-forwarded-for' or 'forwarded'")
     MEMORY_MULTIPROCESS = ("W001", "in-memory rate limiters in a deployment that looks multi-process")
     METRICS_WITHOUT_PROMETHEUS = ("W002", "metrics is True but prometheus_client is not installed")
     SHORT_TOKEN = ("W003", "state_endpoint_token is shorter than 32 characters")
@@ -211,6 +212,7 @@ _OPTION_KEYS = (
     "headers",
     "response_builder",
     "trusted_proxies",
+    "forwarded_header",
     "ipv6_prefix_length",
     "state_endpoint_token",
     "stall_detector",
@@ -248,6 +250,9 @@ class R4Options:
     headers: str | None = "draft-10"
     response_builder: Callable[..., Any] | None = None
     trusted_proxies: int | tuple[IPNetwork, ...] = 0
+    #: Which header the trusted proxies write: "auto" (either; if both are present and disagree, one
+    #: is forged and REMOTE_ADDR is used), "x-forwarded-for" or "forwarded" (the other is ignored).
+    forwarded_header: str = "auto"
     ipv6_prefix_length: int = 128
     state_endpoint_token: str | None = None
     stall_detector: StallDetectorOptions = field(default_factory=StallDetectorOptions)
@@ -697,6 +702,18 @@ def _option_ipv6_prefix(value: object, raw: Mapping[str, Any]) -> int:
     return value
 
 
+_FORWARDED_HEADERS = ("auto", "x-forwarded-for", "forwarded")
+
+
+def _option_forwarded_header(value: object, raw: Mapping[str, Any]) -> str:
+    if not isinstance(value, str) or value.lower() not in _FORWARDED_HEADERS:
+        raise _Invalid(
+            f"must be one of {', '.join(repr(h) for h in _FORWARDED_HEADERS)}, got {value!r}",
+            "Pin the header your proxy writes, e.g. 'x-forwarded-for' behind nginx or a cloud load balancer.",
+        )
+    return value.lower()
+
+
 def _option_token(value: object, raw: Mapping[str, Any]) -> str | None:
     if value is None:
         return None
@@ -721,6 +738,7 @@ _OPTION_PARSERS: dict[str, tuple[Callable[[Any, Mapping[str, Any]], Any], Code]]
     "headers": (_option_headers, Code.INVALID_HEADERS),
     "response_builder": (_option_response_builder, Code.INVALID_RESPONSE_BUILDER),
     "trusted_proxies": (_option_trusted_proxies, Code.INVALID_TRUSTED_PROXIES),
+    "forwarded_header": (_option_forwarded_header, Code.INVALID_FORWARDED_HEADER),
     "ipv6_prefix_length": (_option_ipv6_prefix, Code.INVALID_IPV6_PREFIX),
     "state_endpoint_token": (_option_token, Code.INVALID_TOKEN),
     "metrics": (_option_metrics, Code.INVALID_METRICS),

@@ -389,7 +389,11 @@ class RateLimitGate:
                     limits.append(_Limit(name, registry.get_rate_limiter(name), None, None))  # type: ignore[arg-type]
                     continue
                 if resolver is None:
-                    resolver = ClientIPResolver(options.trusted_proxies or None, options.ipv6_prefix_length)  # type: ignore[arg-type]
+                    resolver = ClientIPResolver(
+                        options.trusted_proxies or None,  # type: ignore[arg-type]
+                        options.ipv6_prefix_length,
+                        forwarded_header=options.forwarded_header,  # type: ignore[arg-type]
+                    )
                 key_func = compile_key(spec, ip_resolver=resolver)
                 limits.append(
                     _Limit(

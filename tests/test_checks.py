@@ -426,6 +426,14 @@ CASES = [
         id="E014-negative",
     ),
     pytest.param(
+        {"forwarded_header": "x-real-ip"},
+        "E020",
+        'RATELIMIT_R4["forwarded_header"]',
+        "must be one of 'auto', 'x-forwarded-for', 'forwarded', got 'x-real-ip'",
+        "Pin the header your proxy writes",
+        id="E020",
+    ),
+    pytest.param(
         {"ipv6_prefix_length": 129},
         "E015",
         'RATELIMIT_R4["ipv6_prefix_length"]',

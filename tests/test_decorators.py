@@ -591,3 +591,29 @@ def test_gate_check_returns_rejection_and_headers(r4_clock) -> None:
     rejection, headers = gate.check(request)
     assert isinstance(rejection, RequestNotPermitted)
     assert headers == {"RateLimit-Policy": POLICY, "RateLimit": '"api";r=0;t=1'}
+
+
+def test_pinned_forwarded_header_ignores_the_other_one(r4_clock) -> None:
+    """"forwarded_header": "x-forwarded-for": a client adding a forged Forwarded header is still charged as itself."""
+    from django.http import HttpResponse
+    from django.test import RequestFactory, override_settings
+
+    from django_ratelimit_r4 import registry
+    from django_ratelimit_r4.decorators import ratelimit
+
+    @ratelimit("per_ip")
+    def view(request):
+        return HttpResponse("ok")
+
+    setting = {
+        "trusted_proxies": 1,
+        "forwarded_header": "x-forwarded-for",
+        "ratelimiters": {"instances": {"per_ip": {"limit_for_period": 5, "limit_refresh_period": "60s", "key": "ip"}}},
+    }
+    rf = RequestFactory()
+    with override_settings(RATELIMIT_R4=setting):
+        plain = rf.get("/", REMOTE_ADDR="10.0.0.1", HTTP_X_FORWARDED_FOR="203.0.113.7")
+        forged = rf.get("/", REMOTE_ADDR="10.0.0.1", HTTP_X_FORWARDED_FOR="203.0.113.7", HTTP_FORWARDED="for=9.9.9.9")
+        assert view(plain).status_code == 200
+        assert view(forged).status_code == 200
+        assert registry.get_keyed_rate_limiter("per_ip").keys() == ["203.0.113.7"]
