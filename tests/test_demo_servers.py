@@ -124,6 +124,16 @@ def hit_until_429(url: str, headers: dict[str, str] | None = None, limit: int = 
     raise AssertionError(f"no 429 after {limit} requests: {statuses[-20:]}")
 
 
+def worker_pids(url: str, want: int = 2, tries: int = 300) -> set[str]:
+    """The worker pids that answer; stops once ``want`` were seen (the kernel may favour one worker)."""
+    pids: set[str] = set()
+    for _ in range(tries):
+        pids.add(request(url + "/dashboard/state.json").headers["x-worker-pid"])
+        if len(pids) >= want:
+            break
+    return pids
+
+
 def assert_probes_green(url: str) -> None:
     """Liveness and readiness answer 200, whatever the limiters and the breaker say."""
     for path in ("/healthz/live", "/healthz/ready"):
@@ -272,8 +282,7 @@ def test_gunicorn_two_workers(tmp_path: Path) -> None:
         wait_for_metric(url, "resilience4j_circuitbreaker_state", 1, name="acquirer", state="open")
         wait_for_metric(url, "resilience4j_circuitbreaker_not_permitted_calls_total", 10, name="acquirer")
 
-        pids = {request(url + "/dashboard/state.json").headers["x-worker-pid"] for _ in range(30)}
-        assert len(pids) == 2, pids  # keepalive 0: the dashboard sees every worker
+        assert len(worker_pids(url)) == 2  # keepalive 0: the dashboard sees every worker
 
         if shutil.which("node"):
             assert request(url + "/partner", "POST", b'{"down": false, "latency_ms": 20}').status == 200
@@ -348,7 +357,6 @@ def test_gunicorn_redis_backend_makes_per_client_global(tmp_path: Path) -> None:
         assert "throwaway redis-server" in server.log()
         # Same client, two workers, one budget in Redis: exactly 10 per second, never 2 x 10.
         exactly_ten_then_429(server.url + "/authorize", {"X-Forwarded-For": "198.18.3.1"})
-        pids = {request(server.url + "/dashboard/state.json").headers["x-worker-pid"] for _ in range(20)}
-        assert len(pids) == 2
+        assert len(worker_pids(server.url)) == 2
         assert request(server.url + "/dashboard/state.json").json()["backend"] == "redis"  # type: ignore[index]
         assert_probes_green(server.url)
