@@ -1115,6 +1115,9 @@ class CircuitBreaker:
                     wait = -1
             finally:
                 lock.release()
+            if wait >= 0 and not self.events.wants_calls:
+                # The common rejection, inlined (no _rejection call): a fresh exception every time.
+                raise CallNotPermitted(self, _OPEN, wait)
             st = self._rejection(_OPEN, wait) if wait >= 0 else self._acquire_general()
             if st.__class__ is not _StateData:
                 try:
@@ -1176,6 +1179,8 @@ class CircuitBreaker:
                     wait = -1
             finally:
                 lock.release()
+            if wait >= 0 and not self.events.wants_calls:
+                raise CallNotPermitted(self, _OPEN, wait)
             st = self._rejection(_OPEN, wait) if wait >= 0 else self._acquire_general()
             if st.__class__ is not _StateData:
                 try:
