@@ -506,7 +506,7 @@ def test_two_processes_share_one_budget_through_http(redis_url: str, prefix: str
     # No FakeClock: both processes use the Redis server's clock, as in production (1 h period).
     r4 = r4_settings(redis_url, prefix)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    child = subprocess.Popen(
+    with subprocess.Popen(  # closes the pipes on exit
         [sys.executable, "-c", CHILD, json.dumps(r4)],
         cwd=ROOT,
         env=env,
@@ -514,27 +514,27 @@ def test_two_processes_share_one_budget_through_http(redis_url: str, prefix: str
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-    )
-    try:
-        assert child.stdout is not None and child.stdin is not None
-        assert child.stdout.readline().strip() == "ready", child.stderr.read() if child.stderr else ""
-        with override_settings(RATELIMIT_R4=r4):
-            client = Client()
-            client.get("/nothing-here/")
-            mine: list[int] = []
-            racer = threading.Thread(target=lambda: mine.extend(statuses(client, "/shared/", 10)))
-            child.stdin.write("go\n")
-            child.stdin.flush()
-            racer.start()
-            theirs = json.loads(child.stdout.readline())
-            racer.join(30)
-            assert child.wait(30) == 0
-            after = client.get("/shared/")
-            left = available("shared")
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+    ) as child:
+        try:
+            assert child.stdout is not None and child.stdin is not None
+            assert child.stdout.readline().strip() == "ready", child.stderr.read() if child.stderr else ""
+            with override_settings(RATELIMIT_R4=r4):
+                client = Client()
+                client.get("/nothing-here/")
+                mine: list[int] = []
+                racer = threading.Thread(target=lambda: mine.extend(statuses(client, "/shared/", 10)))
+                child.stdin.write("go\n")
+                child.stdin.flush()
+                racer.start()
+                theirs = json.loads(child.stdout.readline())
+                racer.join(30)
+                assert child.wait(30) == 0
+                after = client.get("/shared/")
+                left = available("shared")
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
     assert len(mine) == len(theirs) == 10
     assert (mine + theirs).count(200) == 10, (mine, theirs)  # one budget of 10, not 10 per process
     assert (mine + theirs).count(429) == 10
