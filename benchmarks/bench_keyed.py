@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import gc
 import sys
-import timeit
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +21,11 @@ from typing import Any
 
 if __package__ in (None, ""):  # run as a script: make the checkout importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+try:  # python -m benchmarks.bench_keyed
+    from ._timing import best_pair as _best_pair, exhaust as _exhaust
+except ImportError:  # benchmarks/run.py, or run as a script
+    from _timing import best_pair as _best_pair, exhaust as _exhaust  # type: ignore[no-redef]
 
 from django_ratelimit_r4.core.clock import FakeClock
 from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig
@@ -40,24 +44,6 @@ def _config(limit: int) -> RateLimiterConfig:
     return RateLimiterConfig(limit_for_period=limit, limit_refresh_period="1h")
 
 
-def _exhaust(fn: Callable[[], bool]) -> Callable[[], bool]:
-    for _ in range(20_000):
-        if not fn():
-            break
-    return fn
-
-
-def _best_pair(
-    subject: Callable[[], Any], baseline: Callable[[], Any], number: int, repeat: int
-) -> tuple[float, float]:
-    """Best ns/op of ``subject`` and ``baseline``, their repeats interleaved."""
-    t_subject = timeit.Timer("f()", globals={"f": subject})
-    t_baseline = timeit.Timer("f()", globals={"f": baseline})
-    best_s = best_b = float("inf")
-    for _ in range(repeat):
-        best_b = min(best_b, t_baseline.timeit(number) / number * 1e9)
-        best_s = min(best_s, t_subject.timeit(number) / number * 1e9)
-    return best_s, best_b
 
 
 def bytes_per_key(n: int = 100_000) -> float:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import sys
 import threading
-import timeit
 from collections.abc import Callable
 from pathlib import Path
 from time import monotonic_ns
@@ -25,6 +24,11 @@ from typing import Any
 
 if __package__ in (None, ""):  # run as a script: make the checkout importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+try:  # python -m benchmarks.bench_ratelimiter
+    from ._timing import best_pair as _best_pair, exhaust as _exhaust
+except ImportError:  # benchmarks/run.py, or run as a script
+    from _timing import best_pair as _best_pair, exhaust as _exhaust  # type: ignore[no-redef]
 
 from django_ratelimit_r4.backends.base import decide
 from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig
@@ -106,24 +110,6 @@ def _limiter(limit: int, period: str) -> RateLimiter:
     return RateLimiter("bench", RateLimiterConfig(limit_for_period=limit, limit_refresh_period=period))
 
 
-def _exhaust(fn: Callable[[], bool]) -> Callable[[], bool]:
-    for _ in range(20_000):
-        if not fn():
-            break
-    return fn
-
-
-def _best_pair(
-    subject: Callable[[], Any], baseline: Callable[[], Any], number: int, repeat: int
-) -> tuple[float, float]:
-    """Best ns/op of ``subject`` and ``baseline``, their repeats interleaved."""
-    t_subject = timeit.Timer("f()", globals={"f": subject})
-    t_baseline = timeit.Timer("f()", globals={"f": baseline})
-    best_s = best_b = float("inf")
-    for _ in range(repeat):
-        best_b = min(best_b, t_baseline.timeit(number) / number * 1e9)
-        best_s = min(best_s, t_subject.timeit(number) / number * 1e9)
-    return best_s, best_b
 
 
 def run(number: int = NUMBER, repeat: int = REPEAT) -> list[dict[str, Any]]:

@@ -17,7 +17,6 @@ import asyncio
 import os
 import sys
 import time
-import timeit
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +26,10 @@ if __package__ in (None, ""):  # run as a script: make the checkout importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis
+try:  # python -m benchmarks.bench_redis
+    from ._timing import best_pair as _best_pair
+except ImportError:  # benchmarks/run.py, or run as a script
+    from _timing import best_pair as _best_pair  # type: ignore[no-redef]
 
 from django_ratelimit_r4.backends.redis import RedisKeyedRateLimiter, connection, redis_backend
 from django_ratelimit_r4.core.clock import SYSTEM_CLOCK
@@ -39,17 +42,6 @@ NUMBER = 2_000
 REPEAT = 5
 URL = os.environ.get("R4_REDIS_URL", "redis://127.0.0.1:6379/15")
 
-
-def _best_pair(
-    subject: Callable[[], Any], baseline: Callable[[], Any], number: int, repeat: int
-) -> tuple[float, float]:
-    t_subject = timeit.Timer("f()", globals={"f": subject})
-    t_baseline = timeit.Timer("f()", globals={"f": baseline})
-    best_s = best_b = float("inf")
-    for _ in range(repeat):
-        best_b = min(best_b, t_baseline.timeit(number) / number * 1e9)
-        best_s = min(best_s, t_subject.timeit(number) / number * 1e9)
-    return best_s, best_b
 
 
 async def _abest_pair(
