@@ -26,9 +26,11 @@ if __package__ in (None, ""):  # run as a script: make the checkout importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 try:  # python -m benchmarks.bench_ratelimiter
-    from ._timing import best_pair as _best_pair, exhaust as _exhaust
+    from ._timing import best_pair as _best_pair
+    from ._timing import exhaust as _exhaust
 except ImportError:  # benchmarks/run.py, or run as a script
-    from _timing import best_pair as _best_pair, exhaust as _exhaust  # type: ignore[no-redef]
+    from _timing import best_pair as _best_pair  # type: ignore[no-redef]
+    from _timing import exhaust as _exhaust
 
 from django_ratelimit_r4.backends.base import decide
 from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig

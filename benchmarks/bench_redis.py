@@ -26,6 +26,7 @@ if __package__ in (None, ""):  # run as a script: make the checkout importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis
+
 try:  # python -m benchmarks.bench_redis
     from ._timing import best_pair as _best_pair
 except ImportError:  # benchmarks/run.py, or run as a script
