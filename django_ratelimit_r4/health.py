@@ -41,7 +41,10 @@ def summarize(items: list[dict[str, Any]]) -> str:
         s = item["state"]
         kind = item["type"]
         if kind == "ratelimiter":
-            text = f"{s['available_permissions']}/{item['config']['limit_for_period']} available"
+            if item["config"].get("key") is not None:  # one budget per client: no single "available"
+                text = f"per client, {item['config']['limit_for_period']}/{item['config']['limit_refresh_period']}"
+            else:
+                text = f"{s['available_permissions']}/{item['config']['limit_for_period']} available"
             if s["keyed"] is not None and s["keyed"]["live_keys"] is not None:
                 text += f", {s['keyed']['live_keys']} keys"
         elif kind == "bulkhead":

@@ -257,3 +257,17 @@ def test_empty_setting(settings: Any) -> None:
 )
 def test_human_ns(nanos: int | None, text: str) -> None:
     assert r4_command.human_ns(nanos) == text
+
+
+def test_status_table_counts_a_keyed_limiters_clients(fresh: Any) -> None:
+    """A per-client limiter's row adds up its clients' decisions; 'available' is per client, so not shown."""
+    from django_ratelimit_r4.registry import get_keyed_rate_limiter
+
+    keyed = get_keyed_rate_limiter("per_ip")
+    outcomes = [keyed.acquire_permission("203.0.113.7") for _ in range(5)]
+    assert outcomes == [True, True, True, False, False]
+    out, _ = run("status", "per_ip")
+    row = next(line.split() for line in out.splitlines() if line.startswith("per_ip"))
+    header = next(line.split() for line in out.splitlines() if "GRANTED" in line)
+    cells = dict(zip(header, row, strict=True))
+    assert (cells["AVAILABLE"], cells["GRANTED"], cells["REJECTED"], cells["KEYS"]) == ("per-key", "3", "2", "1")

@@ -92,16 +92,20 @@ def _table(headers: Sequence[str], rows: list[list[str]]) -> list[str]:
 def _row(item: dict[str, Any]) -> list[str]:
     c, s, kind = item["config"], item["state"], item["type"]
     if kind == "ratelimiter":
-        keyed = s.get("keyed")
+        keyed = s.get("keyed") or {}
+        # A per-client limiter (a `key` spec) has one budget per client: its row adds up the clients'
+        # decisions, and "available" only exists per key (`r4 status --json --keys`, the state endpoint).
+        per_client = c.get("key") is not None
+        live_keys = keyed.get("live_keys", "-")
         return [
             item["name"],
             f"{c['limit_for_period']}/{c['limit_refresh_period']}",
-            str(s["available_permissions"]),
-            human_ns(s["nanos_to_wait"]),
-            str(s["number_of_waiting_threads"]),
-            str(s["successful_calls"]),
-            str(s["failed_calls"]),
-            "-" if keyed is None else ("?" if keyed["live_keys"] is None else str(keyed["live_keys"])),
+            "per-key" if per_client else str(s["available_permissions"]),
+            "-" if per_client else human_ns(s["nanos_to_wait"]),
+            str(s["number_of_waiting_threads"] + keyed.get("number_of_waiting_threads", 0)),
+            str(s["successful_calls"] + keyed.get("successful_calls", 0)),
+            str(s["failed_calls"] + keyed.get("failed_calls", 0)),
+            "?" if live_keys is None else str(live_keys),
         ]
     if kind == "bulkhead":
         return [
