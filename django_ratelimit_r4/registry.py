@@ -19,6 +19,7 @@ compare per call.
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -129,10 +130,32 @@ def _current_state() -> _State:
     return state
 
 
+_warned_not_installed = False
+
+
+def _warn_if_not_installed() -> None:
+    # Without the app in INSTALLED_APPS the decorators still work, but `manage.py check` never validates
+    # RATELIMIT_R4 and no metrics are exported: say so once instead of failing silently.
+    global _warned_not_installed
+    if _warned_not_installed:
+        return
+    _warned_not_installed = True
+    from django.apps import apps
+
+    if apps.ready and not apps.is_installed("django_ratelimit_r4"):
+        warnings.warn(
+            '"django_ratelimit_r4" is not in INSTALLED_APPS: RATELIMIT_R4 is not checked by `manage.py check` '
+            "and no Prometheus metrics are exported. Add it to INSTALLED_APPS.",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+
+
 def _load_state() -> _State:
     global _state
     with _lock:
         if _state is None:
+            _warn_if_not_installed()
             _state = _State(conf.get_analysis(), generation)
             if _clock is not SYSTEM_CLOCK:
                 _clocked_states.append(_state)

@@ -395,3 +395,30 @@ def test_keyed_limiter_gets_max_keys_from_settings() -> None:
 def test_unknown_name_with_a_key_is_still_an_unknown_instance() -> None:
     with pytest.raises(UnknownInstance):
         registry.get_rate_limiter("nope", key="1.2.3.4")
+
+
+def test_a_missing_installed_apps_entry_is_reported_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decorators work without the app installed, but checks and metrics would silently be off: warn once."""
+    from django.apps import apps
+
+    monkeypatch.setattr(registry, "_warned_not_installed", False)
+    monkeypatch.setattr(apps, "is_installed", lambda name: name != "django_ratelimit_r4")
+    registry.invalidate()
+    with pytest.warns(RuntimeWarning, match="not in INSTALLED_APPS"):
+        registry.get_rate_limiter("api")
+    registry.invalidate()
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        registry.get_rate_limiter("api")  # once per process, not per rebuild
+
+
+def test_no_warning_when_the_app_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import warnings
+
+    monkeypatch.setattr(registry, "_warned_not_installed", False)
+    registry.invalidate()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        registry.get_rate_limiter("api")
