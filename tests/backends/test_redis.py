@@ -37,17 +37,6 @@ S = 1_000_000_000
 UNREACHABLE = "redis://127.0.0.1:1/15"
 
 
-@pytest.fixture
-def prefix(redis_url: str) -> Iterator[str]:
-    """A key prefix of this test only; its keys are deleted afterwards."""
-    value = f"r4test:{uuid.uuid4().hex[:12]}"
-    yield value
-    client = redis.Redis.from_url(redis_url)
-    keys = list(client.scan_iter(match=value + ":*", count=1000))
-    if keys:
-        client.delete(*keys)
-    client.close()
-
 
 @pytest.fixture
 def raw(redis_url: str) -> Iterator[redis.Redis]:

@@ -18,7 +18,6 @@ import sys
 import textwrap
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -161,17 +160,6 @@ urlpatterns = [
 
 # --------------------------------------------------------------------------------------------- fixtures
 
-
-@pytest.fixture
-def prefix(redis_url: str) -> Iterator[str]:
-    """A key prefix of this test only; its keys are deleted afterwards."""
-    value = f"r4http:{uuid.uuid4().hex[:12]}"
-    yield value
-    client = redis.Redis.from_url(redis_url)
-    keys = list(client.scan_iter(match=value + ":*", count=1000))
-    if keys:
-        client.delete(*keys)
-    client.close()
 
 
 def _build_all() -> None:
