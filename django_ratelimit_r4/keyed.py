@@ -30,7 +30,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from itertools import islice
-from typing import Any
+from typing import Any, Protocol
 
 from .backends.base import decide, div_ceil, nanos_to_wait, refresh
 from .core.clock import SYSTEM_CLOCK, Clock
@@ -62,12 +62,23 @@ _MASK = (1 << 64) - 1
 _FRONT_CHECKS = 2  # oldest entries examined per insertion / cycle change: O(1), keeps the store clean
 
 
+class _KeyedStore(Protocol):
+    """What the aggregate metrics read from a keyed store (in memory here, or Redis)."""
+
+    successful_calls: int
+    failed_calls: int
+    lossy_evictions: int
+    _waiters: Waiters
+
+    def __len__(self) -> int: ...
+
+
 class KeyedRateLimiterMetrics:
     """Aggregate figures of a :class:`KeyedRateLimiter`; plain reads, for exporters at scrape time."""
 
     __slots__ = ("_limiter",)
 
-    def __init__(self, limiter: KeyedRateLimiter) -> None:
+    def __init__(self, limiter: _KeyedStore) -> None:
         self._limiter = limiter
 
     @property

@@ -59,6 +59,7 @@ from ..core.ratelimiter import (
     RateLimiterEvents,
 )
 from ..core.waiting import Waiters
+from ..keyed import KeyedRateLimiterMetrics
 from .base import RateLimiterBackend
 
 if TYPE_CHECKING:
@@ -653,23 +654,12 @@ def redis_backend(url: str, *, prefix: str = DEFAULT_PREFIX, fault_policy: str =
 # --------------------------------------------------------------------------------------------- keyed limiter
 
 
-class RedisKeyedRateLimiterMetrics:
-    """Aggregate figures of a :class:`RedisKeyedRateLimiter` in this process (plain reads, no Redis call)."""
+class RedisKeyedRateLimiterMetrics(KeyedRateLimiterMetrics):
+    """Aggregate figures of a :class:`RedisKeyedRateLimiter` (plain reads, no Redis call). Calls and waiting
+    callers are counted in this process; the budgets themselves live in Redis."""
 
-    __slots__ = ("_limiter",)
-
-    def __init__(self, limiter: RedisKeyedRateLimiter) -> None:
-        self._limiter = limiter
-
-    @property
-    def successful_calls(self) -> int:
-        """Granted decisions made by this process, all keys, since the last full reset."""
-        return self._limiter.successful_calls
-
-    @property
-    def failed_calls(self) -> int:
-        """Rejected decisions made by this process, all keys, since the last full reset."""
-        return self._limiter.failed_calls
+    __slots__ = ()
+    _limiter: RedisKeyedRateLimiter
 
     @property
     def live_keys(self) -> int:
@@ -680,19 +670,9 @@ class RedisKeyedRateLimiterMetrics:
         return -1
 
     @property
-    def lossy_evictions(self) -> int:
-        """Always 0: Redis keys are never evicted with state by this library (they expire when full)."""
-        return 0
-
-    @property
     def faults(self) -> int:
         """Decisions made by the fault policy because Redis failed or was cooling down."""
         return self._limiter.faults
-
-    @property
-    def number_of_waiting_threads(self) -> int:
-        """Callers of this process waiting for a reserved permit (only with ``timeout_duration > 0``)."""
-        return self._limiter._waiters.count
 
     def __repr__(self) -> str:
         return (
@@ -711,6 +691,9 @@ class RedisKeyedRateLimiter(_Clocked):
     accepted for interface compatibility and unused (expiry bounds memory). ``len()`` scans Redis (O(keys)),
     ``metrics.live_keys`` is -1 (unknown) and :meth:`keys` is always empty (only digests are stored).
     """
+
+    #: Redis keys are never evicted with state by this library (they expire once full again).
+    lossy_evictions = 0
 
     def __init__(
         self,
