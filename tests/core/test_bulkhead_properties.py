@@ -18,6 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from django_ratelimit_r4.core.bulkhead import Bulkhead, BulkheadConfig
 from django_ratelimit_r4.core.exceptions import BulkheadFull
+from tests.core.test_bulkhead import InFlight as Peak
 
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -25,22 +26,6 @@ WAITS = st.sampled_from([0, "1ms", "3ms", "50ms"])
 OUTCOMES = st.sampled_from(["ok", "raise", "interrupt"])
 
 
-class Peak:
-    """In-flight counter with its peak, safe from threads and tasks."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.now = 0
-        self.peak = 0
-
-    def enter(self) -> None:
-        with self.lock:
-            self.now += 1
-            self.peak = max(self.peak, self.now)
-
-    def exit(self) -> None:
-        with self.lock:
-            self.now -= 1
 
 
 def assert_no_leak(b: Bulkhead, peak: Peak, max_calls: int) -> None:
