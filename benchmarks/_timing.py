@@ -26,3 +26,23 @@ def exhaust(fn: Callable[[], bool]) -> Callable[[], bool]:
         if not fn():
             break
     return fn
+
+
+def print_rows(rows: list[dict[str, Any]], baseline_label: str = "baseline") -> int:
+    """Print ``run()`` rows as a table; return 1 if a row with a numeric ratio target misses it, else 0."""
+    width = max(len(r["name"]) for r in rows)
+    print(f"{'benchmark':<{width}}  {'ns/op':>10}  {baseline_label:>10}  {'ratio':>6}  target")
+    missed = False
+    for r in rows:
+        target = r.get("target")
+        ratio = r.get("ratio")
+        flag = ""
+        if isinstance(target, (int, float)) and ratio is not None and ratio > target:
+            flag, missed = "  MISSED", True
+        cells = [
+            "" if r.get(k) is None else f"{r[k]:.1f}" for k in ("ns_per_op", "baseline_ns")
+        ]
+        shown_ratio = "" if ratio is None else f"{ratio:6.2f}"
+        shown_target = "" if target is None else (f"<= {target}x" if isinstance(target, (int, float)) else str(target))
+        print(f"{r['name']:<{width}}  {cells[0]:>10}  {cells[1]:>10}  {shown_ratio:>6}  {shown_target}{flag}")
+    return 1 if missed else 0

@@ -26,6 +26,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+try:  # python -m benchmarks.bench_x
+    from ._timing import print_rows
+except ImportError:  # benchmarks/run.py, or run as a script
+    from _timing import print_rows  # type: ignore[no-redef]
+
 ROOT = Path(__file__).resolve().parent.parent
 if __package__ in (None, ""):  # run as a script: make the checkout importable
     sys.path.insert(0, str(ROOT))
@@ -162,19 +167,7 @@ def run(number: int = NUMBER, repeat: int = REPEAT) -> list[dict[str, Any]]:
 
 def main() -> int:
     """Print the rows; exit status 1 if a targeted row misses its target."""
-    rows = run()
-    width = max(len(r["name"]) for r in rows)
-    print(f"{'benchmark':<{width}}  {'ns/op':>10}  {'baseline':>8}  {'ratio':>6}  target")
-    missed = False
-    for r in rows:
-        target = "" if r["target"] is None else f"<= {r['target']}x"
-        flag = ""
-        if r["target"] is not None and r["ratio"] > r["target"]:
-            flag, missed = "  MISSED", True
-        base = "" if r["baseline_ns"] is None else f"{r['baseline_ns']:8.1f}"
-        ratio = "" if r["ratio"] is None else f"{r['ratio']:6.2f}"
-        print(f"{r['name']:<{width}}  {r['ns_per_op']:>10.1f}  {base:>8}  {ratio:>6}  {target}{flag}")
-    return 1 if missed else 0
+    return print_rows(run())
 
 
 if __name__ == "__main__":

@@ -28,9 +28,11 @@ if __package__ in (None, ""):  # run as a script: make the checkout importable
 try:  # python -m benchmarks.bench_ratelimiter
     from ._timing import best_pair as _best_pair
     from ._timing import exhaust as _exhaust
+    from ._timing import print_rows
 except ImportError:  # benchmarks/run.py, or run as a script
     from _timing import best_pair as _best_pair  # type: ignore[no-redef]
     from _timing import exhaust as _exhaust
+    from _timing import print_rows
 
 from django_ratelimit_r4.backends.base import decide
 from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig
@@ -171,19 +173,7 @@ def run(number: int = NUMBER, repeat: int = REPEAT) -> list[dict[str, Any]]:
 
 def main() -> int:
     """Print the rows; exit status 1 if a targeted row misses its target."""
-    rows = run()
-    width = max(len(r["name"]) for r in rows)
-    print(f"{'benchmark':<{width}}  {'ns/op':>8}  {'baseline':>8}  {'ratio':>6}  target")
-    missed = False
-    for r in rows:
-        target = "" if r["target"] is None else f"<= {r['target']}x"
-        flag = ""
-        if r["target"] is not None and r["ratio"] > r["target"]:
-            flag, missed = "  MISSED", True
-        print(
-            f"{r['name']:<{width}}  {r['ns_per_op']:>8.1f}  {r['baseline_ns']:>8.1f}  {r['ratio']:>6.2f}  {target}{flag}"
-        )
-    return 1 if missed else 0
+    return print_rows(run())
 
 
 if __name__ == "__main__":

@@ -29,8 +29,10 @@ import redis
 
 try:  # python -m benchmarks.bench_redis
     from ._timing import best_pair as _best_pair
+    from ._timing import print_rows
 except ImportError:  # benchmarks/run.py, or run as a script
     from _timing import best_pair as _best_pair  # type: ignore[no-redef]
+    from _timing import print_rows
 
 from django_ratelimit_r4.backends.redis import RedisKeyedRateLimiter, connection, redis_backend
 from django_ratelimit_r4.core.clock import SYSTEM_CLOCK
@@ -141,20 +143,8 @@ def run(number: int = NUMBER, repeat: int = REPEAT) -> list[dict[str, Any]]:
 
 
 def main() -> int:
-    """Print the rows; exit status 1 if a row misses its target."""
-    rows = run()
-    width = max(len(r["name"]) for r in rows)
-    print(f"{'benchmark':<{width}}  {'ns/op':>8}  {'PING ns':>8}  {'ratio':>6}  target")
-    missed = False
-    for r in rows:
-        flag = ""
-        if r["target"] is not None and r["ratio"] > r["target"]:
-            flag, missed = "  MISSED", True
-        target = "" if r["target"] is None else f"<= {r['target']}x"
-        print(
-            f"{r['name']:<{width}}  {r['ns_per_op']:>8.1f}  {r['baseline_ns']:>8.1f}  {r['ratio']:>6.2f}  {target}{flag}"
-        )
-    return 1 if missed else 0
+    """Print the rows; exit status 1 if a targeted row misses its target."""
+    return print_rows(run(), baseline_label="PING ns")
 
 
 if __name__ == "__main__":
