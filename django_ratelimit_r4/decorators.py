@@ -924,8 +924,8 @@ class _Resilience:
 
             return _ratelimited
 
-        def _protected(*args: Any, **kwargs: Any) -> Any:
-            retry, breaker, _, bulkhead_, _ = self.instances()
+        def chain(found: tuple[Any, ...]) -> Callable[..., Any]:
+            retry, breaker, _, bulkhead_, _ = found
             call: Callable[..., Any] = fn
             if bulkhead_ is not None:
                 call = partial(bulkhead_.call, call)
@@ -935,6 +935,19 @@ class _Resilience:
                 call = partial(breaker.call, call)
             if retry is not None:
                 call = partial(retry.call, call)
+            return call
+
+        # The stack is built once per set of instances (i.e. per registry generation), not per call; one
+        # tuple holds both so a concurrent rebuild can never pair new instances with an old chain.
+        cached: tuple[Any, Callable[..., Any]] = ((), fn)
+
+        def _protected(*args: Any, **kwargs: Any) -> Any:
+            nonlocal cached
+            found = self.instances()
+            built_for, call = cached
+            if built_for is not found:
+                call = chain(found)
+                cached = (found, call)
             try:
                 return call(*args, **kwargs)
             except self.catch as exc:
@@ -965,8 +978,8 @@ class _Resilience:
 
             return _aratelimited
 
-        async def _aprotected(*args: Any, **kwargs: Any) -> Any:
-            retry, breaker, timelimiter_, bulkhead_, _ = self.instances()
+        def achain(found: tuple[Any, ...]) -> Callable[..., Any]:
+            retry, breaker, timelimiter_, bulkhead_, _ = found
             call: Callable[..., Any] = fn
             if bulkhead_ is not None:
                 call = partial(bulkhead_.acall, call)
@@ -978,6 +991,17 @@ class _Resilience:
                 call = partial(breaker.acall, call)
             if retry is not None:
                 call = partial(retry.acall, call)
+            return call
+
+        cached: tuple[Any, Callable[..., Any]] = ((), fn)  # as in _sync_wrapper: built once per generation
+
+        async def _aprotected(*args: Any, **kwargs: Any) -> Any:
+            nonlocal cached
+            found = self.instances()
+            built_for, call = cached
+            if built_for is not found:
+                call = achain(found)
+                cached = (found, call)
             try:
                 return await call(*args, **kwargs)
             except self.catch as exc:

@@ -617,3 +617,29 @@ def test_pinned_forwarded_header_ignores_the_other_one(r4_clock) -> None:
         assert view(plain).status_code == 200
         assert view(forged).status_code == 200
         assert registry.get_keyed_rate_limiter("per_ip").keys() == ["203.0.113.7"]
+
+
+def test_a_stacked_service_function_follows_a_settings_change() -> None:
+    """The stack is built once per set of instances: after override_settings it must use the new ones."""
+    import pytest as _pytest
+    from django.test import override_settings
+
+    from django_ratelimit_r4 import get_circuit_breaker
+    from django_ratelimit_r4.decorators import resilient
+    from django_ratelimit_r4.exceptions import CallNotPermitted
+
+    @resilient(circuitbreaker="svc", bulkhead="svc")
+    def capture(amount: int) -> int:
+        return amount
+
+    first = {"circuitbreakers": {"instances": {"svc": {}}}, "bulkheads": {"instances": {"svc": {}}}}
+    second = {"circuitbreakers": {"instances": {"svc": {"failure_rate_threshold": 60}}},
+              "bulkheads": {"instances": {"svc": {}}}}
+    with override_settings(RATELIMIT_R4=first):
+        assert capture(1) == 1
+        get_circuit_breaker("svc").transition_to_forced_open_state()
+        with _pytest.raises(CallNotPermitted):
+            capture(2)
+        with override_settings(RATELIMIT_R4=second):
+            assert capture(3) == 3  # a fresh, closed breaker: not the forced-open one of the old chain
+        assert capture(4) == 4  # leaving the override rebuilds the registry too: fresh instances again
