@@ -162,18 +162,11 @@ def _secret_salt() -> bytes:
 
 
 def _unkeyed_quota(limiter: RateLimiter) -> tuple[int, int]:
-    """``(remaining, reset_ns)`` of an unkeyed limiter, for the RateLimit fields.
+    """``(remaining, reset_ns)`` of an unkeyed limiter, for the RateLimit fields (``RateLimiterBackend.quota``).
 
     ``reset_ns`` is the time to the cycle boundary while permits remain, else the wait for one.
-    ``MemoryBackend.quota()`` and ``RedisBackend.quota()`` (one round trip) give exactly that; a
-    third-party backend with only the protocol's ``state()`` gets the period as an upper bound.
     """
-    backend = limiter.backend
-    quota = getattr(backend, "quota", None)
-    if quota is not None:
-        return quota()  # type: ignore[no-any-return]
-    _, available, wait = backend.state()
-    return available, wait if available < 1 else int(limiter.config.limit_refresh_period)
+    return limiter.backend.quota()
 
 
 class _Limit:

@@ -86,8 +86,8 @@ class RateLimiterBackend(Protocol):
     permits reserved (the value is how long the caller must wait before using them, usually 0); ``< 0`` means
     rejected with nothing reserved, and ``-value`` is the wait that was needed (always > 0).
 
-    A backend doing I/O may also define ``async def aacquire(permits, timeout_ns) -> int`` and
-    ``async def aacquire_many(backends, permits)`` (same results); the async paths of ``RateLimiter`` and
+    A backend doing I/O may also define ``async def aacquire(permits, timeout_ns) -> int``,
+    ``async def aacquire_many(backends, permits)`` and ``async def aquota()`` (same results); the async paths of ``RateLimiter`` and
     ``aacquire_all`` then await them instead of calling the blocking methods on the event loop.
     """
 
@@ -101,6 +101,15 @@ class RateLimiterBackend(Protocol):
 
     def state(self) -> tuple[int, int, int]:
         """``(cycle, available_permissions, nanos_to_wait for one permit)`` now, without changing anything."""
+        ...
+
+    def quota(self) -> tuple[int, int]:
+        """``(remaining, reset_ns)`` for the RateLimit header fields, without changing anything.
+
+        ``reset_ns`` is the time to the next cycle boundary while permits remain, else the wait for one
+        permit; ``remaining`` may be negative (reservation debt). A backend doing I/O may also define
+        ``async def aquota()`` (same result) for the async paths.
+        """
         ...
 
     def drain(self) -> int:
