@@ -166,7 +166,7 @@ async def test_threads_and_loop_share_one_instance_without_blocking_the_loop(
 ) -> None:
     loop = asyncio.get_running_loop()
     loop.set_debug(True)
-    loop.slow_callback_duration = 0.1  # a blocking wait below would take ~1 s
+    loop.slow_callback_duration = 0.5  # a blocking wait below would take ~1 s; 0.1 s flaked on a loaded CI
     caplog.set_level(logging.WARNING, logger="asyncio")
     b = make(3, "1s")
     flight = InFlight()
@@ -227,7 +227,7 @@ async def test_threads_and_loop_share_one_instance_without_blocking_the_loop(
     assert flight.peak == 3
     assert_all_free(b)
     assert len(lateness) > 20
-    assert max(lateness) < 0.25, max(lateness)
+    assert max(lateness) < 0.5, max(lateness)  # a blocked loop would be ~1 s late
     assert not [r for r in caplog.records if "Executing" in r.getMessage()]
 
 
