@@ -154,7 +154,7 @@ def test_a_transition_during_a_sync_neither_waits_nor_loses_to_the_older_reading
         assert read_done.wait(5)
         started = time.monotonic()
         breaker.transition_to_forced_open_state()  # while the sync holds its lock
-        assert time.monotonic() - started < 0.5, "a transition waited for the syncer"
+        assert time.monotonic() - started < 2, "a transition waited for the syncer"  # the sync holds 5 s
     finally:
         go_on.set()
         sync.join(5)

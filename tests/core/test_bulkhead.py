@@ -421,7 +421,7 @@ def test_shrinking_blocks_nobody_and_lets_calls_in_flight_drain() -> None:
         b.acquire_permission()
     started = time.monotonic()
     b.change_config(BulkheadConfig(max_concurrent_calls=2))
-    assert time.monotonic() - started < 0.5  # Resilience4j would block here until two calls finish
+    assert time.monotonic() - started < 2  # Resilience4j would block here until two calls finish (never)
     assert b.metrics.max_allowed_concurrent_calls == 2
     assert b.metrics.concurrent_calls == 4
     assert b.metrics.available_concurrent_calls == 0  # really -2: reported as 0
