@@ -25,6 +25,11 @@ if __package__ in (None, ""):  # run as a script: make the checkout importable
 import django
 from django.conf import settings
 
+try:  # python -m benchmarks.bench_django
+    from ._timing import best_pair as _best_pair
+except ImportError:  # benchmarks/run.py, or run as a script
+    from _timing import best_pair as _best_pair  # type: ignore[no-redef]
+
 __all__ = ["run"]
 
 NUMBER = 2_000
@@ -40,6 +45,9 @@ BENCH_R4: dict[str, Any] = {
             "bench_closed": {"limit_for_period": 1, "limit_refresh_period": "1h"},
         }
     },
+    "retries": {"instances": {"bench_stack": {}}},
+    "circuitbreakers": {"instances": {"bench_stack": {}}},
+    "bulkheads": {"instances": {"bench_stack": {"max_concurrent_calls": 1000}}},
 }
 
 
@@ -215,6 +223,7 @@ def _measure(number: int, repeat: int, override_settings: Any) -> list[dict[str,
                     response = call()
                 assert response.status_code == (429 if name == "denied" else 200), (name, response)
         best = _best(callers, number, repeat)
+        stacked_ns, plain_ns = _stack(number * 20, repeat)
     base, drf = best["bare"], best["drf-bare"]
     return [
         _row("django view, bare (baseline)", base, base, None, "~44 us here"),
@@ -237,7 +246,19 @@ def _measure(number: int, repeat: int, override_settings: Any) -> list[dict[str,
         _row("DRF APIView, no throttle (baseline)", drf, drf, None, ""),
         _row("DRF + RateLimiterThrottle", best["drf-r4"], drf, None, "info"),
         _row("DRF + SimpleRateThrottle (AnonRateThrottle)", best["drf-simple"], drf, None, "info"),
+        _row("@resilient(retry, circuitbreaker, bulkhead) service call", stacked_ns, plain_ns, None, "info"),
     ]
+
+
+def _stack(number: int, repeat: int) -> tuple[float, float]:
+    """A plain service function through Resilience4j's stack (Retry > CircuitBreaker > Bulkhead) vs bare."""
+    from django_ratelimit_r4.decorators import resilient
+
+    def plain(amount: int) -> int:
+        return amount
+
+    stacked = resilient(retry="bench_stack", circuitbreaker="bench_stack", bulkhead="bench_stack")(plain)
+    return _best_pair(lambda: stacked(1), lambda: plain(1), number, repeat)
 
 
 if __name__ == "__main__":
