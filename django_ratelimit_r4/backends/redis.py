@@ -24,8 +24,10 @@ Time: Redis server time (``TIME``) by default, so hosts agree; a limiter whose c
 
 Faults: a Redis error or timeout never raises out of a decision. ``fault_policy="open"`` grants,
 ``"closed"`` rejects with a short wait (:data:`FAULT_RETRY_AFTER_NS`); either way it is logged at most once per
-:data:`FAULT_LOG_INTERVAL_S`, and Redis is not retried for :data:`FAULT_COOLDOWN_S` (no per-request connect
-timeout while it is down). See docs/redis.md.
+:data:`FAULT_LOG_INTERVAL_S`. A fault of the server (refused, reset, an error reply, a timeout with no reply
+meanwhile) stops calls to Redis for :data:`FAULT_COOLDOWN_S` (no per-request connect timeout while it is
+down); a fault of this process (no pooled connection free in time, a timeout while other calls got replies)
+decides only the call it hit. See docs/redis.md.
 """
 
 from __future__ import annotations
@@ -66,12 +68,15 @@ if TYPE_CHECKING:
     from ..keyed import KeyedRateLimiterView
 
 __all__ = [
+    "CONNECT_TIMEOUT_S",
     "DEFAULT_PREFIX",
     "FAULT_COOLDOWN_S",
     "FAULT_LOG_INTERVAL_S",
     "FAULT_POLICIES",
     "FAULT_RETRY_AFTER_NS",
+    "MAX_CONNECTIONS",
     "MAX_PERIOD_NS",
+    "POOL_TIMEOUT_S",
     "SCRIPT",
     "SCRIPT_SHA",
     "SOCKET_TIMEOUT_S",
@@ -81,6 +86,7 @@ __all__ = [
     "aacquire_all_keyed",
     "acquire_all_keyed",
     "client_key_digest",
+    "close_connections",
     "connection",
     "redis_backend",
 ]
@@ -97,8 +103,15 @@ FAULT_RETRY_AFTER_NS = 1_000_000_000
 FAULT_COOLDOWN_S = 0.5
 #: A Redis outage is logged at most once per this many seconds per URL.
 FAULT_LOG_INTERVAL_S = 10.0
-#: Connect and read timeout of the clients (override with ``?socket_timeout=...`` in the URL).
+#: Timeout of each command (override with ``?socket_timeout=...`` in the URL).
 SOCKET_TIMEOUT_S = 0.25
+#: Timeout of opening a connection, apart from the command timeout: a burst of first calls on a busy worker
+#: must not time out on loopback (``?socket_connect_timeout=...``).
+CONNECT_TIMEOUT_S = 2.0
+#: Connections per pool (the sync client's, and each event loop's); more callers wait (``?max_connections=``).
+MAX_CONNECTIONS = 16
+#: How long a caller waits for a pooled connection before the fault policy decides its call (``?timeout=``).
+POOL_TIMEOUT_S = 1.0
 #: Longest ``limit_refresh_period`` the script's exact arithmetic supports (period * 10 < 2**53): ~10 days.
 MAX_PERIOD_NS = (2**53 - 1) // 10
 
@@ -108,6 +121,7 @@ _NS_PER_S = 1_000_000_000
 _SERVER_SLACK_MS = b"1"
 _CLIENT_SLACK_MS = b"3600000"
 _FAULTS = (RedisError, OSError)
+_TIMEOUTS = (redis.exceptions.TimeoutError, TimeoutError)
 
 
 def _load_script() -> str:
@@ -130,9 +144,15 @@ SCRIPT_SHA = hashlib.sha1(SCRIPT.encode("utf-8")).hexdigest()
 class RedisConnection:
     """The clients of one Redis URL in this process, plus its fault state.
 
-    ``sync`` is a redis-py client (its pool re-creates connections after a fork); :meth:`aio` gives one
-    ``redis.asyncio`` client per running event loop, since asyncio connections belong to the loop that made
-    them. Clients never retry: a fault goes straight to the fault policy.
+    ``sync`` is a redis-py client on a bounded :class:`~redis.BlockingConnectionPool` (re-created after a
+    fork); :meth:`aio` gives one ``redis.asyncio`` client per running event loop, since asyncio connections
+    belong to the loop that made them, on a bounded pool of its own. Clients never retry: a fault goes
+    straight to the fault policy.
+
+    A burst of first calls must not be what fails: at most ``max_connections`` connections are opened (other
+    callers wait up to ``timeout`` for one), opening one may take ``socket_connect_timeout`` while each
+    command keeps the short ``socket_timeout``, and only a fault of the server starts the cool-down (see
+    :meth:`fault`). Each of the four can be set in the URL's query string.
     """
 
     def __init__(self, url: str, socket_timeout: float = SOCKET_TIMEOUT_S) -> None:
@@ -140,16 +160,22 @@ class RedisConnection:
         self.pid = os.getpid()
         self._options: dict[str, Any] = {
             "socket_timeout": socket_timeout,
-            "socket_connect_timeout": socket_timeout,
+            "socket_connect_timeout": CONNECT_TIMEOUT_S,
+            "max_connections": MAX_CONNECTIONS,
+            "timeout": POOL_TIMEOUT_S,
         }
-        self.sync: redis.Redis = redis.Redis.from_url(
-            url, retry=redis.retry.Retry(NoBackoff(), 0), **self._options
+        self.sync: redis.Redis = redis.Redis(
+            connection_pool=redis.BlockingConnectionPool.from_url(
+                url, retry=redis.retry.Retry(NoBackoff(), 0), **self._options
+            )
         )
         self._aio: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, redis.asyncio.Redis] = (
             weakref.WeakKeyDictionary()
         )
         #: time.monotonic() until which Redis is not called (0.0: healthy).
         self.down_until = 0.0
+        #: Replies received so far: a timeout while this moved was this process's delay, not the server's.
+        self.replies = 0
         self._logged_at = -FAULT_LOG_INTERVAL_S
         self._lock = threading.Lock()
 
@@ -158,8 +184,10 @@ class RedisConnection:
         loop = asyncio.get_running_loop()
         client = self._aio.get(loop)
         if client is None:
-            client = redis.asyncio.Redis.from_url(
-                self.url, retry=redis.asyncio.retry.Retry(NoBackoff(), 0), **self._options
+            client = redis.asyncio.Redis(
+                connection_pool=redis.asyncio.BlockingConnectionPool.from_url(
+                    self.url, retry=redis.asyncio.retry.Retry(NoBackoff(), 0), **self._options
+                )
             )
             self._aio[loop] = client
         return client
@@ -174,38 +202,74 @@ class RedisConnection:
         self.down_until = 0.0
         return False
 
-    def fault(self, exc: BaseException, what: str) -> None:
-        """Record a failed call: start the cool-down and log (at most once per interval)."""
+    def fault(self, exc: BaseException, what: str, replies_before: int | None = None) -> None:
+        """Record a failed call; start the cool-down only if the server is at fault.
+
+        Not the server's fault, so no cool-down (this call alone gets the fault policy): every pooled
+        connection was busy for the pool's whole ``timeout`` (this process is overloaded), or a timeout while
+        other calls got their replies (``replies_before`` is :attr:`replies` when this call began: the server
+        answered, this process was too busy to hear it in time). Refused or reset connections, errors from
+        the server, and timeouts with no reply in between start the cool-down.
+        """
+        if _pool_exhausted(exc):
+            self._log(exc, what, "every pooled connection stayed busy; the fault policy decided this call")
+            return
+        if isinstance(exc, _TIMEOUTS) and replies_before is not None and self.replies != replies_before:
+            self._log(exc, what, "other calls got replies meanwhile; the fault policy decided this call")
+            return
+        self.down_until = time.monotonic() + FAULT_COOLDOWN_S
+        self._log(exc, what, f"applying the fault policy for {FAULT_COOLDOWN_S:.1f}s before retrying")
+
+    def recovered(self) -> None:
+        """End the cool-down now: a call just got its reply (``reset`` and the management calls use this)."""
+        self.down_until = 0.0
+
+    def _log(self, exc: BaseException, what: str, outcome: str) -> None:
+        # One line per FAULT_LOG_INTERVAL_S: an outage must not flood the log at request rate.
         now = time.monotonic()
-        self.down_until = now + FAULT_COOLDOWN_S
         with self._lock:
             if now - self._logged_at < FAULT_LOG_INTERVAL_S:
                 return
             self._logged_at = now
         logger.warning(
-            "Redis at %s failed during %s (%s: %s); applying the fault policy for %.1fs before retrying",
+            "Redis at %s failed during %s (%s: %s); %s",
             _redact(self.url),
             what,
             type(exc).__name__,
             exc,
-            FAULT_COOLDOWN_S,
+            outcome,
         )
 
     def call(self, numkeys: int, args: Sequence[Any]) -> Any:
         """One EVALSHA of :data:`SCRIPT` (EVAL once if this server does not know it yet)."""
         client = self.sync
         try:
-            return client.execute_command("EVALSHA", SCRIPT_SHA, numkeys, *args)  # type: ignore[no-untyped-call]
+            reply = client.execute_command("EVALSHA", SCRIPT_SHA, numkeys, *args)  # type: ignore[no-untyped-call]
         except NoScriptError:
-            return client.execute_command("EVAL", SCRIPT, numkeys, *args)  # type: ignore[no-untyped-call]
+            reply = client.execute_command("EVAL", SCRIPT, numkeys, *args)  # type: ignore[no-untyped-call]
+        self.replies += 1
+        return reply
 
     async def acall(self, numkeys: int, args: Sequence[Any]) -> Any:
         """Async twin of :meth:`call`, on this loop's ``redis.asyncio`` client."""
         client = self.aio()
         try:
-            return await client.execute_command("EVALSHA", SCRIPT_SHA, numkeys, *args)  # type: ignore[no-untyped-call]
+            reply = await client.execute_command("EVALSHA", SCRIPT_SHA, numkeys, *args)  # type: ignore[no-untyped-call]
         except NoScriptError:
-            return await client.execute_command("EVAL", SCRIPT, numkeys, *args)  # type: ignore[no-untyped-call]
+            reply = await client.execute_command("EVAL", SCRIPT, numkeys, *args)  # type: ignore[no-untyped-call]
+        self.replies += 1
+        return reply
+
+    def close(self) -> None:
+        """Close the sync pool's connections and forget the asyncio clients and the fault state."""
+        self.sync.connection_pool.disconnect()
+        self._aio.clear()
+        self.down_until = 0.0
+
+
+def _pool_exhausted(exc: BaseException) -> bool:
+    # redis-py raises a plain ConnectionError with this text when a BlockingConnectionPool wait times out.
+    return isinstance(exc, redis.exceptions.ConnectionError) and str(exc) == "No connection available."
 
 
 def _redact(url: str) -> str:
@@ -229,6 +293,14 @@ def _after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork)
+
+
+def close_connections() -> None:
+    """Close every Redis connection of this process and end every cool-down (tests call it between tests)."""
+    with _connections_lock:
+        conns = list(_connections.values())
+    for conn in conns:
+        conn.close()
 
 
 def connection(url: str) -> RedisConnection:
@@ -305,11 +377,13 @@ class _Clocked:
             conn = self._conn = connection(self._url)
         return conn
 
-    def _fault(self, conn: RedisConnection, exc: BaseException | None, what: str) -> None:
+    def _fault(
+        self, conn: RedisConnection, exc: BaseException | None, what: str, replies_before: int | None = None
+    ) -> None:
         with self._counter_lock:
             self.faults += 1
         if exc is not None:
-            conn.fault(exc, what)
+            conn.fault(exc, what, replies_before)
 
     def _key_args(self, state_key: str, op: bytes, permits: int, timeout_ns: int) -> list[Any]:
         now_s, now_ns = self._time_args()
@@ -342,10 +416,11 @@ class _Clocked:
         if conn.is_down():
             self._fault(conn, None, "acquire")
             return self._fault_wait
+        replies = conn.replies
         try:
             wait = conn.call(2, self._key_args(state_key, b"acquire", permits, timeout_ns))
         except _FAULTS as exc:
-            self._fault(conn, exc, "acquire")
+            self._fault(conn, exc, "acquire", replies)
             return self._fault_wait
         return self._count(wait)
 
@@ -357,10 +432,11 @@ class _Clocked:
         if conn.is_down():
             self._fault(conn, None, "acquire")
             return self._fault_wait
+        replies = conn.replies
         try:
             wait = await conn.acall(2, self._key_args(state_key, b"acquire", permits, timeout_ns))
         except _FAULTS as exc:
-            self._fault(conn, exc, "acquire")
+            self._fault(conn, exc, "acquire", replies)
             return self._fault_wait
         return self._count(wait)
 
@@ -368,23 +444,25 @@ class _Clocked:
         """``(cycle, permissions, nanos_to_wait for 1, ns to the next cycle)``; on a fault, the policy's view."""
         conn = self._connection()
         if not conn.is_down():
+            replies = conn.replies
             try:
                 cycle, permissions, wait, to_next = conn.call(2, self._key_args(state_key, b"state", 1, 0))
                 return cycle, permissions, wait, to_next
             except _FAULTS as exc:
-                conn.fault(exc, "state")
+                conn.fault(exc, "state", replies)
         return self._fault_state()
 
     async def _astate_at(self, state_key: str) -> tuple[int, int, int, int]:
         """Async twin of :meth:`_state_at` on ``redis.asyncio``: one round trip, never blocks the loop."""
         conn = self._connection()
         if not conn.is_down():
+            replies = conn.replies
             try:
                 reply = await conn.acall(2, self._key_args(state_key, b"state", 1, 0))
                 cycle, permissions, wait, to_next = reply
                 return cycle, permissions, wait, to_next
             except _FAULTS as exc:
-                conn.fault(exc, "state")
+                conn.fault(exc, "state", replies)
         return self._fault_state()
 
     def _fault_state(self) -> tuple[int, int, int, int]:
@@ -503,6 +581,7 @@ class RedisBackend(_Clocked):
         conn = self._connection()
         try:
             conn.call(2, [self.anchor_key, self.state_key, b"reset", now_s, now_ns, 0, 0, self._slack])
+            conn.recovered()
         except _FAULTS as exc:
             self._fault(conn, exc, "reset")
 
@@ -589,10 +668,11 @@ def _sync_many(leader: _Clocked, members: list[_Member], permits: int) -> Any:
     if conn.is_down():
         leader._fault(conn, None, "acquire_many")
         return _FAULT
+    replies = conn.replies
     try:
         return conn.call(2 * len(members), _many_args(leader, members, permits))
     except _FAULTS as exc:
-        leader._fault(conn, exc, "acquire_many")
+        leader._fault(conn, exc, "acquire_many", replies)
         return _FAULT
 
 
@@ -601,10 +681,11 @@ async def _async_many(leader: _Clocked, members: list[_Member], permits: int) ->
     if conn.is_down():
         leader._fault(conn, None, "acquire_many")
         return _FAULT
+    replies = conn.replies
     try:
         return await conn.acall(2 * len(members), _many_args(leader, members, permits))
     except _FAULTS as exc:
-        leader._fault(conn, exc, "acquire_many")
+        leader._fault(conn, exc, "acquire_many", replies)
         return _FAULT
 
 
@@ -884,6 +965,7 @@ class RedisKeyedRateLimiter(_Clocked):
                         self._slack,
                     ],
                 )
+            conn.recovered()
         except _FAULTS as exc:
             self._fault(conn, exc, "reset")
 

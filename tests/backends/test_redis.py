@@ -691,3 +691,116 @@ def test_prometheus_shows_redis_keyed_limiters_as_documented(redis_url: str, pre
     available = "resilience4j_ratelimiter_available_permissions"
     assert scrape.get_sample_value(available, {"name": "per_ip"}) is None
     assert scrape.get_sample_value(available, {"name": "api"}) is not None
+
+
+# ------------------------------------------------------------ connection set-up under a burst (issue 7)
+
+
+def _connections_of(client) -> int:
+    """Connections a pool has opened (redis-py internals: the sync pool keeps them all in ``_connections``)."""
+    pool = client.connection_pool
+    if hasattr(pool, "_connections"):
+        return len(pool._connections)
+    return len(pool._available_connections) + len(pool._in_use_connections)
+
+
+async def test_a_burst_of_first_calls_waits_for_a_bounded_pool_instead_of_failing(
+    redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every connection takes longer to open than a command may take: the burst still decides in Redis.
+
+    Opening is slowed to 0.4 s (a loaded worker), beyond the 0.25 s command timeout that also bounded the
+    connect before: then every caller timed out and the fault policy granted all 60 (open policy).
+    """
+    real_open = asyncio.open_connection
+    opened: list[int] = []
+
+    async def slow_open(*args, **kwargs):  # redis.asyncio opens its sockets with asyncio.open_connection
+        opened.append(1)
+        await asyncio.sleep(0.4)
+        return await real_open(*args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "open_connection", slow_open)
+    rl = limiter(redis_url, prefix, 30, "60s", clock=SYSTEM_CLOCK, name="burst-first")
+    results = await asyncio.gather(*(rl.aacquire_permission() for _ in range(60)))
+    conn = rb.connection(redis_url)
+    assert sum(results) == 30 and rl.backend.faults == 0  # type: ignore[attr-defined]
+    assert not conn.is_down()
+    assert _connections_of(conn.aio()) <= rb.MAX_CONNECTIONS and len(opened) <= rb.MAX_CONNECTIONS
+
+
+def test_threads_share_a_bounded_sync_pool(redis_url: str, prefix: str) -> None:
+    rl = limiter(redis_url, prefix, 1000, "60s", clock=SYSTEM_CLOCK, name="sync-pool")
+    start = threading.Barrier(40)
+
+    def worker() -> None:
+        start.wait()
+        for _ in range(5):
+            assert rl.acquire_permission()
+
+    threads = [threading.Thread(target=worker) for _ in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert rl.metrics.successful_calls == 200 and rl.backend.faults == 0  # type: ignore[attr-defined]
+    assert _connections_of(rb.connection(redis_url).sync) <= rb.MAX_CONNECTIONS
+
+
+def test_no_free_pooled_connection_decides_one_call_and_is_not_a_server_fault(
+    redis_url: str, prefix: str
+) -> None:
+    url = redis_url + "?max_connections=1&timeout=0.05"
+    rl = limiter(url, prefix, 5, "60s", clock=SYSTEM_CLOCK, name="exhausted", policy="closed")
+    conn = rb.connection(url)
+    held = conn.sync.connection_pool.get_connection()
+    try:
+        assert not rl.acquire_permission()  # the closed policy decided: no connection was free in time
+    finally:
+        conn.sync.connection_pool.release(held)
+    assert not conn.is_down() and rl.backend.faults == 1  # type: ignore[attr-defined]
+    assert rl.acquire_permission()  # straight back to Redis: no cool-down
+    assert rl.metrics.available_permissions == 4
+
+
+def test_a_timeout_counts_against_the_server_only_if_no_reply_came_meanwhile() -> None:
+    import redis.exceptions
+
+    conn = rb.RedisConnection("redis://127.0.0.1:1/15")
+    timeout = redis.exceptions.TimeoutError("Timeout reading from socket")
+    before = conn.replies
+    conn.replies += 1  # another call got its reply while this one waited: this process was slow
+    conn.fault(timeout, "acquire", before)
+    assert not conn.is_down()
+    conn.fault(timeout, "acquire", conn.replies)  # no reply meanwhile: the server is not answering
+    assert conn.is_down()
+    conn.recovered()
+    conn.fault(redis.exceptions.ConnectionError("Connection refused"), "acquire", before)
+    assert conn.is_down()  # refused is the server's whatever else happened
+    conn.recovered()
+    conn.fault(redis.exceptions.ConnectionError("No connection available."), "acquire", conn.replies)
+    assert not conn.is_down()  # pool exhausted: ours
+
+
+def test_reset_ends_the_fault_window(redis_url: str, prefix: str) -> None:
+    """The reset tests (and operators) already use clears a cool-down: its reply proves the server answers."""
+    import redis.exceptions
+
+    rl = limiter(redis_url, prefix, 1, "60s", clock=SYSTEM_CLOCK, name="recover", policy="closed")
+    conn = rb.connection(redis_url)
+    conn.fault(redis.exceptions.ConnectionError("Connection reset by peer"), "acquire")
+    assert not rl.acquire_permission() and rl.backend.faults == 1  # type: ignore[attr-defined]
+    rl.reset()
+    assert not conn.is_down()
+    assert rl.acquire_permission() and not rl.acquire_permission()  # Redis decides again: limit 1
+    assert rl.backend.faults == 0  # type: ignore[attr-defined]
+
+
+def test_close_connections_ends_every_fault_window(redis_url: str) -> None:
+    import redis.exceptions
+
+    conn = rb.connection(redis_url)
+    conn.fault(redis.exceptions.ConnectionError("Connection reset by peer"), "acquire")
+    assert conn.is_down()
+    rb.close_connections()
+    assert not conn.is_down()

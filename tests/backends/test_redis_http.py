@@ -171,7 +171,7 @@ def _build_all() -> None:
 
 
 @pytest.fixture
-def on_redis(r4_clock: Any, redis_url: str, prefix: str) -> Iterator[Any]:
+def on_redis(redis_url: str, prefix: str, r4_clock: Any) -> Iterator[Any]:
     """Every limiter in Redis under this test's prefix, driven by the ``r4_clock`` FakeClock."""
     with override_settings(RATELIMIT_R4=r4_settings(redis_url, prefix)):
         _build_all()
