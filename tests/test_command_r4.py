@@ -271,3 +271,134 @@ def test_status_table_counts_a_keyed_limiters_clients(fresh: Any) -> None:
     header = next(line.split() for line in out.splitlines() if "GRANTED" in line)
     cells = dict(zip(header, row, strict=True))
     assert (cells["AVAILABLE"], cells["GRANTED"], cells["REJECTED"], cells["KEYS"]) == ("per-key", "3", "2", "1")
+
+
+# ------------------------------------------------------------- --url: the token goes to --url only
+
+
+class _Recorder:
+    """A real HTTP server in a thread: ``/go/<code>`` answers that redirect to ``/landed/`` on the same
+    server (or ``?to=`` elsewhere), ``/landed/`` answers ``[]``; every request's Authorization is kept."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        seen = self.seen = []  # (method, path, Authorization or None)
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                seen.append((self.command, self.path, self.headers.get("Authorization")))
+                length = int(self.headers.get("Content-Length") or 0)
+                if length:
+                    self.rfile.read(length)
+                if self.path.startswith("/go/"):
+                    code = int(self.path.split("/")[2])
+                    where = (
+                        self.path.partition("?to=")[2]
+                        or f"http://127.0.0.1:{self.server.server_port}/landed/"
+                    )
+                    self.send_response(code)
+                    self.send_header("Location", where)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                body = b"[]" if self.command == "GET" else b'{"action": "reset", "type": "ratelimiter"}'
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = _answer
+
+            def log_message(self, *args: Any) -> None:  # keep the test output clean
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+@pytest.fixture
+def recorder() -> Any:
+    server = _Recorder()
+    yield server
+    server.close()
+
+
+@pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
+@pytest.mark.parametrize("args", [("status",), ("reset", "api")], ids=["get", "post"])
+def test_url_never_follows_a_redirect_with_the_token(
+    fresh: Any, recorder: Any, code: int, args: tuple[str, ...]
+) -> None:
+    url = f"{recorder.url}/go/{code}/"
+    with pytest.raises(CommandError) as refused:
+        run(*args, "--url", url, "--token", "s3cret-token")
+    message = str(refused.value)
+    assert f"HTTP {code}" in message and f"{recorder.url}/landed/" in message  # names the Location
+    assert "does not follow redirects" in message
+    # The server saw exactly the one request to --url; nothing reached the Location, token or not.
+    sent = f"/go/{code}/" + ("api/reset" if args[0] == "reset" else "")
+    assert [(path, auth) for _, path, auth in recorder.seen] == [(sent, "Bearer s3cret-token")]
+
+
+def test_url_redirect_to_another_host_is_named_and_not_followed(fresh: Any, recorder: Any) -> None:
+    with pytest.raises(CommandError, match=r"redirecting to https://collector\.example/steal"):
+        run("status", "--url", f"{recorder.url}/go/302/?to=https://collector.example/steal", "--token", "t")
+    assert len(recorder.seen) == 1
+
+
+def test_url_without_a_redirect_still_works(fresh: Any, recorder: Any) -> None:
+    out, _ = run("status", "--json", "--url", f"{recorder.url}/landed/", "--token", "t")
+    assert json.loads(out) == []
+    assert recorder.seen == [("GET", "/landed/", "Bearer t")]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://r4.example.com/ops/r4/",
+        "http://192.0.2.10/ops/r4/",
+        "http://[2001:db8::1]/ops/r4/",
+        "http://localhost.example.com/ops/r4/",
+        "http://128.0.0.1/ops/r4/",
+    ],
+)
+def test_plain_http_to_a_remote_host_is_refused(
+    fresh: Any, monkeypatch: pytest.MonkeyPatch, url: str
+) -> None:
+    sent: list[str] = []
+    monkeypatch.setattr(r4_command.Remote, "_request", lambda self, u, body: sent.append(u) or [])
+    with pytest.raises(
+        CommandError, match=r"refusing to send the bearer token over plain http://.*--allow-insecure-http"
+    ):
+        run("status", "--url", url, "--token", "t")
+    assert sent == []  # refused before any connection
+    run("status", "--url", url, "--token", "t", "--allow-insecure-http")  # the operator's explicit choice
+    run("status", "--url", url.replace("http://", "https://"), "--token", "t")  # https needs no flag
+    assert len(sent) == 2
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:8000/r4/",
+        "http://127.1.2.3/r4/",
+        "http://localhost:8000/r4/",
+        "http://LOCALHOST/r4/",
+        "http://[::1]:8000/r4/",
+        "http://[::ffff:127.0.0.1]/r4/",
+    ],
+)
+def test_plain_http_to_loopback_needs_no_flag(fresh: Any, monkeypatch: pytest.MonkeyPatch, url: str) -> None:
+    sent: list[str] = []
+    monkeypatch.setattr(r4_command.Remote, "_request", lambda self, u, body: sent.append(u) or [])
+    run("status", "--url", url, "--token", "t")
+    assert len(sent) == 1

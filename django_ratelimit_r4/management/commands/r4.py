@@ -2,10 +2,12 @@
 
 ::
 
-    manage.py r4 status [NAME ...] [--json] [--keys] [--watch SECONDS] [--url URL] [--token TOKEN]
-    manage.py r4 reset NAME [--key KEY] [--url URL] [--token TOKEN]
-    manage.py r4 drain NAME [--key KEY] [--url URL] [--token TOKEN]
-    manage.py r4 transition NAME --to STATE [--url URL] [--token TOKEN]
+    manage.py r4 status [NAME ...] [--json] [--keys] [--watch SECONDS] [REMOTE]
+    manage.py r4 reset NAME [--key KEY] [REMOTE]
+    manage.py r4 drain NAME [--key KEY] [REMOTE]
+    manage.py r4 transition NAME --to STATE [REMOTE]
+
+    REMOTE: --url URL [--token TOKEN] [--allow-insecure-http]
 
 NAME may be qualified with its type (``circuitbreaker:payments``) when several types share it.
 
@@ -14,10 +16,15 @@ that is a fresh copy, not the server's state, and the command says so on stderr.
 at a running server's state endpoint (``django_ratelimit_r4.urls``) instead, authenticating with a
 bearer token from ``--token``, ``$R4_STATE_ENDPOINT_TOKEN`` or ``RATELIMIT_R4["state_endpoint_token"]``.
 The answer then comes from whichever worker served the request.
+
+The token goes to ``--url`` and nowhere else: a redirect is never followed (the command fails and
+names the ``Location``), and plain ``http://`` is refused for a host other than loopback
+(127.0.0.0/8, ``::1``, ``localhost``) unless ``--allow-insecure-http`` says the operator means it.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import time
@@ -192,12 +199,40 @@ def render_table(items: list[dict[str, Any]]) -> str:
 # ------------------------------------------------------------------------------- the state endpoint
 
 
+def is_loopback_host(host: str | None) -> bool:
+    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ``::1``, IPv4-mapped 127.x)."""
+    if not host:
+        return False
+    host = host.rstrip(".").lower()
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])  # drop an IPv6 zone id
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Never follow a redirect: urllib would resend the ``Authorization`` header to the new Location."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        """Decline every redirect, so urllib raises the 30x as an ``HTTPError`` (handled in :class:`Remote`)."""
+        return None
+
+
 class Remote:
-    """Client of a running server's state endpoint (``django_ratelimit_r4.urls``), over urllib."""
+    """Client of a running server's state endpoint (``django_ratelimit_r4.urls``), over urllib.
+
+    The bearer token is sent to ``url`` only: redirects are refused, never followed.
+    """
 
     def __init__(self, url: str, token: str) -> None:
         self.base = url if url.endswith("/") else url + "/"
         self.token = token
+        self._opener = urllib.request.build_opener(_NoRedirect)
 
     def status(self, names: Sequence[str], include_keys: bool) -> list[dict[str, Any]]:
         """``GET <base>?name=..&keys=1``: the snapshot list of the worker that answers."""
@@ -223,8 +258,8 @@ class Remote:
         request = urllib.request.Request(
             url, data=body, headers=headers, method="GET" if body is None else "POST"
         )
-        try:  # _remote() accepted only http(s) URLs, so urlopen cannot be made to read files
-            with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT) as response:
+        try:  # _remote() accepted only http(s) URLs and redirects are refused: no file:// reads
+            with self._opener.open(request, timeout=HTTP_TIMEOUT) as response:
                 payload = response.read()
         except urllib.error.HTTPError as exc:
             raise CommandError(self._http_error(url, exc)) from None
@@ -238,6 +273,13 @@ class Remote:
 
     @staticmethod
     def _http_error(url: str, exc: urllib.error.HTTPError) -> str:
+        if 300 <= exc.code < 400:
+            location = exc.headers.get("Location") if exc.headers is not None else None
+            return (
+                f"{url} answered HTTP {exc.code} redirecting to {location or '(no Location header)'}; "
+                "the command does not follow redirects, so the bearer token is only ever sent to --url. "
+                "Pass the final address of the state endpoint as --url (e.g. https:// and a trailing slash)."
+            )
         try:
             message = json.loads(exc.read()).get("error")
         except Exception:
@@ -273,6 +315,11 @@ class Command(BaseCommand):
             p.add_argument("--url", help="a running server's state endpoint, e.g. https://host/ops/r4/")
             p.add_argument(
                 "--token", help=f"bearer token for --url (default: ${TOKEN_ENV}, then the setting)"
+            )
+            p.add_argument(
+                "--allow-insecure-http",
+                action="store_true",
+                help="send the token over plain http:// to a host that is not loopback (it travels in clear text)",
             )
 
         status = sub.add_parser("status", help="config and live state of every (or the named) instance")
@@ -322,8 +369,16 @@ class Command(BaseCommand):
         url = options.get("url")
         if not url:
             return None
-        if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https"):
             raise CommandError(f"--url must be an http:// or https:// URL, got {url!r}")
+        insecure = parts.scheme == "http" and not is_loopback_host(parts.hostname)
+        if insecure and not options.get("allow_insecure_http"):
+            raise CommandError(
+                f"refusing to send the bearer token over plain http:// to {parts.hostname!r}: anyone on the "
+                "path could read it. Use https://, or pass --allow-insecure-http if you accept that "
+                "(plain http:// is always allowed to loopback: 127.0.0.0/8, ::1, localhost)."
+            )
         token = options.get("token") or os.environ.get(TOKEN_ENV)
         if not token:
             try:
