@@ -32,6 +32,7 @@ from .core.config import field_names, import_string
 from .core.durations import DurationError, Nanos, format_duration, parse_duration
 from .core.exceptions import ConfigurationError
 from .core.ratelimiter import RateLimiterConfig
+from .core.rates import RateError, parse_rate
 from .core.retry import RetryConfig
 from .core.timelimiter import TimeLimiterConfig
 from .headers import DRAFT_6, DRAFT_10
@@ -115,6 +116,10 @@ class Code(enum.Enum):
         "redis_fault_policy is not 'open' or 'closed', or redis_key_prefix is not a non-empty string",
     )
     INVALID_FORWARDED_HEADER = ("E020", "forwarded_header is not 'auto', 'x-forwarded-for' or 'forwarded'")
+    RATE_CONFLICT = (
+        "E021",
+        "a rate limiter entry sets 'rate' together with limit_for_period or limit_refresh_period",
+    )
     MEMORY_MULTIPROCESS = ("W001", "in-memory rate limiters in a deployment that looks multi-process")
     METRICS_WITHOUT_PROMETHEUS = ("W002", "metrics is True but prometheus_client is not installed")
     SHORT_TOKEN = ("W003", "state_endpoint_token is shorter than 32 characters")
@@ -154,6 +159,8 @@ class Kind:
     primitive_path: str
     accessor: str
     extras: tuple[str, ...] = ()
+    #: Keys an entry may write instead of fields ("rate" for limit_for_period + limit_refresh_period).
+    shorthands: tuple[str, ...] = ()
 
     @property
     def fields(self) -> tuple[str, ...]:
@@ -172,6 +179,7 @@ KINDS: dict[str, Kind] = {
             "django_ratelimit_r4.core.ratelimiter.RateLimiter",
             "get_rate_limiter",
             ("key", "max_keys", "key_idle_timeout"),
+            ("rate",),
         ),
         Kind(
             "bulkheads",
@@ -223,6 +231,23 @@ _FAULT_POLICIES = ("open", "closed")
 _HEADER_STYLES = (DRAFT_10, DRAFT_6)
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 _DURATION_HINT = "Write durations as timedelta or a string with a unit: '500ms', '1s', '5m'."
+#: The shorthand a rate limiter entry may use instead of the two fields it stands for.
+RATE = "rate"
+_RATE_FIELDS = ("limit_for_period", "limit_refresh_period")
+_RATE_HINT = (
+    "Write 'rate' as '<count>/<unit>' with unit s, m, h or d, e.g. {\"rate\": \"5/m\"} or {\"rate\": \"100/5m\"}, "
+    "or set limit_for_period and limit_refresh_period instead."
+)
+
+_TOP_RATE_HINT = 'A rate belongs to a rate limiter: {"ratelimiters": {"instances": {"api": {"rate": "5/m"}}}}.'
+
+
+def _is_rate(value: object) -> bool:
+    try:
+        parse_rate(value)
+    except RateError:
+        return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,11 +414,13 @@ class _Section:
         self.kind = kind
         self.analysis = analysis
         self.problems: list[Problem] = []
-        self.allowed = (*kind.fields, *kind.extras, "base_config")
+        self.allowed = (*kind.fields, *kind.extras, *kind.shorthands, "base_config")
         self.configs: dict[str, Mapping[str, Any]] = {}
         self.instances: dict[str, Mapping[str, Any]] = {}
         # problems of one entry's own keys, keyed by ("configs"|"instances", name)
         self.entry_problems: dict[tuple[str, str], list[Problem]] = {}
+        # fields an entry set through a shorthand ("rate"), so their errors point at what was written
+        self.written_as: dict[tuple[str, str], dict[str, str]] = {}
         self._read(raw)
 
     def _add(self, problem: Problem, sink: list[Problem] | None = None) -> None:
@@ -476,9 +503,11 @@ class _Section:
             owners = [
                 k.section
                 for k in KINDS.values()
-                if isinstance(key, str) and (key in k.fields or key in k.extras)
+                if isinstance(key, str) and (key in k.fields or key in k.extras or key in k.shorthands)
             ]
-            if hint is None and owners:
+            if _is_rate(entry[key]) and self.kind.section == "ratelimiters":
+                hint = f'Write the rate as {{"rate": "{entry[key]}"}}.'
+            elif hint is None and owners:
                 hint = f"'{key}' belongs to {', '.join(owners)}, not {section}."
             self._add(
                 Problem(
@@ -500,7 +529,36 @@ class _Section:
                 own,
             )
             entry = {k: v for k, v in entry.items() if k != "base_config"}
+        if RATE in entry and RATE in self.allowed:
+            entry = self._expand_rate(group, name, entry, own)
         target[name] = entry
+
+    def _expand_rate(
+        self, group: str, name: str, entry: Mapping[str, Any], own: list[Problem]
+    ) -> Mapping[str, Any]:
+        """Replace ``"rate": "5/m"`` by the two fields it stands for (or record why it cannot be)."""
+        section = self.kind.section
+        at = setting_path(section, group, name, RATE)
+        rest = {k: v for k, v in entry.items() if k != RATE}
+        both = [f for f in _RATE_FIELDS if f in entry]
+        if both:
+            self._add(
+                Problem(
+                    Code.RATE_CONFLICT,
+                    at,
+                    f"'rate' stands for limit_for_period and limit_refresh_period, but {' and '.join(both)} is set too",
+                    "Keep one spelling: either 'rate' (e.g. '5/m') or limit_for_period + limit_refresh_period.",
+                ),
+                own,
+            )
+            return rest
+        try:
+            limit, period_ns = parse_rate(entry[RATE])
+        except RateError as exc:
+            self._add(Problem(Code.INVALID_FIELD, at, str(exc), _RATE_HINT), own)
+            return rest
+        self.written_as[(group, name)] = dict.fromkeys(_RATE_FIELDS, RATE)
+        return {**rest, "limit_for_period": limit, "limit_refresh_period": Nanos(period_ns)}
 
     # ---- inheritance
 
@@ -561,10 +619,11 @@ class _Section:
         merged: dict[str, Any] = {}
         origin: dict[str, str] = {}
         for (g, n), entry in chain:
+            written_as = self.written_as.get((g, n), {})
             for key, value in entry.items():
                 if key != "base_config" and key in self.allowed:
                     merged[key] = value
-                    origin[key] = setting_path(section, g, n, key)
+                    origin[key] = setting_path(section, g, n, written_as.get(key, key))
 
         def where(fld: str) -> str:
             return origin.get(fld, setting_path(section, group, name, fld))
@@ -574,7 +633,10 @@ class _Section:
             config = self.kind.config_class(**{k: merged[k] for k in self.kind.fields if k in merged})
         except ConfigurationError as exc:
             for err in exc.errors:
-                problems.append(Problem(Code.INVALID_FIELD, where(err.field), err.message, err.hint))
+                hint = err.hint
+                if err.field in _RATE_FIELDS and _is_rate(merged.get(err.field)):
+                    hint = f'A rate is written as {{"rate": "{merged[err.field]}"}}, not as {err.field}.'
+                problems.append(Problem(Code.INVALID_FIELD, where(err.field), err.message, hint))
         except Exception as exc:  # a user module imported by a dotted path may raise anything
             problems.append(
                 Problem(Code.INVALID_FIELD, setting_path(section, group, name), f"cannot be built: {exc!r}")
@@ -870,7 +932,9 @@ def analyse(raw: object) -> Analysis:
                     Code.UNKNOWN_KEY,
                     setting_path(key),
                     f"unknown key {key!r}",
-                    _did_you_mean(key, allowed) or f"Known keys: {_known(allowed)}.",
+                    (_TOP_RATE_HINT if key == RATE or _is_rate(raw[key]) else None)
+                    or _did_you_mean(key, allowed)
+                    or f"Known keys: {_known(allowed)}.",
                 )
             )
     for kind in KINDS.values():

@@ -29,6 +29,7 @@ from django.core.signals import setting_changed
 from . import conf
 from .core.clock import SYSTEM_CLOCK, Clock
 from .core.config import import_string
+from .core.rates import parse_rate
 
 if TYPE_CHECKING:
     from .core.bulkhead import Bulkhead
@@ -81,6 +82,14 @@ _classes: dict[str, type] = {}
 build_callbacks: list[Callable[[str, str, Any], None]] = []
 
 
+def _looks_like_rate(name: object) -> bool:
+    try:
+        parse_rate(name)
+    except ValueError:
+        return False
+    return True
+
+
 class UnknownInstance(ImproperlyConfigured, KeyError):
     """No instance of that name is configured. Lists the configured names and the setting path."""
 
@@ -90,6 +99,11 @@ class UnknownInstance(ImproperlyConfigured, KeyError):
         self.known = known
         where = f'{conf.SETTING}["{kind}"]["instances"]'
         listing = ", ".join(repr(n) for n in known) if known else "none"
+        if kind == "ratelimiters" and _looks_like_rate(name):
+            extra = (
+                f" {name!r} is a rate, not a name: declare an instance with it, e.g. "
+                f'{where}["api"] = {{"rate": "{name}"}}, and use that name.{extra}'
+            )
         self.message = f"no {KINDS[kind].type_name} named {name!r} in {where}; configured: {listing}.{extra}"
         super().__init__(self.message)
 

@@ -474,6 +474,78 @@ CASES = [
         id="E018",
     ),
     pytest.param(
+        rl({"rate": "5/m", "limit_for_period": 5}),
+        "E021",
+        f'{RL}["instances"]["api"]["rate"]',
+        "'rate' stands for limit_for_period and limit_refresh_period, but limit_for_period is set too",
+        "Keep one spelling",
+        id="E021-rate-and-limit",
+    ),
+    pytest.param(
+        rl(configs={"default": {"rate": "10/s", "limit_refresh_period": "1m"}}),
+        "E021",
+        f'{RL}["configs"]["default"]["rate"]',
+        "but limit_refresh_period is set too",
+        "Keep one spelling",
+        id="E021-in-a-config",
+    ),
+    pytest.param(
+        rl({"rate": "5/ms"}),
+        "E004",
+        f'{RL}["instances"]["api"]["rate"]',
+        "unknown unit 'ms'",
+        '{"rate": "5/m"}',
+        id="E004-rate-unit",
+    ),
+    pytest.param(
+        rl({"rate": "5 per minute"}),
+        "E004",
+        f'{RL}["instances"]["api"]["rate"]',
+        "'5 per minute' is not a rate",
+        '{"rate": "100/5m"}',
+        id="E004-rate-syntax",
+    ),
+    pytest.param(
+        rl({"limit_for_period": "5/m"}),
+        "E004",
+        f'{RL}["instances"]["api"]["limit_for_period"]',
+        "must be an integer, got '5/m'",
+        'A rate is written as {"rate": "5/m"}, not as limit_for_period.',
+        id="E004-rate-in-limit_for_period",
+    ),
+    pytest.param(
+        rl({"limit_refresh_period": "100/5m"}),
+        "E004",
+        f'{RL}["instances"]["api"]["limit_refresh_period"]',
+        "is not a duration",
+        'A rate is written as {"rate": "100/5m"}, not as limit_refresh_period.',
+        id="E004-rate-in-limit_refresh_period",
+    ),
+    pytest.param(
+        rl({"throttle_rate": "3/min"}),
+        "E002",
+        f'{RL}["instances"]["api"]["throttle_rate"]',
+        "unknown option 'throttle_rate'",
+        'Write the rate as {"rate": "3/min"}.',
+        id="E002-rate-under-another-name",
+    ),
+    pytest.param(
+        {"bulkheads": {"instances": {"reports": {"rate": "5/m"}}}},
+        "E002",
+        f'{BH}["instances"]["reports"]["rate"]',
+        "unknown option 'rate' for bulkheads",
+        "'rate' belongs to ratelimiters, not bulkheads.",
+        id="E002-rate-on-a-bulkhead",
+    ),
+    pytest.param(
+        {"rate": "5/m"},
+        "E002",
+        'RATELIMIT_R4["rate"]',
+        "unknown key 'rate'",
+        '{"ratelimiters": {"instances": {"api": {"rate": "5/m"}}}}',
+        id="E002-rate-at-the-top",
+    ),
+    pytest.param(
         {"state_endpoint_token": "short"},
         "W003",
         'RATELIMIT_R4["state_endpoint_token"]',
@@ -757,3 +829,39 @@ def test_configuration_docs_list_every_field_and_option() -> None:
         missing = {f for f in (*kind.fields, *kind.extras) if f not in documented}
         assert not missing, f"{kind.section}: {missing} not documented"
     assert set(conf._OPTION_KEYS) <= documented
+
+
+# ------------------------------------------------------------------------------------- rate shorthand
+
+
+@pytest.mark.parametrize(
+    ("rate", "limit", "period_ns"),
+    [("5/m", 5, 60 * 10**9), ("100/5m", 100, 300 * 10**9), ("3/min", 3, 60 * 10**9), ("1000/day", 1000, 86_400 * 10**9)],
+)
+def test_rate_shorthand_sets_both_fields(rate: str, limit: int, period_ns: int) -> None:
+    analysis = conf.analyse(rl({"rate": rate}))
+    assert analysis.problems == []
+    config = analysis.specs["ratelimiters"]["api"].config
+    assert (config.limit_for_period, config.limit_refresh_period) == (limit, period_ns)
+
+
+def test_rate_in_a_config_is_inherited_and_the_leaf_wins_field_by_field() -> None:
+    analysis = conf.analyse(
+        {
+            "ratelimiters": {
+                "configs": {"default": {"rate": "5/m"}, "hourly": {"rate": "100/h"}},
+                "instances": {
+                    "a": {},
+                    "b": {"limit_for_period": 7},  # 7 per minute: the inherited period stays
+                    "c": {"base_config": "hourly"},
+                    "d": {"base_config": "hourly", "rate": "2/s"},  # the instance's rate wins
+                },
+            }
+        }
+    )
+    assert analysis.problems == []
+    got = {
+        n: (s.config.limit_for_period, s.config.limit_refresh_period // 10**9)
+        for n, s in analysis.specs["ratelimiters"].items()
+    }
+    assert got == {"a": (5, 60), "b": (7, 60), "c": (100, 3600), "d": (2, 1)}

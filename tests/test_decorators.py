@@ -643,3 +643,23 @@ def test_a_stacked_service_function_follows_a_settings_change() -> None:
         with override_settings(RATELIMIT_R4=second):
             assert capture(3) == 3  # a fresh, closed breaker: not the forced-open one of the old chain
         assert capture(4) == 4  # leaving the override rebuilds the registry too: fresh instances again
+
+
+# ----------------------------------------------------------------------------- the rate shorthand (issue 8)
+
+
+def test_a_rate_shorthand_limits_a_view_with_its_retry_after(r4_clock) -> None:
+    setting = views.r4_settings()
+    setting["ratelimiters"]["instances"]["api"] = {"rate": "3/m"}
+    with override_settings(RATELIMIT_R4=setting):
+        client = Client()
+        assert statuses(client, "/api/", 3) == [200] * 3
+        rejected = client.get("/api/")
+        assert rejected.status_code == 429
+        assert rejected["Retry-After"] == "60"
+        assert rejected["RateLimit-Policy"] == '"api";q=3;w=60'
+
+
+def test_a_rate_written_where_a_name_goes_says_how_to_declare_it() -> None:
+    with pytest.raises(registry.UnknownInstance, match=r"'5/m' is a rate, not a name.*\{\"rate\": \"5/m\"\}"):
+        get_rate_limiter("5/m")

@@ -371,16 +371,17 @@ def _same(documented: str, actual: Any) -> bool:
 def test_configuration_tables_list_every_field_with_its_real_default(section: str) -> None:
     kind = conf.KINDS[section]
     rows = _table(f"### `{section}`")
-    assert set(rows) == set(kind.fields) | set(kind.extras)
+    assert set(rows) == set(kind.fields) | set(kind.extras) | set(kind.shorthands)
     defaults = kind.config_class()
     extras = {
+        "rate": None,
         "key": None,
         "max_keys": conf.DEFAULT_MAX_KEYS,
         "key_idle_timeout": None,
         "retry_after": conf.DEFAULT_BULKHEAD_RETRY_AFTER,
     }
     for name, documented in rows.items():
-        actual = extras[name] if name in kind.extras else getattr(defaults, name)
+        actual = extras[name] if name in (*kind.extras, *kind.shorthands) else getattr(defaults, name)
         assert _same(documented, actual), (name, documented, actual)
 
 
