@@ -696,6 +696,7 @@ class RateLimitGate:
 
     async def arejected_response(self, request: Any, exc: RequestNotPermitted) -> HttpResponseBase:
         """Async twin of :meth:`rejected_response` (Redis quotas read off the event loop)."""
+        await exc.await_wait_ns()  # raised by the view itself without a wait: read it without blocking
         plan = self.plan()
         if not plan.remote:
             return self.rejected_response(request, exc)

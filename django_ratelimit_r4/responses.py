@@ -8,6 +8,9 @@ Exception                      Status  ``Retry-After`` (delay-seconds, rounded u
 ``BulkheadFull``               503     the configured per-instance duration (default 1 s)
 =============================  ======  ==============================================================
 
+An exception raised by user code without a wait reads ``wait_ns`` from its instance here, when the
+response is built (see :mod:`django_ratelimit_r4.core.exceptions`).
+
 The body is ``application/problem+json`` (RFC 9457) when the client's ``Accept`` allows JSON at least
 as much as plain text (an absent ``Accept`` allows everything), short ``text/plain`` otherwise; a
 malformed ``Accept`` gets text. Problem members: ``type``, ``title``, ``status``, ``detail``, ``name``

@@ -3,6 +3,11 @@
 They share :class:`ResilienceError`. ``wait_ns`` is the state-derived wait at the moment of rejection
 (nanoseconds to the next permit, or remaining open time); :attr:`ResilienceError.retry_after` turns
 it into HTTP delay-seconds: rounded up, never 0.
+
+A :class:`RequestNotPermitted` or :class:`CallNotPermitted` built without a wait (raised by your own
+code: ``if not limiter.acquire_permission(): raise RequestNotPermitted(limiter)``) reads it from its
+instance when ``wait_ns`` is read, i.e. when the response is built: the limiter's (or the client
+view's) ``nanos_to_wait``, the breaker's remaining open time.
 """
 
 from __future__ import annotations
@@ -58,8 +63,12 @@ class ResilienceError(Exception):
     def __reduce__(self) -> tuple[Any, ...]:
         # The live instance (locks, clients) cannot cross a process boundary: a pickled rejection keeps
         # its name, wait and message but carries None in place of the instance.
-        state = {k: (None if k in _INSTANCE_ATTRS else v) for k, v in self.__dict__.items()}
+        state = {k: (None if k in _INSTANCE_ATTRS else v) for k, v in self._settled().items()}
         return (_restore, (type(self), state))
+
+    def _settled(self) -> dict[str, Any]:
+        """The attributes to pickle, with anything read lazily from the instance read now."""
+        return dict(self.__dict__)
 
 
 _INSTANCE_ATTRS = frozenset({"rate_limiter", "bulkhead", "circuit_breaker", "retry", "time_limiter"})
@@ -72,12 +81,43 @@ def _restore(cls: type[ResilienceError], state: dict[str, Any]) -> ResilienceErr
 
 
 class RequestNotPermitted(ResilienceError):
-    """A rate limiter refused a permit (Resilience4j's ``RequestNotPermitted``)."""
+    """A rate limiter refused a permit (Resilience4j's ``RequestNotPermitted``).
 
-    def __init__(self, rate_limiter: RateLimiter, wait_ns: int = 0) -> None:
+    ``rate_limiter`` is a ``RateLimiter``, a client's view (``get_rate_limiter(name, key=...)``) or a
+    keyed store. Without ``wait_ns`` the wait is read from it whenever :attr:`wait_ns` is read.
+    """
+
+    def __init__(self, rate_limiter: RateLimiter, wait_ns: int | None = None) -> None:
         self.rate_limiter = rate_limiter
         self.name = rate_limiter.name
-        self.wait_ns = wait_ns
+        self._wait_ns = wait_ns
+
+    @property
+    def wait_ns(self) -> int:
+        """The wait given at construction, else the limiter's wait now (see :func:`rate_limiter_wait_ns`)."""
+        wait = self._wait_ns
+        if wait is None:
+            return rate_limiter_wait_ns(self.rate_limiter, getattr(self, "key", None))
+        return wait
+
+    @wait_ns.setter
+    def wait_ns(self, value: int) -> None:
+        self._wait_ns = value
+
+    async def await_wait_ns(self) -> int:
+        """:attr:`wait_ns` for async code: a Redis-backed limiter's state is read with redis.asyncio.
+
+        The value read is kept, so a response built afterwards reads no state again.
+        """
+        wait = self._wait_ns
+        if wait is None:
+            wait = self._wait_ns = await arate_limiter_wait_ns(self.rate_limiter, getattr(self, "key", None))
+        return wait
+
+    def _settled(self) -> dict[str, Any]:
+        state = super()._settled()
+        state["_wait_ns"] = self.wait_ns
+        return state
 
     def __str__(self) -> str:
         return f"RateLimiter '{self.name}' does not permit further calls"
@@ -96,16 +136,88 @@ class BulkheadFull(ResilienceError):
 
 
 class CallNotPermitted(ResilienceError):
-    """A circuit breaker is OPEN or FORCED_OPEN (``CallNotPermittedException``)."""
+    """A circuit breaker is OPEN or FORCED_OPEN (``CallNotPermittedException``).
 
-    def __init__(self, circuit_breaker: CircuitBreaker, state: Any = None, wait_ns: int = 0) -> None:
+    Without ``state`` / ``wait_ns`` (raised by your own code) they are read from the breaker when read:
+    its state and its remaining open time (``remaining_open_ns()``).
+    """
+
+    def __init__(self, circuit_breaker: CircuitBreaker, state: Any = None, wait_ns: int | None = None) -> None:
         self.circuit_breaker = circuit_breaker
         self.name = circuit_breaker.name
-        self.state = state
-        self.wait_ns = wait_ns
+        self._state = state
+        self._wait_ns = wait_ns
+
+    @property
+    def state(self) -> Any:
+        """The state given at construction, else the breaker's state now."""
+        state = self._state
+        return getattr(self.circuit_breaker, "state", None) if state is None else state
+
+    @state.setter
+    def state(self, value: Any) -> None:
+        self._state = value
+
+    @property
+    def wait_ns(self) -> int:
+        """The wait given at construction, else the breaker's remaining open time now."""
+        wait = self._wait_ns
+        if wait is None:
+            remaining = getattr(self.circuit_breaker, "remaining_open_ns", None)
+            return int(remaining()) if callable(remaining) else 0
+        return wait
+
+    @wait_ns.setter
+    def wait_ns(self, value: int) -> None:
+        self._wait_ns = value
+
+    def _settled(self) -> dict[str, Any]:
+        state = super()._settled()
+        state["_state"] = self.state
+        state["_wait_ns"] = self.wait_ns
+        return state
 
     def __str__(self) -> str:
-        return f"CircuitBreaker '{self.name}' is {getattr(self.state, 'name', self.state)} and does not permit further calls"
+        state = self.state
+        return f"CircuitBreaker '{self.name}' is {getattr(state, 'name', state)} and does not permit further calls"
+
+
+def rate_limiter_wait_ns(limiter: Any, key: Any = None) -> int:
+    """Nanoseconds until ``limiter`` admits one call now, for :class:`RequestNotPermitted` built without a wait.
+
+    ``limiter`` is a ``RateLimiter`` or a client's view (their ``metrics.nanos_to_wait``), or a keyed
+    store with ``key`` (``state(key)``). A keyed store without a key cannot know which client was
+    refused: it answers one ``limit_refresh_period``, the longest wait of a client without
+    reservations. 0 when nothing is known (a pickled copy has no instance).
+    """
+    if key is not None:
+        state = getattr(limiter, "state", None)
+        if callable(state):  # a keyed store
+            return int(state(key)[2])
+    wait = getattr(getattr(limiter, "metrics", None), "nanos_to_wait", None)
+    if isinstance(wait, int):
+        return wait
+    period = getattr(getattr(limiter, "config", None), "limit_refresh_period", None)
+    return int(period) if isinstance(period, int) else 0
+
+
+async def arate_limiter_wait_ns(limiter: Any, key: Any = None) -> int:
+    """:func:`rate_limiter_wait_ns` without blocking the event loop: a limiter with an async ``aquota``
+    (Redis) is awaited; an in-memory one is a few integer operations under a lock, read directly."""
+    parent = getattr(limiter, "parent", None)
+    if parent is not None and key is None:  # a client's view: that key in its store
+        limiter, key = parent, getattr(limiter, "key", None)
+    if key is not None:
+        aquota = getattr(limiter, "aquota", None)
+        if aquota is not None:
+            remaining, reset_ns = await aquota(key)
+            return 0 if remaining >= 1 else int(reset_ns)
+    else:
+        aquota = getattr(getattr(limiter, "backend", None), "aquota", None)
+        if aquota is not None:
+            remaining, reset_ns = await aquota()
+            return 0 if remaining >= 1 else int(reset_ns)
+    return rate_limiter_wait_ns(limiter, key)
 
 
 class MaxRetriesExceeded(ResilienceError):
