@@ -97,6 +97,18 @@ def port_is_free(host: str, port: int) -> bool:
         return sock.connect_ex((host, port)) != 0
 
 
+def server_environment(args: argparse.Namespace, tmp: Path) -> dict[str, str]:
+    """The server's environment: the demo's settings, its backend, a state dir under ``tmp``."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "demo.settings", "DEMO_BACKEND": args.backend,
+           "DEMO_REDIS_URL": args.redis_url, "DEMO_STATE_DIR": str(tmp / "state"),
+           # Django exports settings.TIME_ZONE as $TZ in the processes that load it (gunicorn's workers,
+           # not its master): give the master the same zone, so every log line shows one time zone.
+           "TZ": "UTC"}
+    # The demo and the checkout's package, importable without installing (like manage.py does).
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), str(HERE.parent), env.get("PYTHONPATH")) if p)
+    return env
+
+
 def main(argv: list[str] | None = None) -> int:
     """Set the environment up, run the server until it exits or we are told to stop, clean up."""
     args = parse_args(argv)
@@ -104,10 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"serve.py: {args.host}:{args.port} is in use (another demo running?); use --port", file=sys.stderr)
         return 2
     tmp = Path(tempfile.mkdtemp(prefix="r4-demo-"))
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "demo.settings", "DEMO_BACKEND": args.backend,
-           "DEMO_REDIS_URL": args.redis_url, "DEMO_STATE_DIR": str(tmp / "state")}
-    # The demo and the checkout's package, importable without installing (like manage.py does).
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), str(HERE.parent), env.get("PYTHONPATH")) if p)
+    env = server_environment(args, tmp)
     (tmp / "state").mkdir()
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     if args.server == "gunicorn":

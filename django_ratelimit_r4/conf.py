@@ -36,6 +36,7 @@ from .core.rates import RateError, parse_rate
 from .core.retry import RetryConfig
 from .core.timelimiter import TimeLimiterConfig
 from .headers import DRAFT_6, DRAFT_10
+from .ip import UNIX_PEER
 from .keys import BUILTIN_KEYS, validate_key_spec
 
 __all__ = [
@@ -103,7 +104,10 @@ class Code(enum.Enum):
     INVALID_REDIS_URL = ("E011", "backend 'redis' without a valid redis_url")
     INVALID_HEADERS = ("E012", "headers is not 'draft-10', 'draft-6' or None")
     INVALID_RESPONSE_BUILDER = ("E013", "response_builder cannot be imported or is not callable")
-    INVALID_TRUSTED_PROXIES = ("E014", "trusted_proxies is not a count >= 0 or a list of CIDR networks")
+    INVALID_TRUSTED_PROXIES = (
+        "E014",
+        "trusted_proxies is not a count >= 0 or a list of CIDR networks (and 'unix')",
+    )
     INVALID_IPV6_PREFIX = ("E015", "ipv6_prefix_length is not an integer from 1 to 128")
     INVALID_TOKEN = ("E016", "state_endpoint_token is not a non-empty string or None")
     INVALID_STALL_DETECTOR = (
@@ -263,7 +267,8 @@ class R4Options:
     """The validated top-level options of ``RATELIMIT_R4`` (read by the HTTP and operations layers).
 
     ``response_builder`` is already imported (a callable or None); ``trusted_proxies`` is an int
-    count or a tuple of :mod:`ipaddress` networks; durations are integer nanoseconds.
+    count or a tuple of :mod:`ipaddress` networks, with ``"unix"`` when a peer without an IP address
+    (a Unix socket) is trusted; durations are integer nanoseconds.
     """
 
     backend: str = "memory"
@@ -274,7 +279,7 @@ class R4Options:
     redis_key_prefix: str = "r4"
     headers: str | None = "draft-10"
     response_builder: Callable[..., Any] | None = None
-    trusted_proxies: int | tuple[IPNetwork, ...] = 0
+    trusted_proxies: int | tuple[IPNetwork | str, ...] = 0
     #: Which header the trusted proxies write: "auto" (either; if both are present and disagree, one
     #: is forged and REMOTE_ADDR is used), "x-forwarded-for" or "forwarded" (the other is ignored).
     forwarded_header: str = "auto"
@@ -725,7 +730,7 @@ def _option_response_builder(value: object, raw: Mapping[str, Any]) -> Callable[
     return value
 
 
-def _option_trusted_proxies(value: object, raw: Mapping[str, Any]) -> int | tuple[IPNetwork, ...]:
+def _option_trusted_proxies(value: object, raw: Mapping[str, Any]) -> int | tuple[IPNetwork | str, ...]:
     hint = "Give the number of proxies in front of Django (e.g. 1) or a list of CIDRs, e.g. ['10.0.0.0/8']."
     if isinstance(value, bool):
         raise _Invalid(f"must be an integer or a list of CIDR strings, got {value!r}", hint)
@@ -735,9 +740,12 @@ def _option_trusted_proxies(value: object, raw: Mapping[str, Any]) -> int | tupl
         return value
     if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
         raise _Invalid(f"must be an integer or a list of CIDR strings, got {value!r}", hint)
-    networks: list[IPNetwork] = []
+    networks: list[IPNetwork | str] = []
     bad: list[str] = []
     for item in value:
+        if isinstance(item, str) and item.strip().lower() == UNIX_PEER:
+            networks.append(UNIX_PEER)  # a peer without an IP address (a Unix socket): only when named
+            continue
         try:
             networks.append(
                 ipaddress.ip_network(item, strict=False) if isinstance(item, str) else _not_cidr(item)
@@ -747,7 +755,8 @@ def _option_trusted_proxies(value: object, raw: Mapping[str, Any]) -> int | tupl
     if bad:
         raise _Invalid(
             "not valid CIDR networks: " + "; ".join(bad),
-            "Write networks with their prefix, e.g. '10.0.0.0/8', '2001:db8::/32', '203.0.113.7/32'.",
+            "Write networks with their prefix, e.g. '10.0.0.0/8', '2001:db8::/32', '203.0.113.7/32', "
+            "and 'unix' to trust a proxy that reaches Django over a Unix socket.",
         )
     return tuple(networks)
 

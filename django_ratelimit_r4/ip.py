@@ -7,7 +7,9 @@ The answer is ``REMOTE_ADDR`` unless trusted proxies are configured:
   With fewer than N entries the header cannot be the one the proxies built: ``REMOTE_ADDR`` is used.
 * ``trusted_proxies=["10.0.0.0/8", ...]`` (CIDRs): the header is honoured only when ``REMOTE_ADDR``
   itself is trusted. It is then walked from the right, skipping trusted addresses; the first
-  untrusted one is the client (if every hop is trusted, the left-most one is).
+  untrusted one is the client (if every hop is trusted, the left-most one is). A peer without an IP
+  address (``REMOTE_ADDR`` empty, missing or not an IP: gunicorn on a Unix socket, uvicorn ``--uds``)
+  is trusted only when the list names it: the entry :data:`UNIX_PEER` (``"unix"``).
 
 Which header: by default (``forwarded_header="auto"``) whichever of ``X-Forwarded-For`` and RFC 7239
 ``Forwarded`` is present. When a request carries both, a client may have forged the one the proxies
@@ -29,11 +31,15 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from typing import Any, Literal
 
-__all__ = ["UNKNOWN_CLIENT", "ClientIPResolver", "ForwardedHeader"]
+__all__ = ["UNIX_PEER", "UNKNOWN_CLIENT", "ClientIPResolver", "ForwardedHeader"]
 
 #: Returned when even ``REMOTE_ADDR`` is missing or is not an IP (for example a Unix-socket peer).
-#: All such requests share one budget; configure a proxy count for Unix-socket deployments.
+#: All such requests share one budget; behind a proxy on a Unix socket, trust it with :data:`UNIX_PEER`.
 UNKNOWN_CLIENT = "unknown"
+
+#: The ``trusted_proxies`` entry that trusts a peer without an IP address (a Unix-socket peer: the
+#: proxy in front of gunicorn ``--bind unix:...`` or uvicorn ``--uds``). Never implied by a CIDR.
+UNIX_PEER = "unix"
 
 ForwardedHeader = Literal["auto", "x-forwarded-for", "forwarded"]
 
@@ -107,6 +113,7 @@ class ClientIPResolver:
         "_direct",
         "_header",
         "_networks",
+        "_trust_unix",
         "ipv6_prefix_length",
         "trusted_proxies",
     )
@@ -120,7 +127,8 @@ class ClientIPResolver:
     ) -> None:
         """Compile the configuration.
 
-        :param trusted_proxies: ``None``/``0`` (use ``REMOTE_ADDR``), a proxy count, or CIDR strings.
+        :param trusted_proxies: ``None``/``0`` (use ``REMOTE_ADDR``), a proxy count, or CIDR strings
+            (and :data:`UNIX_PEER` to trust a peer without an IP address).
         :param ipv6_prefix_length: 1..128; IPv6 clients are grouped by this prefix (128 = no grouping).
         :param forwarded_header: ``"auto"``, ``"x-forwarded-for"`` or ``"forwarded"``.
         :raises ValueError: on an invalid configuration (never at request time).
@@ -140,6 +148,7 @@ class ClientIPResolver:
         self._header = forwarded_header
         self._count = 0
         self._networks: tuple[_IPNetwork, ...] = ()
+        self._trust_unix = False
         if trusted_proxies is None:
             pass
         elif isinstance(trusted_proxies, int):
@@ -149,11 +158,17 @@ class ClientIPResolver:
         elif isinstance(trusted_proxies, str):
             raise ValueError("trusted_proxies must be a list of CIDR strings, not a single string")
         else:
-            self._networks = tuple(self._compile_networks(trusted_proxies))
+            specs = list(trusted_proxies)
+            self._trust_unix = any(isinstance(s, str) and s.strip().lower() == UNIX_PEER for s in specs)
+            self._networks = tuple(
+                self._compile_networks(
+                    s for s in specs if not (isinstance(s, str) and s.strip().lower() == UNIX_PEER)
+                )
+            )
         # Normalisation and trust per textual address, memoised: the same clients and proxies repeat.
         self._cache = lru_cache(maxsize=_CACHE_SIZE)(self._classify)
         # No trusted proxies: the answer is REMOTE_ADDR's alone and no header is read (see as_function).
-        self._direct = not self._count and not self._networks
+        self._direct = not self._count and not self._networks and not self._trust_unix
 
     def _lookup(self, text: str) -> tuple[str, bool] | None:
         # Length check before the cache so attacker-sized strings are never stored in it.
@@ -191,14 +206,16 @@ class ClientIPResolver:
         """Return the client IP of a Django request (``request.META``); never raises."""
         meta = request.META
         remote = self._lookup(meta.get("REMOTE_ADDR") or "")
+        if self._direct:
+            return UNKNOWN_CLIENT if remote is None else remote[0]
         if remote is None:
             fallback = UNKNOWN_CLIENT
+            if not self._count and not self._trust_unix:
+                return fallback  # a peer without an address is trusted only when "unix" names it
         else:
             fallback = remote[0]
-            if self._networks and not remote[1]:
+            if not self._count and not remote[1]:
                 return fallback  # untrusted peer: its headers are ignored
-        if not self._count and not self._networks:
-            return fallback
         xff = meta.get("HTTP_X_FORWARDED_FOR") if self._header != "forwarded" else None
         fwd = meta.get("HTTP_FORWARDED") if self._header != "x-forwarded-for" else None
         if xff is None and fwd is None:

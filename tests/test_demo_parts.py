@@ -296,3 +296,11 @@ def test_partner_readers_never_see_a_half_written_file(tmp_path: Path, monkeypat
     assert torn == []
     assert json.loads(path.read_text())["latency_s"] in (0.1, 0.2, 0.3)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["partner.json"]
+
+
+def test_the_server_and_its_workers_log_in_one_time_zone(tmp_path: Path) -> None:
+    """Django sets $TZ from TIME_ZONE in each worker (its master never loads Django): serve.py aligns them."""
+    serve = _load("demo_serve_script", DEMO / "serve.py")
+    demo_settings = _load("demo_settings_module", DEMO / "demo" / "settings.py")
+    env = serve.server_environment(serve.parse_args(["gunicorn"]), tmp_path)
+    assert env["TZ"] == demo_settings.TIME_ZONE

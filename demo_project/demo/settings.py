@@ -9,6 +9,9 @@ SECRET_KEY = "demo-only-not-secret"
 DEBUG = True
 ALLOWED_HOSTS = ["*"]
 USE_TZ = True
+# Django exports TIME_ZONE as $TZ in every process that loads it (gunicorn's workers, not its master):
+# serve.py gives the master the same TZ, so every log line of one server shows one time zone.
+TIME_ZONE = "UTC"
 ROOT_URLCONF = "demo.urls"
 WSGI_APPLICATION = "demo.wsgi.application"
 ASGI_APPLICATION = "demo.asgi.application"
