@@ -126,23 +126,68 @@ def state_view(request: HttpRequest) -> HttpResponse:
 _FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
 
+class _DuplicateField(ValueError):
+    """A JSON object names the same field twice (``json`` would silently keep the last one)."""
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` that refuses duplicated names instead of keeping the last one."""
+    data: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in data:
+            raise _DuplicateField(name)
+        data[name] = value
+    return data
+
+
+def _json_body(raw: bytes) -> dict[str, Any]:
+    try:
+        parsed = json.loads(raw or b"{}", object_pairs_hook=_unique_pairs)
+    except _DuplicateField as exc:
+        raise state.IllegalAction(f"the JSON body names {str(exc)!r} more than once; send it once") from None
+    except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
+        raise state.IllegalAction(f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise state.IllegalAction("the JSON body must be an object")
+    return parsed
+
+
+def _form_body(request: HttpRequest) -> dict[str, Any]:
+    raw = request.body  # read first: Django then parses a multipart body from memory, and we can count
+    if request.FILES:
+        name = next(iter(request.FILES))
+        raise state.IllegalAction(f"{name!r} was sent as a file part; send every field as a plain form field")
+    data: dict[str, Any] = {}
+    for name, values in request.POST.lists():
+        if len(values) != 1:
+            raise state.IllegalAction(f"the form sends {name!r} {len(values)} times; send it once")
+        data[name] = values[0]
+    if request.content_type == "multipart/form-data":
+        # Django drops some parts without a word (no name; a file part whose filename sanitises to "..").
+        # Every delimiter but the closing one opens a part: all of them must have become fields.
+        boundary = (request.content_params or {}).get("boundary", "").encode("latin-1", "replace")
+        if raw.count(b"--" + boundary) - 1 != len(data):
+            raise state.IllegalAction("a part of the multipart body is not a plain named form field")
+    return data
+
+
 def _body(request: HttpRequest, fields: frozenset[str]) -> dict[str, Any]:
     """The action's arguments from a JSON object or a form; anything unexpected is a 400.
 
-    Unknown fields and unreadable bodies are refused rather than ignored: a mistyped ``key`` must not
-    turn a one-client reset into a reset of every client.
+    Unknown fields, duplicated fields, file parts, a query string and unreadable bodies are refused
+    rather than ignored: a mistyped or doubled ``key`` must not turn a one-client reset into a reset
+    of every client. A body without ``key`` acts on the whole instance.
     """
+    if request.GET:
+        name = next(iter(request.GET))
+        raise state.IllegalAction(
+            f"the query string is not read (it names {name!r}): send the fields in a JSON or form body"
+        )
     data: dict[str, Any]
     if request.content_type == "application/json":
-        try:
-            parsed = json.loads(request.body or b"{}")
-        except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
-            raise state.IllegalAction(f"the request body is not valid JSON: {exc}") from None
-        if not isinstance(parsed, dict):
-            raise state.IllegalAction("the JSON body must be an object")
-        data = parsed
+        data = _json_body(request.body)
     elif request.content_type in _FORM_TYPES:
-        data = request.POST.dict()
+        data = _form_body(request)
     elif request.body:
         raise state.IllegalAction(
             f"unsupported content type {request.content_type!r}: send application/json or a form"
@@ -166,6 +211,9 @@ def _action(
         access = _authorize(request)
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
+        # Buffer the raw body before anything parses the form (the CSRF check may): _body counts a
+        # multipart body's parts in it, and Django refuses `request.body` once the stream is parsed.
+        _ = request.body
         if not access.by_token:
             failure = _csrf_failure(request)
             if failure is not None:
@@ -184,12 +232,17 @@ def _action(
 
 
 def _optional(data: dict[str, Any], field: str) -> str | None:
-    """``data[field]`` as a non-empty string, or None when absent or null (never for an empty string)."""
-    value = data.get(field)
-    if value is None:
+    """``data[field]`` as a non-empty string, or None when absent.
+
+    A field that is present must be exactly one non-empty string: ``null``, ``""``, a number or a list
+    is a 400, never read as "absent" (an absent ``key`` widens an action to every client).
+    """
+    if field not in data:
         return None
+    value = data[field]
     if not isinstance(value, str):
-        raise state.IllegalAction(f"{field!r} must be a string")
+        hint = " (leave it out to act on the whole instance)" if field == "key" else ""
+        raise state.IllegalAction(f"{field!r} must be a non-empty string{hint}")
     if not value:
         raise state.IllegalAction(f"{field!r} is empty: omit the field rather than send an empty value")
     return value

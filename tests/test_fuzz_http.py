@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import copy
 import ipaddress
+import json
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -544,6 +545,82 @@ def test_an_action_naming_a_client_acts_on_that_client_alone() -> None:
                 assert set(fields) <= {"key"} and response.json().get("key") == named
             if response.status_code != 200 or named not in (None, "victim"):
                 assert keyed.state("victim")[1] == 0  # refused, or about someone else: not refilled
+
+        run()
+
+
+_field_names = st.sampled_from(["key", "Key", "to", "x"])
+_field_values = st.one_of(
+    st.none(), _junk, st.integers(-5, 5), st.lists(_junk, max_size=2), st.sampled_from(["victim", "other"])
+)
+_line = st.text(st.characters(exclude_categories=("Cs",), exclude_characters='\r\n"'), max_size=20)
+_BOUNDARY = "r4-fuzz-boundary"
+
+
+@st.composite
+def action_requests(draw: Callable[..., Any]) -> tuple[str, str, bytes, list[tuple[str, Any]]]:
+    """``(query, content_type, body, fields)``: the same fields in any shape a client can send them.
+
+    ``fields`` are the ``(name, value)`` pairs the request carries, in the body and the query string,
+    duplicates and file parts included: what the oracle reads to know whether ``key`` was mentioned.
+    """
+    query = draw(st.lists(st.tuples(_field_names, _junk), max_size=2))
+    shape = draw(st.sampled_from(["none", "json", "form", "multipart"]))
+    pairs = draw(st.lists(st.tuples(_field_names, _field_values), max_size=3))
+    if shape == "none":
+        return urlencode(query), "application/json", b"", list(query)
+    if shape == "json":  # written by hand: a dict could not hold the duplicated names
+        text = "{" + ", ".join(f"{json.dumps(n)}: {json.dumps(v)}" for n, v in pairs) + "}"
+        return urlencode(query), "application/json", text.encode(), [*query, *pairs]
+    strings = [(n, "" if v is None else str(v)) for n, v in pairs]  # a form cannot say null
+    if shape == "form":
+        return (
+            urlencode(query),
+            "application/x-www-form-urlencoded",
+            urlencode(strings).encode(),
+            [*query, *strings],
+        )
+    parts, sent = [], []
+    for name, value in strings:
+        filename = draw(st.one_of(st.none(), st.sampled_from(["", ".", "..", "k.txt", "a/.."]), _line))
+        extra = "" if filename is None else f'; filename="{filename}"'
+        line = value.replace("\r", "").replace("\n", "")  # one line: the part stays one part
+        parts.append(
+            f'--{_BOUNDARY}\r\nContent-Disposition: form-data; name="{name}"{extra}\r\n\r\n{line}\r\n'
+        )
+        sent.append((name, line))
+    body = ("".join(parts) + f"--{_BOUNDARY}--\r\n").encode()
+    return urlencode(query), f"multipart/form-data; boundary={_BOUNDARY}", body, [*query, *sent]
+
+
+def test_only_a_request_without_any_key_resets_every_client() -> None:
+    """Duplicated JSON names, repeated form fields, file parts, ``null``, the query string: a request that
+    mentions ``key`` anywhere either names exactly one client or is a 400; never a reset of everyone."""
+    with app():
+        keyed = registry.get_keyed_rate_limiter("f_ip")
+
+        @FUZZ
+        @given(request=action_requests())
+        def run(request: tuple[str, str, bytes, list[tuple[str, Any]]]) -> None:
+            query, content_type, body, fields = request
+            registry.reset_all()
+            for client in ("victim", "other"):
+                keyed.acquire_permission(client, 2)  # spent: a reset shows as a refill
+            url = "/ops/r4/f_ip/reset" + (f"?{query}" if query else "")
+            response = Client().post(
+                url, body, content_type=content_type, HTTP_AUTHORIZATION=f"Bearer {TOKEN}"
+            )
+            assert response.status_code in (200, 400), response.content[:300]
+            refilled = {c for c in ("victim", "other") if keyed.state(c)[1] != 0}
+            keys = [v for n, v in fields if n == "key"]
+            if response.status_code != 200:
+                assert refilled == set()  # a refused action changed nothing
+            elif not keys:
+                assert refilled == {"victim", "other"} and "key" not in response.json()
+            else:  # it named a client: exactly one non-empty string, that client alone
+                assert len(keys) == 1 and isinstance(keys[0], str) and keys[0], fields
+                assert response.json()["key"] == keys[0]
+                assert refilled == ({keys[0]} & {"victim", "other"})
 
         run()
 

@@ -324,3 +324,109 @@ def test_url_mode_errors(ops: Any, server: str) -> None:
         _r4("status", "--url", server.replace(BASE, "/limited"), "--token", TOKEN)
     with pytest.raises(CommandError, match="cannot reach"):
         _r4("status", "--url", "http://127.0.0.1:9/ops/r4/", "--token", TOKEN)
+
+
+# ------------------------------------------------- a body that mentions `key` names exactly one client
+
+
+def _multipart(*parts: tuple[str, str, str | None]) -> tuple[bytes, str]:
+    """A raw multipart body of ``(name, value, filename or None)`` parts, and its content type."""
+    chunks = []
+    for name, value, filename in parts:
+        disposition = f'form-data; name="{name}"' + ("" if filename is None else f'; filename="{filename}"')
+        chunks.append(f"--B\r\nContent-Disposition: {disposition}\r\n\r\n{value}\r\n")
+    return ("".join(chunks) + "--B--\r\n").encode(), "multipart/form-data; boundary=B"
+
+
+_WIDENING = [
+    pytest.param('{"key": "a", "key": null}', "application/json", "more than once", id="json-dup-then-null"),
+    pytest.param('{"key": null, "key": "a"}', "application/json", "more than once", id="json-null-then-dup"),
+    pytest.param('{"key": "a", "key": "b"}', "application/json", "more than once", id="json-two-keys"),
+    pytest.param('{"key": null}', "application/json", "must be a non-empty string", id="json-null"),
+    pytest.param('{"key": ["a"]}', "application/json", "must be a non-empty string", id="json-list"),
+    pytest.param("key=a&key=b", "application/x-www-form-urlencoded", "2 times", id="form-two-keys"),
+    pytest.param(*_multipart(("key", "a", "k.txt")), "file part", id="multipart-key-as-file"),
+    pytest.param(*_multipart(("key", "a", "..")), "not a plain named form field", id="multipart-key-dotdot"),
+    pytest.param(*_multipart(("key", "a", None), ("key", "b", None)), "2 times", id="multipart-two-keys"),
+    pytest.param(
+        *_multipart(("key", "a", None), ("x", "b", "f.txt")), "file part", id="multipart-key-plus-file"
+    ),
+]
+
+
+@pytest.mark.parametrize(("body", "content_type", "fragment"), _WIDENING)
+@pytest.mark.parametrize("action", ["reset", "drain"])
+def test_a_key_that_is_not_exactly_one_string_is_a_400_never_every_client(
+    ops: Any, client: Client, action: str, body: Any, content_type: str, fragment: str
+) -> None:
+    for _ in range(3):
+        _use_key(client, "a")
+        _use_key(client, "b")
+    response = client.post(BASE + f"per_ip/{action}", data=body, content_type=content_type, **_bearer())
+    assert response.status_code == 400, response.content
+    assert fragment in response.json()["error"]
+    assert get_rate_limiter("per_ip", key="a").metrics.available_permissions == 0  # nothing was reset
+    assert get_rate_limiter("per_ip", key="b").metrics.available_permissions == 0
+
+
+@pytest.mark.parametrize("body", ["", "{}", '{"key": "a"}'], ids=["empty", "json-empty", "json-key"])
+def test_a_key_in_the_query_string_is_refused_not_ignored(ops: Any, client: Client, body: str) -> None:
+    for _ in range(3):
+        _use_key(client, "a")
+        _use_key(client, "b")
+    response = client.post(
+        BASE + "per_ip/reset?key=b", data=body, content_type="application/json", **_bearer()
+    )
+    assert response.status_code == 400 and "query string" in response.json()["error"]
+    assert get_rate_limiter("per_ip", key="a").metrics.available_permissions == 0
+    assert get_rate_limiter("per_ip", key="b").metrics.available_permissions == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        ('{"key": "a"}', "application/json"),
+        ("key=a", "application/x-www-form-urlencoded"),
+        _multipart(("key", "a", None)),
+    ],
+    ids=["json", "form", "multipart"],
+)
+def test_one_key_in_any_body_resets_that_client_alone(
+    ops: Any, client: Client, body: Any, content_type: str
+) -> None:
+    for _ in range(3):
+        _use_key(client, "a")
+        _use_key(client, "b")
+    response = client.post(BASE + "per_ip/reset", data=body, content_type=content_type, **_bearer())
+    assert response.status_code == 200 and response.json()["key"] == "a"
+    assert get_rate_limiter("per_ip", key="a").metrics.available_permissions == 3
+    assert get_rate_limiter("per_ip", key="b").metrics.available_permissions == 0
+
+
+def test_a_body_without_key_still_acts_on_the_whole_instance(ops: Any, client: Client) -> None:
+    for _ in range(3):
+        _use_key(client, "a")
+        _use_key(client, "b")
+    body, content_type = _multipart()
+    response = client.post(BASE + "per_ip/reset", data=body, content_type=content_type, **_bearer())
+    assert response.status_code == 200 and "key" not in response.json()
+    assert get_rate_limiter("per_ip", key="a").metrics.available_permissions == 3
+    assert get_rate_limiter("per_ip", key="b").metrics.available_permissions == 3
+
+
+def test_staff_multipart_post_with_the_csrf_field_is_read(ops: Any, db: Any) -> None:
+    """The CSRF check parses the form before the action does: the body must still be readable."""
+    from django.middleware.csrf import _get_new_csrf_string, _mask_cipher_secret
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(_user(db, is_staff=True))
+    for _ in range(3):
+        _use_key(client, "a")
+        _use_key(client, "b")
+    secret = _get_new_csrf_string()
+    client.cookies[django_settings.CSRF_COOKIE_NAME] = secret
+    body, content_type = _multipart(
+        ("csrfmiddlewaretoken", _mask_cipher_secret(secret), None), ("key", "a", None)
+    )
+    response = client.post(BASE + "per_ip/reset", data=body, content_type=content_type)
+    assert response.status_code == 400 and "unknown field 'csrfmiddlewaretoken'" in response.json()["error"]
