@@ -128,6 +128,6 @@ def _environment_warnings(
 @register("ratelimit_r4")
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Report every problem in ``settings.RATELIMIT_R4`` (registered with Django's check framework)."""
-    analysis = conf.analyse(conf.raw_setting())  # fresh: checks must see the settings as they are now
+    analysis = conf.analyse(conf.raw_setting(), conf.drf_throttle_rates())  # fresh: checks must see the settings as they are now
     problems = analysis.problems + _environment_warnings(analysis, os.environ, sys.argv)
     return [problem_to_message(p) for p in problems]

@@ -51,6 +51,8 @@ __all__ = [
     "StallDetectorOptions",
     "analyse",
     "clear_cache",
+    "drf_scope_path",
+    "drf_throttle_rates",
     "get_analysis",
     "get_options",
     "parse_key_spec",
@@ -60,6 +62,10 @@ __all__ = [
 
 #: Name of the Django setting.
 SETTING = "RATELIMIT_R4"
+#: DRF's setting; its ``DEFAULT_THROTTLE_RATES`` scopes not declared in ``RATELIMIT_R4`` become rate limiters.
+DRF_SETTING = "REST_FRAMEWORK"
+#: How an automatic limiter made from a DRF scope is keyed: per user, else per client IP (DRF's identity).
+DRF_SCOPE_KEY = "user_or_ip"
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -123,6 +129,10 @@ class Code(enum.Enum):
     RATE_CONFLICT = (
         "E021",
         "a rate limiter entry sets 'rate' together with limit_for_period or limit_refresh_period",
+    )
+    INVALID_DRF_RATE = (
+        "E022",
+        "a rate in DRF's REST_FRAMEWORK['DEFAULT_THROTTLE_RATES'] (a scope not declared in RATELIMIT_R4) is not '<count>/<unit>'",
     )
     MEMORY_MULTIPROCESS = ("W001", "in-memory rate limiters in a deployment that looks multi-process")
     METRICS_WITHOUT_PROMETHEUS = ("W002", "metrics is True but prometheus_client is not installed")
@@ -312,6 +322,10 @@ class Analysis:
     section_problems: dict[str, list[Problem]] = field(default_factory=lambda: {k: [] for k in KINDS})
     options: R4Options | None = None
     option_problems: list[Problem] = field(default_factory=list)
+    #: Rate limiters made from DRF's ``DEFAULT_THROTTLE_RATES`` (scopes not declared in ``RATELIMIT_R4``).
+    drf_scopes: set[str] = field(default_factory=set)
+    #: DRF scopes whose rate is ``None``: DRF's way of saying "not throttled".
+    unthrottled_scopes: set[str] = field(default_factory=set)
 
     def names(self, kind: str) -> tuple[str, ...]:
         """Every configured instance name of ``kind``, valid or broken, in setting order."""
@@ -916,8 +930,72 @@ def _parse_options(raw: Mapping[str, Any], analysis: Analysis) -> None:
 # ------------------------------------------------------------------------------------------ analyse
 
 
-def analyse(raw: object) -> Analysis:
-    """Validate a ``RATELIMIT_R4`` value and report every problem in it (never raises)."""
+def drf_scope_path(scope: object) -> str:
+    """``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]["uploads"]``: where a DRF scope's rate is written."""
+    return f'{DRF_SETTING}["DEFAULT_THROTTLE_RATES"]' + (f'["{scope}"]' if scope is not None else "")
+
+
+def _add_drf_scopes(rates: object, analysis: Analysis) -> None:
+    """Turn DRF's scopes that ``RATELIMIT_R4`` does not declare into rate limiters, as DRF would limit them.
+
+    ``"uploads": "3/min"`` becomes 3 permits per 60 s, keyed per user or client IP (DRF's identity),
+    failing fast (DRF never waits). A ``None`` rate is DRF's "not throttled"; an unreadable rate is a problem
+    and the scope a broken instance, so first use raises the same message ``manage.py check`` prints.
+    """
+    if rates is None:
+        return
+    if not isinstance(rates, Mapping):
+        analysis.problems.append(
+            Problem(
+                Code.INVALID_DRF_RATE,
+                drf_scope_path(None),
+                f"must be a dict of scope -> rate, got {type(rates).__name__}",
+                'Write it as {"uploads": "3/min"}.',
+            )
+        )
+        return
+    declared = set(analysis.names("ratelimiters"))
+    for scope, rate in rates.items():
+        if not isinstance(scope, str) or not scope or scope in declared:
+            continue
+        if rate is None:
+            analysis.unthrottled_scopes.add(scope)
+            continue
+        try:
+            limit, period_ns = parse_rate(rate)
+        except RateError as exc:
+            problem = Problem(
+                Code.INVALID_DRF_RATE,
+                drf_scope_path(scope),
+                str(exc).split("; ")[0],
+                "Write DRF rates as '<count>/<unit>' (unit s, m, h or d: '3/min', '1000/day') or '<count>/<n><unit>' "
+                f"('100/5m'), or declare {scope!r} in {setting_path('ratelimiters', 'instances')}.",
+            )
+            analysis.problems.append(problem)
+            analysis.broken["ratelimiters"][scope] = [problem]
+            continue
+        try:
+            config = RateLimiterConfig(
+                limit_for_period=limit, limit_refresh_period=f"{period_ns}ns", timeout_duration="0s"
+            )
+        except ConfigurationError as exc:
+            problem = Problem(Code.INVALID_DRF_RATE, drf_scope_path(scope), "; ".join(e.message for e in exc.errors))
+            analysis.problems.append(problem)
+            analysis.broken["ratelimiters"][scope] = [problem]
+            continue
+        options = {"key": DRF_SCOPE_KEY, "max_keys": DEFAULT_MAX_KEYS, "key_idle_timeout": None}
+        analysis.specs["ratelimiters"][scope] = InstanceSpec(
+            "ratelimiters", scope, config, MappingProxyType(options), drf_scope_path(scope)
+        )
+        analysis.drf_scopes.add(scope)
+
+
+def analyse(raw: object, drf_rates: object = None) -> Analysis:
+    """Validate a ``RATELIMIT_R4`` value and report every problem in it (never raises).
+
+    ``drf_rates`` is DRF's ``DEFAULT_THROTTLE_RATES`` (see :func:`drf_throttle_rates`): its scopes that
+    ``RATELIMIT_R4`` does not declare become rate limiters.
+    """
     analysis = Analysis(raw=raw)
     if raw is None:
         raw = {}
@@ -950,6 +1028,7 @@ def analyse(raw: object) -> Analysis:
         if kind.section in raw:
             _Section(kind, raw[kind.section], analysis).run()
     _parse_options(raw, analysis)
+    _add_drf_scopes(drf_rates, analysis)
     return analysis
 
 
@@ -966,15 +1045,27 @@ def raw_setting() -> object:
     return getattr(settings, SETTING, {})
 
 
+def drf_throttle_rates() -> object:
+    """``settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]`` as written (None when unset).
+
+    Read from Django's settings, not from DRF's ``api_settings``: DRF need not be installed, and DRF's
+    throttle classes bind the rates at import time while this follows ``override_settings``.
+    """
+    from django.conf import settings
+
+    drf = getattr(settings, DRF_SETTING, None)
+    return drf.get("DEFAULT_THROTTLE_RATES") if isinstance(drf, Mapping) else None
+
+
 def get_analysis() -> Analysis:
-    """The analysis of the current ``settings.RATELIMIT_R4``, cached until the setting changes."""
+    """The analysis of the current ``settings.RATELIMIT_R4`` (and DRF's rates), cached until either changes."""
     global _cached
     analysis = _cached
     if analysis is None:
         with _lock:
             analysis = _cached
             if analysis is None:
-                analysis = _cached = analyse(raw_setting())
+                analysis = _cached = analyse(raw_setting(), drf_throttle_rates())
     return analysis
 
 
@@ -995,7 +1086,7 @@ def clear_cache() -> None:
 
 
 def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
-    if setting == SETTING:
+    if setting in (SETTING, DRF_SETTING):
         clear_cache()
 
 

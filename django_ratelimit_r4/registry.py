@@ -61,6 +61,7 @@ __all__ = [
     "names",
     "reset_all",
     "restore_clock",
+    "unthrottled_scopes",
 ]
 
 KINDS = conf.KINDS
@@ -104,7 +105,9 @@ class UnknownInstance(ImproperlyConfigured, KeyError):
                 f" {name!r} is a rate, not a name: declare an instance with it, e.g. "
                 f'{where}["api"] = {{"rate": "{name}"}}, and use that name.{extra}'
             )
-        self.message = f"no {KINDS[kind].type_name} named {name!r} in {where}; configured: {listing}.{extra}"
+        close = conf._did_you_mean(name, known)
+        self.message = f"no {KINDS[kind].type_name} named {name!r} in {where}; configured: {listing}."
+        self.message += (f" {close}" if close else "") + extra
         super().__init__(self.message)
 
     def __str__(self) -> str:
@@ -344,6 +347,11 @@ def names(kind: str) -> tuple[str, ...]:
     return _current_state().analysis.names(kind)
 
 
+def unthrottled_scopes() -> frozenset[str]:
+    """DRF scopes whose ``DEFAULT_THROTTLE_RATES`` rate is ``None`` (and not declared here): not limited."""
+    return frozenset(_current_state().analysis.unthrottled_scopes)
+
+
 def instances(kind: str) -> Iterator[tuple[str, Any]]:
     """``(name, instance)`` for every valid configured instance of ``kind``, building as needed.
 
@@ -434,7 +442,7 @@ def invalidate() -> None:
 
 
 def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
-    if setting == conf.SETTING:
+    if setting in (conf.SETTING, conf.DRF_SETTING):  # DRF's rates make limiters too
         invalidate()
 
 

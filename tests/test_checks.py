@@ -818,7 +818,7 @@ def test_ids_are_unique_stable_and_documented() -> None:
 
 
 def test_every_error_id_has_a_test_case() -> None:
-    tested = {p.values[1] for p in CASES} | {"E010", "W001", "W002"}
+    tested = {p.values[1] for p in CASES} | {"E010", "E022", "W001", "W002"}
     assert tested == {c.value for c in Code}
 
 
@@ -865,3 +865,20 @@ def test_rate_in_a_config_is_inherited_and_the_leaf_wins_field_by_field() -> Non
         for n, s in analysis.specs["ratelimiters"].items()
     }
     assert got == {"a": (5, 60), "b": (7, 60), "c": (100, 3600), "d": (2, 1)}
+
+
+def test_an_unreadable_drf_rate_is_reported_where_drf_reads_it() -> None:
+    """E022: a DEFAULT_THROTTLE_RATES scope not declared in RATELIMIT_R4 becomes a limiter, so its rate is checked."""
+    rates = {"uploads": "3/fortnight", "anon": "many/min", "slow": "nonsense", "off": None}
+    with override_settings(REST_FRAMEWORK={"DEFAULT_THROTTLE_RATES": rates}):
+        messages = ours(check_settings())
+        with pytest.raises(SystemCheckError) as info:
+            call_command("check")
+    found = {m.msg.split(": ")[0]: m for m in messages}
+    # "slow" is declared in RATELIMIT_R4 (it wins, its DRF rate is not used); None means "not throttled".
+    assert set(found) == {f'REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]["{s}"]' for s in ("uploads", "anon")}
+    for message in found.values():
+        assert message.id == "ratelimit_r4.E022"
+        assert "'3/min'" in message.hint and "RATELIMIT_R4" in message.hint
+    assert "unknown unit 'fortnight'" in found['REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]["uploads"]'].msg
+    assert "(ratelimit_r4.E022)" in str(info.value)
