@@ -41,10 +41,11 @@ import asyncio
 import functools
 import hashlib
 import inspect
+import re
 import threading
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from functools import lru_cache, partial
 from typing import Any, TypeVar
 
@@ -72,6 +73,7 @@ from .middleware import bulkhead_retry_after_ns, rejection_response
 from .responses import HANDLED_EXCEPTIONS
 
 __all__ = [
+    "UNSAFE_METHODS",
     "RateLimitGate",
     "bulkhead",
     "circuitbreaker",
@@ -84,6 +86,13 @@ __all__ = [
 
 F = TypeVar("F", bound=Callable[..., Any])
 KeySpec = str | Callable[[Any], Any] | None
+
+#: The methods that change state (django-ratelimit's ``UNSAFE``), for ``methods=UNSAFE_METHODS``.
+UNSAFE_METHODS: frozenset[str] = frozenset({"DELETE", "PATCH", "POST", "PUT"})
+#: Not counted unless ``methods=`` names them: a CORS preflight does no work, and a browser sends one
+#: before many cross-origin requests, so counting it would halve a client's budget.
+_UNCOUNTED_BY_DEFAULT: frozenset[str] = frozenset({"OPTIONS"})
+_METHOD_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")  # RFC 9110 token
 
 _SF_INT_MAX = 999_999_999_999_999
 _SKIP = object()  # a key function said None: that limit does not apply to this request
@@ -102,6 +111,40 @@ def request_of(args: tuple[Any, ...]) -> Any | None:
         if isinstance(getattr(first, "_request", None), HttpRequest):  # DRF wraps the HttpRequest
             return first
     return None
+
+
+def method_filter(methods: str | Collection[str] | None) -> tuple[frozenset[str], bool]:
+    """``(methods, skip_if_listed)`` for the ``methods=`` argument, validated once at decoration.
+
+    ``None``: every method but ``OPTIONS`` is counted (``({"OPTIONS"}, True)``). A method name or a
+    collection of them: only those are counted (``(names, False)``), upper-cased as Django's
+    ``request.method`` is. A request is then skipped when ``(request.method in methods) is skip_if_listed``.
+
+    :raises TypeError: for anything but None, a string or a collection of strings.
+    :raises ValueError: for an empty collection or a name that is not an HTTP token.
+    """
+    if methods is None:
+        return _UNCOUNTED_BY_DEFAULT, True
+    if isinstance(methods, str):
+        names: tuple[Any, ...] = (methods,)
+    elif isinstance(methods, Iterable) and not isinstance(methods, (bytes, bytearray)):
+        names = tuple(methods)
+    else:
+        raise TypeError(
+            "methods must be None (every method but OPTIONS) or HTTP method names such as "
+            f"['POST'] or UNSAFE_METHODS, got {methods!r}"
+        )
+    if not names:
+        raise ValueError(
+            f"methods={methods!r} would limit no request: leave methods=None (every method but OPTIONS) "
+            "or name the methods to count, e.g. methods=['POST']"
+        )
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(f"methods must be HTTP method names (strings), got {name!r} in {methods!r}")
+        if not _METHOD_RE.match(name):
+            raise ValueError(f"{name!r} is not an HTTP method (a token such as 'POST')")
+    return frozenset(name.upper() for name in names), False
 
 
 def _sf(value: int) -> int:
@@ -339,10 +382,18 @@ class RateLimitGate:
     ``names`` are rate limiter instances decided all-or-nothing; ``key`` overrides the instances'
     ``key`` spec (``"ip"``, ``"user"``, ``"header:X-Api-Key"``, a dotted path or a callable). The
     resolved limiters and compiled key functions are cached and rebuilt when the registry generation
-    changes.
+    changes. ``methods`` chooses which requests count (see :func:`method_filter`; plain calls without
+    a request always count).
     """
 
-    def __init__(self, names: str | Sequence[str], *, key: KeySpec = None, permits: int = 1) -> None:
+    def __init__(
+        self,
+        names: str | Sequence[str],
+        *,
+        key: KeySpec = None,
+        permits: int = 1,
+        methods: str | Collection[str] | None = None,
+    ) -> None:
         """Validate the arguments; nothing is resolved until the first call."""
         names = (names,) if isinstance(names, str) else tuple(names)
         if not names or not all(isinstance(n, str) and n for n in names):
@@ -354,6 +405,10 @@ class RateLimitGate:
         self.names: tuple[str, ...] = names
         self.key = key
         self.permits = permits
+        # Precomputed for the hot path: one frozenset lookup and one identity compare per request.
+        self._methods, self._skip_if_listed = method_filter(methods)
+        #: The methods counted (``None``: every method but OPTIONS).
+        self.methods: frozenset[str] | None = None if self._skip_if_listed else self._methods
         self._plan: _RatePlan = _STALE_PLAN
         self._lock = threading.Lock()
 
@@ -458,12 +513,19 @@ class RateLimitGate:
         else:
             self._raise(entries, plan.acquire_all(entries, self.permits))
 
+    def counts(self, request: Any) -> bool:
+        """Whether ``request``'s method is counted by this gate (``methods``)."""
+        return (request.method in self._methods) is not self._skip_if_listed
+
     def acquire(self, request: Any = None) -> list[Any]:
         """Take the permits for ``request`` (or for a plain call) or raise ``RequestNotPermitted``.
 
         A single limit waits up to its ``timeout_duration`` (blocking this thread); several limits
-        decide all-or-nothing with timeout 0. Returns the per-limit keys for :meth:`headers`.
+        decide all-or-nothing with timeout 0. Returns the per-limit keys for :meth:`headers` (none
+        applies to a request whose method is not counted).
         """
+        if request is not None and (request.method in self._methods) is self._skip_if_listed:
+            return [_SKIP] * len(self.names)
         plan = self.plan()
         keys = self._keys(plan, request)
         single = plan.limits[0] if len(plan.limits) == 1 else None
@@ -492,6 +554,9 @@ class RateLimitGate:
 
     def _call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         # The hot path of an allowed request: one int compare, one backend call, two header strings.
+        request = request_of(args)
+        if request is not None and (request.method in self._methods) is self._skip_if_listed:
+            return fn(*args, **kwargs)  # a method not counted (OPTIONS by default)
         plan = self._plan
         if plan.generation != registry.generation:
             plan = self._refresh()
@@ -499,7 +564,7 @@ class RateLimitGate:
         if single is not None:
             single.acquire_or_raise(self.permits)
             response = fn(*args, **kwargs)
-            if plan.style is None or not isinstance(response, HttpResponseBase) or request_of(args) is None:
+            if plan.style is None or not isinstance(response, HttpResponseBase) or request is None:
                 return response
             fast_quota = plan.fast_quota
             if fast_quota is not None:
@@ -518,7 +583,6 @@ class RateLimitGate:
                         return response
             self._annotate_single(plan, single, response)
             return response
-        request = request_of(args)
         acquire_quota = plan.keyed_acquire_quota
         if acquire_quota is not None and request is not None:
             # The keyed fast path: the client's cached constants (plan.keyed_entry inlined), then one
@@ -569,11 +633,13 @@ class RateLimitGate:
 
     async def acall(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """Async twin of :meth:`call`: a single limit waits with ``await``, never blocking the loop."""
+        request = request_of(args)
+        if request is not None and (request.method in self._methods) is self._skip_if_listed:
+            return await fn(*args, **kwargs)  # a method not counted (OPTIONS by default)
         plan = self._plan
         if plan.generation != registry.generation:
             plan = self._refresh()
         single = plan.single
-        request = request_of(args)
         keyed = plan.single_keyed
         key: Any = None
         entry: _KeyedEntry | None = None
@@ -791,7 +857,12 @@ class _Resilience:
         fallback: Callable[..., Any] | None = None,
         key: KeySpec = None,
         permits: int = 1,
+        methods: str | Collection[str] | None = None,
     ) -> None:
+        if methods is not None and ratelimiter is None:
+            raise TypeError(
+                "methods= applies to the rate limiter only: give ratelimiter=... too, or drop methods="
+            )
         for label, value in (
             ("retry", retry),
             ("circuitbreaker", circuitbreaker),
@@ -806,7 +877,9 @@ class _Resilience:
         self.circuitbreaker = circuitbreaker
         self.timelimiter = timelimiter
         self.bulkhead = bulkhead
-        self.gate = RateLimitGate(ratelimiter, key=key, permits=permits) if ratelimiter is not None else None
+        self.gate = (
+            RateLimitGate(ratelimiter, key=key, permits=permits, methods=methods) if ratelimiter is not None else None
+        )
         self.fallback = fallback
         self.fallback_types = fallback_exceptions(fallback) if fallback is not None else ()
         self.catch: tuple[type[BaseException], ...] = tuple(
@@ -1015,6 +1088,7 @@ def ratelimit(
     key: KeySpec = None,
     permits: int = 1,
     *,
+    methods: str | Collection[str] | None = None,
     fallback: Callable[..., Any] | None = None,
 ) -> Callable[[F], F]:
     """Rate-limit a view or function with the named limiter(s) from ``RATELIMIT_R4["ratelimiters"]``.
@@ -1023,9 +1097,11 @@ def ratelimit(
     RateLimit header fields go on allowed and rejected responses. Several names are all-or-nothing:
     a rejection by one consumes nothing from the others, and ``Retry-After`` is the largest wait.
     ``key`` overrides the instances' ``key`` spec; a key function returning None exempts the request.
+    ``methods``: ``None`` counts every method but ``OPTIONS`` (CORS preflights); a method or a
+    collection (``["POST"]``, :data:`UNSAFE_METHODS`) counts only those; other requests pass untouched.
     Elsewhere :class:`~django_ratelimit_r4.exceptions.RequestNotPermitted` is raised.
     """
-    return _Resilience(ratelimiter=name, key=key, permits=permits, fallback=fallback)
+    return _Resilience(ratelimiter=name, key=key, permits=permits, methods=methods, fallback=fallback)
 
 
 def bulkhead(name: str, *, fallback: Callable[..., Any] | None = None) -> Callable[[F], F]:
@@ -1062,9 +1138,12 @@ def resilient(
     fallback: Callable[..., Any] | None = None,
     key: KeySpec = None,
     permits: int = 1,
+    methods: str | Collection[str] | None = None,
 ) -> Callable[[F], F]:
     """Stack several in Resilience4j's order, Retry(CircuitBreaker(RateLimiter(TimeLimiter(Bulkhead(fn))))),
-    with one fallback around the whole stack (so an inner rejection can still be retried)."""
+    with one fallback around the whole stack (so an inner rejection can still be retried).
+
+    ``key``, ``permits`` and ``methods`` apply to the rate limiter (see :func:`ratelimit`)."""
     if not any((retry, circuitbreaker, ratelimiter, timelimiter, bulkhead)):
         raise TypeError(
             "resilient() needs at least one of retry, circuitbreaker, ratelimiter, timelimiter, bulkhead"
@@ -1078,4 +1157,5 @@ def resilient(
         fallback=fallback,
         key=key,
         permits=permits,
+        methods=methods,
     )

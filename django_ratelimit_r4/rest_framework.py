@@ -38,19 +38,29 @@ from .responses import HANDLED_EXCEPTIONS
 
 __all__ = ["AnonRateThrottle", "RateLimiterThrottle", "UserRateThrottle", "exception_handler"]
 
-_GateKey = tuple[tuple[str, ...], int, str | None]
+_GateKey = tuple[tuple[str, ...], int, str | None, Any]
 _gates: dict[_GateKey, RateLimitGate] = {}
-#: (names as written, permits, key spec, named explicitly) -> (generation, gate or None for "not limited").
+#: (names as written, permits, key spec, named explicitly, methods) -> (generation, gate or None for "not limited").
 _bindings: dict[tuple[Any, ...], tuple[int, RateLimitGate | None]] = {}
 
 
-def _gate(names: tuple[str, ...], permits: int, key: str | None) -> RateLimitGate:
-    """One gate per (names, permits, key), shared by every view and request that uses them."""
-    gate_key = (names, permits, key)
+def _gate(names: tuple[str, ...], permits: int, key: str | None, methods: Any = None) -> RateLimitGate:
+    """One gate per (names, permits, key, methods), shared by every view and request that uses them."""
+    gate_key = (names, permits, key, methods)
     gate = _gates.get(gate_key)
     if gate is None:
-        gate = _gates.setdefault(gate_key, RateLimitGate(names, key=key, permits=permits))
+        gate = _gates.setdefault(gate_key, RateLimitGate(names, key=key, permits=permits, methods=methods))
     return gate
+
+
+def _hashable_methods(methods: Any) -> Any:
+    """``rate_limiter_methods`` as a binding-key part: a list becomes a tuple; the gate validates it."""
+    if methods is None or isinstance(methods, (str, tuple, frozenset)):
+        return methods
+    try:
+        return tuple(methods)
+    except TypeError:
+        return methods  # not iterable: the gate's TypeError names the problem
 
 
 def _resolve(binding_key: tuple[Any, ...]) -> RateLimitGate | None:
@@ -61,20 +71,28 @@ def _resolve(binding_key: tuple[Any, ...]) -> RateLimitGate | None:
     scope with a ``None`` rate is not limited. A ``throttle_scope`` that is neither a rate limiter nor a DRF
     rate passes through, as DRF's ``ScopedRateThrottle`` does for a view without a scope.
     """
-    written, permits, key, explicit = binding_key
+    written, permits, key, explicit, methods = binding_key
     generation = registry.generation  # read first: a rebuild racing with us makes this binding stale
     names = (written,) if isinstance(written, str) else tuple(written)
     unthrottled = registry.unthrottled_scopes()
     if not explicit:
         names = tuple(n for n in names if n in registry.names("ratelimiters"))
     names = tuple(n for n in names if n not in unthrottled)
-    gate = _gate(names, permits, key) if names else None
+    gate = _gate(names, permits, key, methods) if names else None
     _bindings[binding_key] = (generation, gate)
     return gate
 
 
-def _bound_gate(written: Any, permits: int, key: str | None, explicit: bool) -> RateLimitGate | None:
-    binding_key = (written if isinstance(written, str) else tuple(written), permits, key, explicit)
+def _bound_gate(
+    written: Any, permits: int, key: str | None, explicit: bool, methods: Any = None
+) -> RateLimitGate | None:
+    binding_key = (
+        written if isinstance(written, str) else tuple(written),
+        permits,
+        key,
+        explicit,
+        _hashable_methods(methods),
+    )
     binding = _bindings.get(binding_key)
     if binding is not None and binding[0] == registry.generation:
         return binding[1]
@@ -90,6 +108,10 @@ class RateLimiterThrottle(BaseThrottle):  # type: ignore[misc,unused-ignore]  # 
     neither setting, is not throttled. Optional ``rate_limiter_permits`` (default 1) is the cost of one
     request. Per-client limits come from the instance's ``key`` option, computed on DRF's request (so
     ``"user"`` sees DRF authentication).
+
+    DRF asks throttles about every request, ``OPTIONS`` included. This one does not count ``OPTIONS``
+    (CORS preflights) unless the view's ``rate_limiter_methods`` lists it; ``rate_limiter_methods =
+    ["POST"]`` counts only those methods (the decorator's ``methods=``).
     """
 
     def __init__(self) -> None:
@@ -104,7 +126,13 @@ class RateLimiterThrottle(BaseThrottle):  # type: ignore[misc,unused-ignore]  # 
             names = getattr(view, "throttle_scope", None)
             if not names:
                 return True
-        gate = _bound_gate(names, getattr(view, "rate_limiter_permits", 1), None, explicit)
+        gate = _bound_gate(
+            names,
+            getattr(view, "rate_limiter_permits", 1),
+            None,
+            explicit,
+            getattr(view, "rate_limiter_methods", None),
+        )
         return True if gate is None else self._decide(gate, request, view)
 
     def _decide(self, gate: RateLimitGate, request: Any, view: Any) -> bool:
@@ -135,14 +163,19 @@ class RateLimiterThrottle(BaseThrottle):  # type: ignore[misc,unused-ignore]  # 
 
 
 class _ScopeThrottle(RateLimiterThrottle):
-    """A drop-in for a DRF ``SimpleRateThrottle``: the class's ``scope`` names the limiter, keyed by ``key``."""
+    """A drop-in for a DRF ``SimpleRateThrottle``: the class's ``scope`` names the limiter, keyed by ``key``.
+
+    ``methods`` (a class attribute, the decorator's ``methods=``) chooses the methods counted: by default
+    every method but ``OPTIONS``, where DRF's own classes count CORS preflights too.
+    """
 
     scope: str = ""
     key: str = "user_or_ip"
+    methods: Any = None
 
     def allow_request(self, request: Any, view: Any) -> bool:
         """Throttle with the limiter named by ``scope`` (declared in ``RATELIMIT_R4`` or a DRF rate)."""
-        gate = _bound_gate(self.scope, 1, self.key, True)
+        gate = _bound_gate(self.scope, 1, self.key, True, self.methods)
         return True if gate is None else self._decide(gate, request, view)
 
     @classmethod

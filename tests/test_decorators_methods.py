@@ -1,0 +1,151 @@
+"""``methods=``: CORS preflights (``OPTIONS``) are not counted by default; a collection limits only those methods.
+
+Through Django's test client on function views (sync and async, unkeyed, keyed, several limits), a
+``@resilient`` stack, and the DRF throttle (``rate_limiter_methods``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from django.http import HttpRequest, HttpResponse
+from django.test import AsyncClient, Client, override_settings
+from django.urls import path
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from django_ratelimit_r4 import get_rate_limiter
+from django_ratelimit_r4.core.exceptions import RequestNotPermitted
+from django_ratelimit_r4.decorators import UNSAFE_METHODS, ratelimit, resilient
+from django_ratelimit_r4.rest_framework import RateLimiterThrottle
+from tests import views
+
+pytestmark = [pytest.mark.urls(__name__), pytest.mark.django_db(databases=[])]
+
+PREFLIGHT = {"HTTP_ORIGIN": "https://app.example", "HTTP_ACCESS_CONTROL_REQUEST_METHOD": "POST"}
+
+
+def _ok(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+async def _aok(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+class DrfDefault(APIView):  # type: ignore[misc]
+    throttle_classes = [RateLimiterThrottle]
+    rate_limiter = "burst"
+
+    def get(self, request: Any) -> Response:
+        return Response({"ok": True})
+
+    def post(self, request: Any) -> Response:
+        return Response({"ok": True})
+
+
+class DrfPostOnly(DrfDefault):
+    rate_limiter_methods = ["POST"]
+
+
+urlpatterns = [
+    path("default/", ratelimit("burst")(_ok)),
+    path("default-async/", ratelimit("burst")(_aok)),
+    path("keyed/", ratelimit("per_ip")(_ok)),
+    path("keyed-async/", ratelimit("per_ip")(_aok)),
+    path("multi/", ratelimit(["burst", "per_ip"])(_ok)),
+    path("header/", ratelimit("burst", key="header:X-Api-Key")(_ok)),
+    path("post-only/", ratelimit("burst", methods=["POST"])(_ok)),
+    path("post-only-async/", ratelimit("burst", methods="post")(_aok)),
+    path("unsafe/", ratelimit("burst", methods=UNSAFE_METHODS)(_ok)),
+    path("with-options/", ratelimit("burst", methods=("GET", "OPTIONS"))(_ok)),
+    path("stacked/", resilient(ratelimiter="burst", circuitbreaker="acquirer")(_ok)),
+    path("drf/", DrfDefault.as_view()),
+    path("drf-post-only/", DrfPostOnly.as_view()),
+]
+
+
+@pytest.fixture
+def extra(r4_clock: Any) -> Any:
+    with override_settings(RATELIMIT_R4=views.r4_settings()):  # burst: 2 per second; per_ip: 2 per second per IP
+        yield r4_clock
+
+
+def codes(client: Client, method: str, url: str, n: int, **extra: str) -> list[int]:
+    return [getattr(client, method)(url, **extra).status_code for _ in range(n)]
+
+
+@pytest.mark.parametrize("url", ["/default/", "/keyed/", "/multi/", "/header/", "/stacked/", "/drf/"])
+def test_preflights_consume_nothing_by_default(extra: Any, url: str) -> None:
+    client = Client()
+    preflights = [client.options(url, HTTP_X_API_KEY="k", **PREFLIGHT) for _ in range(5)]
+    assert [r.status_code for r in preflights] == [200] * 5
+    assert all("RateLimit" not in r and "Retry-After" not in r for r in preflights)
+    assert codes(client, "get", url, 3, HTTP_X_API_KEY="k") == [200, 200, 429]
+    assert client.options(url, HTTP_X_API_KEY="k", **PREFLIGHT).status_code == 200  # not limited either
+
+
+@pytest.mark.parametrize("url", ["/default-async/", "/keyed-async/", "/post-only-async/"])
+async def test_async_views_too(extra: Any, url: str) -> None:
+    client = AsyncClient()
+    for _ in range(5):
+        assert (await client.options(url, **PREFLIGHT)).status_code == 200
+    limited = "post" if "post-only" in url else "get"
+    results = [(await getattr(client, limited)(url)).status_code for _ in range(3)]
+    assert results == [200, 200, 429]
+
+
+def test_a_collection_limits_only_those_methods(extra: Any) -> None:
+    client = Client()
+    assert codes(client, "get", "/post-only/", 5) == [200] * 5
+    assert codes(client, "post", "/post-only/", 3) == [200, 200, 429]
+    assert client.get("/post-only/").status_code == 200
+    assert codes(client, "get", "/unsafe/", 3) == [200] * 3
+    assert codes(client, "delete", "/unsafe/", 1) + codes(client, "patch", "/unsafe/", 1) == [429, 429]
+
+
+def test_options_counts_when_listed(extra: Any) -> None:
+    client = Client()
+    assert codes(client, "options", "/with-options/", 3, **PREFLIGHT) == [200, 200, 429]
+    assert client.post("/with-options/").status_code == 200
+
+
+def test_drf_throttle_skips_preflights_and_reads_rate_limiter_methods(extra: Any) -> None:
+    client = Client()
+    assert codes(client, "options", "/drf-post-only/", 3) == [200] * 3
+    assert codes(client, "get", "/drf-post-only/", 3) == [200] * 3
+    assert codes(client, "post", "/drf-post-only/", 3) == [200, 200, 429]
+
+
+def test_plain_functions_are_always_counted(extra: Any) -> None:
+    @ratelimit("burst", methods=["POST"])
+    def service(amount: int) -> int:
+        return amount
+
+    assert [service(1), service(2)] == [1, 2]
+    with pytest.raises(RequestNotPermitted):
+        service(3)
+    assert get_rate_limiter("burst").metrics.available_permissions == 0
+
+
+@pytest.mark.parametrize(
+    ("methods", "error", "message"),
+    [
+        ([], ValueError, "methods=[] would limit no request"),
+        ("", ValueError, "not an HTTP method"),
+        (["GET", 1], TypeError, "HTTP method names (strings), got 1"),
+        (["GET POST"], ValueError, "'GET POST' is not an HTTP method"),
+        (42, TypeError, "methods must be None"),
+        (b"GET", TypeError, "methods must be None"),
+    ],
+)
+def test_methods_is_validated_at_decoration(methods: Any, error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=re.escape(message)):
+        ratelimit("burst", methods=methods)
+
+
+def test_methods_needs_a_rate_limiter_in_resilient() -> None:
+    with pytest.raises(TypeError, match="methods= applies to the rate limiter"):
+        resilient(circuitbreaker="acquirer", methods=["POST"])
