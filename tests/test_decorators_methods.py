@@ -19,7 +19,7 @@ from rest_framework.views import APIView
 from django_ratelimit_r4 import get_rate_limiter
 from django_ratelimit_r4.core.exceptions import RequestNotPermitted
 from django_ratelimit_r4.decorators import UNSAFE_METHODS, ratelimit, resilient
-from django_ratelimit_r4.rest_framework import RateLimiterThrottle
+from django_ratelimit_r4.rest_framework import AnonRateThrottle, RateLimiterThrottle
 from tests import views
 
 pytestmark = [pytest.mark.urls(__name__), pytest.mark.django_db(databases=[])]
@@ -50,6 +50,21 @@ class DrfPostOnly(DrfDefault):
     rate_limiter_methods = ["POST"]
 
 
+class AnonCountingPreflights(AnonRateThrottle):
+    methods = ("GET", "OPTIONS")
+
+
+class DrfAnon(APIView):  # type: ignore[misc]
+    throttle_classes = [AnonRateThrottle]
+
+    def get(self, request: Any) -> Response:
+        return Response({"ok": True})
+
+
+class DrfAnonCountingPreflights(DrfAnon):
+    throttle_classes = [AnonCountingPreflights]
+
+
 urlpatterns = [
     path("default/", ratelimit("burst")(_ok)),
     path("default-async/", ratelimit("burst")(_aok)),
@@ -64,6 +79,8 @@ urlpatterns = [
     path("stacked/", resilient(ratelimiter="burst", circuitbreaker="acquirer")(_ok)),
     path("drf/", DrfDefault.as_view()),
     path("drf-post-only/", DrfPostOnly.as_view()),
+    path("drf-anon/", DrfAnon.as_view()),
+    path("drf-anon-preflights/", DrfAnonCountingPreflights.as_view()),
 ]
 
 
@@ -117,6 +134,15 @@ def test_drf_throttle_skips_preflights_and_reads_rate_limiter_methods(extra: Any
     assert codes(client, "options", "/drf-post-only/", 3) == [200] * 3
     assert codes(client, "get", "/drf-post-only/", 3) == [200] * 3
     assert codes(client, "post", "/drf-post-only/", 3) == [200, 200, 429]
+
+
+def test_drf_drop_in_throttles_skip_preflights_unless_their_methods_say(settings: Any, r4_clock: Any) -> None:
+    settings.REST_FRAMEWORK = {"DEFAULT_THROTTLE_RATES": {"anon": "2/min"}}
+    client = Client()
+    assert codes(client, "options", "/drf-anon/", 3) == [200] * 3  # DRF's own AnonRateThrottle counts them
+    assert codes(client, "get", "/drf-anon/", 3) == [200, 200, 429]
+    other = {"REMOTE_ADDR": "198.51.100.2"}
+    assert codes(client, "options", "/drf-anon-preflights/", 3, **other) == [200, 200, 429]
 
 
 def test_plain_functions_are_always_counted(extra: Any) -> None:
