@@ -29,7 +29,7 @@ from django.core.signals import setting_changed
 from .core.bulkhead import BulkheadConfig
 from .core.circuitbreaker import CircuitBreakerConfig
 from .core.config import field_names, import_string
-from .core.durations import DurationError, Nanos, format_duration, parse_duration
+from .core.durations import MAX_PERIOD_NS, DurationError, Nanos, format_duration, parse_duration
 from .core.exceptions import ConfigurationError
 from .core.ratelimiter import RateLimiterConfig
 from .core.rates import RateError, parse_rate
@@ -308,6 +308,8 @@ class InstanceSpec:
     config: Any
     options: Mapping[str, Any]
     path: str
+    #: Where each field or option was written (setting path), for problems found after the spec is built.
+    origins: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(slots=True)
@@ -410,6 +412,16 @@ def _parse_positive_duration(value: object) -> Nanos:
     return nanos
 
 
+def _parse_retry_after(value: object) -> Nanos:
+    nanos = _parse_positive_duration(value)
+    if nanos > MAX_PERIOD_NS:
+        raise _Invalid(
+            f"must be at most {format_duration(MAX_PERIOD_NS)}, got {format_duration(nanos)}",
+            "It is sent as Retry-After with every 503 of this bulkhead: a few seconds is usual.",
+        )
+    return nanos
+
+
 def _parse_idle_timeout(value: object) -> Nanos | None:
     return None if value is None else _parse_positive_duration(value)
 
@@ -419,7 +431,7 @@ _EXTRAS: dict[str, tuple[Callable[[Any], Any], Any, Code]] = {
     "key": (_parse_key, None, Code.INVALID_KEY),
     "max_keys": (_parse_max_keys, DEFAULT_MAX_KEYS, Code.INVALID_INSTANCE_OPTION),
     "key_idle_timeout": (_parse_idle_timeout, None, Code.INVALID_INSTANCE_OPTION),
-    "retry_after": (_parse_positive_duration, DEFAULT_BULKHEAD_RETRY_AFTER, Code.INVALID_INSTANCE_OPTION),
+    "retry_after": (_parse_retry_after, DEFAULT_BULKHEAD_RETRY_AFTER, Code.INVALID_INSTANCE_OPTION),
 }
 
 
@@ -673,7 +685,12 @@ class _Section:
         if problems:
             return None, problems
         return InstanceSpec(
-            section, name, config, MappingProxyType(options), setting_path(section, group, name)
+            section,
+            name,
+            config,
+            MappingProxyType(options),
+            setting_path(section, group, name),
+            MappingProxyType({f: where(f) for f in merged}),
         ), []
 
     def run(self) -> None:
@@ -1029,7 +1046,31 @@ def analyse(raw: object, drf_rates: object = None) -> Analysis:
             _Section(kind, raw[kind.section], analysis).run()
     _parse_options(raw, analysis)
     _add_drf_scopes(drf_rates, analysis)
+    _check_redis_periods(analysis)
     return analysis
+
+
+def _check_redis_periods(analysis: Analysis) -> None:
+    """With the Redis backend, periods longer than its scripts compute exactly are errors (found at check time)."""
+    if analysis.options is None or analysis.options.backend != "redis":
+        return
+    from .backends.base import REDIS_MAX_PERIOD_NS
+
+    specs = analysis.specs["ratelimiters"]
+    for name, spec in list(specs.items()):
+        period = int(spec.config.limit_refresh_period)
+        if period > REDIS_MAX_PERIOD_NS:
+            problem = Problem(
+                Code.INVALID_FIELD,
+                spec.origins.get("limit_refresh_period", f'{spec.path}["limit_refresh_period"]'),
+                f"the redis backend computes periods up to {format_duration(REDIS_MAX_PERIOD_NS)} (~10 days) "
+                f"exactly, got {format_duration(period)}",
+                "Use a shorter period (e.g. '1d'), or the memory backend for this limit.",
+            )
+            if problem not in analysis.problems:
+                analysis.problems.append(problem)
+            del specs[name]
+            analysis.broken["ratelimiters"][name] = [problem]
 
 
 # ------------------------------------------------------------------------------------------ caching

@@ -50,6 +50,7 @@ from functools import lru_cache, partial
 from typing import Any, TypeVar
 
 from asgiref.sync import iscoroutinefunction
+from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponseBase
 
 from . import conf, registry
@@ -452,6 +453,8 @@ class RateLimitGate:
                         by_remote_addr=spec == "ip" and resolver.remote_addr_only,
                     )
                 )
+            for limit in limits:
+                self._refuse_permits_above_limit(limit)
             try:
                 redis_module = _redis_of(
                     [(limit.keyed if limit.keyed is not None else limit.limiter, None) for limit in limits]
@@ -461,6 +464,19 @@ class RateLimitGate:
             plan = _RatePlan(generation, tuple(limits), options.headers, _secret_salt(), redis_module)
             self._plan = plan
             return plan
+
+    def _refuse_permits_above_limit(self, limit: _Limit) -> None:
+        # A request for more permits than a cycle holds is never admitted without waiting, yet every 429
+        # would promise a Retry-After: refuse the decorator at first use instead.
+        holder = limit.keyed if limit.keyed is not None else limit.limiter
+        allowed = int(holder.config.limit_for_period)  # type: ignore[union-attr]
+        if self.permits > allowed:
+            raise ImproperlyConfigured(
+                f"rate limit on {list(self.names)} asks for permits={self.permits}, but rate limiter "
+                f"{limit.name!r} allows only {allowed} per period "
+                f'({conf.setting_path("ratelimiters", "instances", limit.name, "limit_for_period")}): '
+                "no request could ever be admitted. Lower permits or raise limit_for_period."
+            )
 
     # -- deciding ------------------------------------------------------------------------------------
 

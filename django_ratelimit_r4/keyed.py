@@ -43,6 +43,7 @@ from .core.ratelimiter import (
     RateLimiterConfig,
     RateLimiterEvent,
     RateLimiterEvents,
+    refuse_never_grantable,
 )
 from .core.waiting import Waiters
 
@@ -312,6 +313,7 @@ class KeyedRateLimiter:
         """
         wait = self._decide(key, permits, self._timeout_ns)
         if wait < 0:
+            refuse_never_grantable(self, permits, self._timeout_ns)
             if self.events.wants_failed:
                 self._publish(FAILED_ACQUIRE, permits)
             return False
@@ -325,6 +327,7 @@ class KeyedRateLimiter:
         """Async twin of :meth:`acquire_permission`; waits with ``await clock.asleep``."""
         wait = self._decide(key, permits, self._timeout_ns)
         if wait < 0:
+            refuse_never_grantable(self, permits, self._timeout_ns)
             if self.events.wants_failed:
                 self._publish(FAILED_ACQUIRE, permits)
             return False
@@ -342,6 +345,7 @@ class KeyedRateLimiter:
         """
         wait = self._decide(key, permits, self._timeout_ns)
         if wait < 0:
+            refuse_never_grantable(self, permits, self._timeout_ns)
             raise self._rejection(key, permits, -wait)
         if wait > 0:
             self._waiters.sleep(self.clock, wait)
@@ -352,6 +356,7 @@ class KeyedRateLimiter:
         """Async twin of :meth:`acquire_or_raise`."""
         wait = self._decide(key, permits, self._timeout_ns)
         if wait < 0:
+            refuse_never_grantable(self, permits, self._timeout_ns)
             raise self._rejection(key, permits, -wait)
         if wait > 0:
             await self._waiters.asleep(self.clock, wait)
@@ -391,6 +396,7 @@ class KeyedRateLimiter:
             lock.release()
         if wait:
             if wait < 0:
+                refuse_never_grantable(self, permits, self._timeout_ns)
                 raise self._rejection(key, permits, -wait)
             self._waiters.sleep(self.clock, wait)
             remaining, reset_ns = self.quota(key)
@@ -406,6 +412,7 @@ class KeyedRateLimiter:
             )
         if wait:
             if wait < 0:
+                refuse_never_grantable(self, permits, self._timeout_ns)
                 raise self._rejection(key, permits, -wait)
             await self._waiters.asleep(self.clock, wait)
             remaining, reset_ns = self.quota(key)
@@ -420,6 +427,7 @@ class KeyedRateLimiter:
             if self.events.wants_successful:
                 self._publish(SUCCESSFUL_ACQUIRE, permits)
             return wait
+        refuse_never_grantable(self, permits, self._timeout_ns)
         if self.events.wants_failed:
             self._publish(FAILED_ACQUIRE, permits)
         return -1
@@ -766,6 +774,8 @@ def acquire_all_keyed(
             wait = _peek_unkeyed(unkeyed, permits)
             if wait > worst[1]:
                 worst = (index, wait)
+    for limiter, _ in entries:
+        refuse_never_grantable(limiter, permits, 0)  # all-or-nothing decides with timeout 0
     loser = entries[worst[0]][0]
     if loser.events.wants_failed:
         loser._publish(FAILED_ACQUIRE, permits)

@@ -6,6 +6,7 @@ import asyncio
 import re
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.test import AsyncClient, Client, override_settings
 
 from django_ratelimit_r4 import get_bulkhead, get_circuit_breaker, get_rate_limiter, registry
@@ -663,3 +664,42 @@ def test_a_rate_shorthand_limits_a_view_with_its_retry_after(r4_clock) -> None:
 def test_a_rate_written_where_a_name_goes_says_how_to_declare_it() -> None:
     with pytest.raises(registry.UnknownInstance, match=r"'5/m' is a rate, not a name.*\{\"rate\": \"5/m\"\}"):
         get_rate_limiter("5/m")
+
+
+# ------------------------------------------------------------------ impossible configurations (issue 8)
+
+
+def test_permits_above_the_limit_is_a_clear_error_at_first_use_not_a_lying_429(r4_clock) -> None:
+    setting = views.r4_settings()
+    setting["ratelimiters"]["instances"]["api"] = {"limit_for_period": 3}
+    with override_settings(RATELIMIT_R4=setting):
+        with pytest.raises(
+            ImproperlyConfigured,
+            match=r"permits=5, but rate limiter 'api' allows only 3 per period "
+            r'\(RATELIMIT_R4\["ratelimiters"\]\["instances"\]\["api"\]\["limit_for_period"\]\)',
+        ):
+            Client().get("/heavy/7/")  # @ratelimit("api", permits=5)
+        assert get_rate_limiter("api").metrics.available_permissions == 3
+
+
+def test_a_period_of_centuries_is_an_error_at_first_use_naming_the_setting(r4_clock) -> None:
+    setting = views.r4_settings()
+    setting["ratelimiters"]["instances"]["api"] = {"rate": "1/100000d"}
+    with override_settings(RATELIMIT_R4=setting), pytest.raises(
+        ImproperlyConfigured, match=r'\["instances"\]\["api"\]\["rate"\]: must be at most 366d, got 100000d'
+    ):
+        Client().get("/api/")
+
+
+def test_the_longest_period_keeps_retry_after_and_ratelimit_fields_short(r4_clock) -> None:
+    setting = views.r4_settings()
+    setting["ratelimiters"]["instances"]["api"] = {
+        "limit_for_period": 999_999_999_999_999,
+        "limit_refresh_period": "366d",
+    }
+    with override_settings(RATELIMIT_R4=setting):
+        get_rate_limiter("api").drain_permissions()
+        rejected = Client().get("/api/")
+        assert rejected.status_code == 429
+        assert rejected["Retry-After"] == str(366 * 86_400)
+        assert rejected["RateLimit-Policy"] == f'"api";q=999999999999999;w={366 * 86_400}'

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from django_ratelimit_r4.backends.base import decide
 from django_ratelimit_r4.core.clock import FakeClock
 from django_ratelimit_r4.core.exceptions import RequestNotPermitted
-from django_ratelimit_r4.core.ratelimiter import RateLimiterConfig
+from django_ratelimit_r4.core.ratelimiter import RateLimiterConfig, most_grantable
 from django_ratelimit_r4.keyed import KeyedRateLimiter, KeyedRateLimiterView
 
 S = 1_000_000_000
@@ -71,9 +71,10 @@ class TestBudgets:
         assert not limiter.acquire_permission("a", 2)
         assert limiter.acquire_permission("a", 1)
 
-    def test_more_permits_than_limit_rejected_and_stores_nothing(self):
+    def test_more_permits_than_limit_are_an_error_and_store_nothing(self):
         limiter, _ = make(limit=5)
-        assert not limiter.acquire_permission("a", 6)
+        with pytest.raises(ValueError, match="can never grant 6 permits in one call: it allows 5 per 1s"):
+            limiter.acquire_permission("a", 6)
         assert len(limiter) == 0
 
     @pytest.mark.parametrize("permits", [0, -1])
@@ -305,6 +306,10 @@ def test_matches_decide_step_by_step(ops, limit, timeout_ms):
         cycle, permissions, wait, granted = decide(cycle, permissions, op[2], timeout_ns, now, period, limit)
         if granted:
             model[key] = (cycle, permissions)
+        if not granted and op[2] > most_grantable(limiter.config, timeout_ns):
+            with pytest.raises(ValueError, match="can never grant"):
+                limiter.reserve_permission(key, op[2])
+            continue
         got = limiter.reserve_permission(key, op[2])
         assert got == (wait if granted else -1)
         for k in "abc":

@@ -19,7 +19,19 @@ from typing import Protocol, runtime_checkable
 
 from ..core.clock import Clock
 
-__all__ = ["BackendFactory", "RateLimiterBackend", "decide", "div_ceil", "nanos_to_wait", "refresh"]
+__all__ = [
+    "REDIS_MAX_PERIOD_NS",
+    "BackendFactory",
+    "RateLimiterBackend",
+    "decide",
+    "div_ceil",
+    "nanos_to_wait",
+    "refresh",
+]
+
+#: Longest ``limit_refresh_period`` the Redis scripts compute exactly (period * 10 < 2**53): ~10.4 days.
+#: Here, not in ``backends.redis``, so ``manage.py check`` can enforce it without importing ``redis``.
+REDIS_MAX_PERIOD_NS = (2**53 - 1) // 10
 
 
 def div_ceil(x: int, y: int) -> int:

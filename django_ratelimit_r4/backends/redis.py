@@ -59,10 +59,11 @@ from ..core.ratelimiter import (
     RateLimiterConfig,
     RateLimiterEvent,
     RateLimiterEvents,
+    refuse_never_grantable,
 )
 from ..core.waiting import Waiters
 from ..keyed import KeyedRateLimiterMetrics
-from .base import RateLimiterBackend
+from .base import REDIS_MAX_PERIOD_NS, RateLimiterBackend
 
 if TYPE_CHECKING:
     from ..keyed import KeyedRateLimiterView
@@ -113,7 +114,7 @@ MAX_CONNECTIONS = 16
 #: How long a caller waits for a pooled connection before the fault policy decides its call (``?timeout=``).
 POOL_TIMEOUT_S = 1.0
 #: Longest ``limit_refresh_period`` the script's exact arithmetic supports (period * 10 < 2**53): ~10 days.
-MAX_PERIOD_NS = (2**53 - 1) // 10
+MAX_PERIOD_NS = REDIS_MAX_PERIOD_NS
 
 _NS_PER_S = 1_000_000_000
 # TTL margin after a state is full again: 1 ms of rounding with server time; with a client clock (tests)
@@ -838,6 +839,7 @@ class RedisKeyedRateLimiter(_Clocked):
         """Take ``permits`` from ``key``'s cluster-wide budget; True if granted (waits within the timeout)."""
         wait = self._decide(key, permits, self._timeout_ns)
         if wait < 0:
+            refuse_never_grantable(self, permits, self._timeout_ns)
             if self.events.wants_failed:
                 self._publish(FAILED_ACQUIRE, permits)
             return False
@@ -851,6 +853,7 @@ class RedisKeyedRateLimiter(_Clocked):
         """Async twin of :meth:`acquire_permission`; never blocks the event loop."""
         wait = await self._adecide(key, permits, self._timeout_ns)
         if wait < 0:
+            refuse_never_grantable(self, permits, self._timeout_ns)
             if self.events.wants_failed:
                 self._publish(FAILED_ACQUIRE, permits)
             return False
@@ -864,6 +867,7 @@ class RedisKeyedRateLimiter(_Clocked):
         """Like :meth:`acquire_permission` but raise :class:`RequestNotPermitted` (``wait_ns``, ``key``)."""
         wait = self._decide(key, permits, self._timeout_ns)
         if wait < 0:
+            refuse_never_grantable(self, permits, self._timeout_ns)
             raise self._rejection(key, permits, -wait)
         if wait > 0:
             self._waiters.sleep(self.clock, wait)
@@ -874,6 +878,7 @@ class RedisKeyedRateLimiter(_Clocked):
         """Async twin of :meth:`acquire_or_raise`."""
         wait = await self._adecide(key, permits, self._timeout_ns)
         if wait < 0:
+            refuse_never_grantable(self, permits, self._timeout_ns)
             raise self._rejection(key, permits, -wait)
         if wait > 0:
             await self._waiters.asleep(self.clock, wait)
@@ -887,6 +892,7 @@ class RedisKeyedRateLimiter(_Clocked):
             if self.events.wants_successful:
                 self._publish(SUCCESSFUL_ACQUIRE, permits)
             return wait
+        refuse_never_grantable(self, permits, self._timeout_ns)
         if self.events.wants_failed:
             self._publish(FAILED_ACQUIRE, permits)
         return -1
@@ -1035,6 +1041,8 @@ def _entries_outcome(
             if owner.events.wants_successful:
                 owner._publish(SUCCESSFUL_ACQUIRE, permits)
         return None
+    for owner in owners:
+        refuse_never_grantable(owner, permits, 0)  # all-or-nothing decides with timeout 0
     loser = owners[outcome[0]]
     if loser.events.wants_failed:
         loser._publish(FAILED_ACQUIRE, permits)

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Validator
-from .durations import parse_duration
+from .durations import MAX_PERIOD_NS, parse_duration
 from .events import Event, EventPublisher
 from .exceptions import CallNotPermitted, IllegalStateTransition
 
@@ -98,10 +98,12 @@ class CircuitBreakerConfig:
         v.choice("sliding_window_type", (t.value for t in SlidingWindowType))
         v.integer("sliding_window_size", minimum=1)
         v.integer("minimum_number_of_calls", minimum=1)
-        v.duration("wait_duration_in_open_state", min_ns=1_000_000)
+        v.duration("wait_duration_in_open_state", min_ns=1_000_000, max_ns=MAX_PERIOD_NS)
         v.boolean("enable_exponential_backoff")
         v.number("exponential_backoff_multiplier", ge=1)
-        v.duration("exponential_max_wait_duration_in_open_state", min_ns=1_000_000, allow_none=True)
+        v.duration(
+            "exponential_max_wait_duration_in_open_state", min_ns=1_000_000, max_ns=MAX_PERIOD_NS, allow_none=True
+        )
         v.boolean("enable_randomized_wait")
         v.number("randomized_wait_factor", ge=0, le=1)
         v.boolean("automatic_transition_from_open_to_half_open_enabled")
@@ -755,7 +757,9 @@ class CircuitBreaker:
         self._exp = c.enable_exponential_backoff
         self._mult = float(c.exponential_backoff_multiplier)
         max_wait = c.exponential_max_wait_duration_in_open_state
-        self._max_ms = None if max_wait is None else int(max_wait) // _NS_PER_MS
+        # Without a configured cap the open time still stops growing at MAX_PERIOD_NS (366 days), so the
+        # 503's Retry-After stays sane (Resilience4j lets it grow to Long.MAX_VALUE ms).
+        self._max_ms = (MAX_PERIOD_NS if max_wait is None else int(max_wait)) // _NS_PER_MS
         self._rand = c.enable_randomized_wait
         self._rand_factor = float(c.randomized_wait_factor)
         self._listeners_changed()

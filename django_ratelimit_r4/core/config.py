@@ -44,8 +44,10 @@ class Validator:
         """Record an error for field ``name``."""
         self.errors.append(FieldError(name, message, hint))
 
-    def duration(self, name: str, *, min_ns: int = 0, allow_none: bool = False) -> None:
-        """Normalise a duration field to integer nanoseconds, with a lower bound."""
+    def duration(
+        self, name: str, *, min_ns: int = 0, max_ns: int | None = None, allow_none: bool = False
+    ) -> None:
+        """Normalise a duration field to integer nanoseconds, with a lower and an optional upper bound."""
         value = getattr(self.config, name)
         if value is None and allow_none:
             return
@@ -58,6 +60,15 @@ class Validator:
             from .durations import format_duration
 
             self.error(name, f"must be at least {format_duration(min_ns)}, got {format_duration(nanos)}")
+            return
+        if max_ns is not None and nanos > max_ns:
+            from .durations import format_duration
+
+            self.error(
+                name,
+                f"must be at most {format_duration(max_ns)}, got {format_duration(nanos)}",
+                "Longer periods are refused: a client would be told to retry after more than a year.",
+            )
             return
         self._set(name, nanos)
 

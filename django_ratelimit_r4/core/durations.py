@@ -6,7 +6,11 @@ import re
 from datetime import timedelta
 from fractions import Fraction
 
-__all__ = ["DurationError", "Nanos", "format_duration", "parse_duration"]
+__all__ = ["MAX_PERIOD_NS", "DurationError", "Nanos", "format_duration", "parse_duration"]
+
+#: Longest period, wait or open time a config may set: 366 days. Longer is a mistake (a typo'd unit, an
+#: "infinite" sentinel) that would otherwise reach clients as a Retry-After of dozens of digits.
+MAX_PERIOD_NS = 366 * 86_400_000_000_000
 
 _UNITS_NS = {
     "ns": 1,

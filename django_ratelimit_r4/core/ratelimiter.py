@@ -13,7 +13,7 @@ from ..backends.base import BackendFactory, RateLimiterBackend
 from ..backends.memory import MemoryBackend
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Validator
-from .durations import format_duration
+from .durations import MAX_PERIOD_NS, format_duration
 from .events import Event, EventPublisher
 from .exceptions import RequestNotPermitted
 from .waiting import Waiters
@@ -21,6 +21,7 @@ from .waiting import Waiters
 __all__ = [
     "DRAINED",
     "FAILED_ACQUIRE",
+    "MAX_LIMIT_FOR_PERIOD",
     "SUCCESSFUL_ACQUIRE",
     "RateLimiter",
     "RateLimiterConfig",
@@ -29,6 +30,8 @@ __all__ = [
     "RateLimiterMetrics",
     "aacquire_all",
     "acquire_all",
+    "most_grantable",
+    "refuse_never_grantable",
 ]
 
 P = ParamSpec("P")
@@ -38,6 +41,11 @@ R = TypeVar("R")
 SUCCESSFUL_ACQUIRE = "SUCCESSFUL_ACQUIRE"
 FAILED_ACQUIRE = "FAILED_ACQUIRE"
 DRAINED = "DRAINED"
+
+
+#: Largest ``limit_for_period``: RFC 9651's largest integer (15 digits, sent exactly as ``RateLimit-Policy``'s
+#: ``q``), and below 2**53, so every backend holds it exactly (Redis scripts compute in doubles).
+MAX_LIMIT_FOR_PERIOD = 999_999_999_999_999
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,12 +65,42 @@ class RateLimiterConfig:
 
     def __post_init__(self) -> None:
         v = Validator(self)
-        v.integer("limit_for_period", minimum=1)
-        v.duration("limit_refresh_period", min_ns=1)
-        v.duration("timeout_duration")
+        v.integer("limit_for_period", minimum=1, maximum=MAX_LIMIT_FOR_PERIOD)
+        v.duration("limit_refresh_period", min_ns=1, max_ns=MAX_PERIOD_NS)
+        v.duration("timeout_duration", max_ns=MAX_PERIOD_NS)
         v.callable_or_path("drain_permissions_on_result")
         v.boolean("writable_stack_trace_enabled")
         v.done()
+
+
+def most_grantable(config: RateLimiterConfig, timeout_ns: int) -> int:
+    """The most permits one call can ever be granted by a limiter with ``config`` waiting at most ``timeout_ns``.
+
+    Without a timeout that is ``limit_for_period``: a cycle never holds more. With one, a call may reserve
+    permits of later cycles (Resilience4j's semantics) when the wait fits: at best, a full limiter 1 ns before
+    a cycle boundary needs ``1 + div_ceil(permits - 2 * limit, limit) * period``.
+    """
+    limit = int(config.limit_for_period)
+    if timeout_ns <= 0:
+        return limit
+    return limit * (2 + (timeout_ns - 1) // int(config.limit_refresh_period))
+
+
+def refuse_never_grantable(limiter: Any, permits: int, timeout_ns: int) -> None:
+    """Raise ``ValueError`` if no state of ``limiter`` could ever grant ``permits`` in one call.
+
+    Called on the rejection path only (free for granted calls): such a request would otherwise be rejected
+    forever with a wait (a ``Retry-After``) that is a lie. ``limiter`` has ``name`` and ``config``.
+    """
+    most = most_grantable(limiter.config, timeout_ns)
+    if permits > most:
+        config = limiter.config
+        raise ValueError(
+            f"rate limiter {limiter.name!r} can never grant {permits} permits in one call: it allows "
+            f"{config.limit_for_period} per {format_duration(config.limit_refresh_period)}"
+            + (f" and waits at most {format_duration(timeout_ns)}" if timeout_ns > 0 else " without waiting")
+            + f", so at most {most}; ask for fewer permits or raise limit_for_period"
+        )
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -256,6 +294,7 @@ class RateLimiter:
                 self._publish(SUCCESSFUL_ACQUIRE, permits)
             return True
         if wait < 0:
+            refuse_never_grantable(self, permits, self._timeout_ns)
             if self.events.wants_failed:
                 self._publish(FAILED_ACQUIRE, permits)
             return False
@@ -279,6 +318,7 @@ class RateLimiter:
                 self._publish(SUCCESSFUL_ACQUIRE, permits)
             return True
         if wait < 0:
+            refuse_never_grantable(self, permits, self._timeout_ns)
             if self.events.wants_failed:
                 self._publish(FAILED_ACQUIRE, permits)
             return False
@@ -294,6 +334,7 @@ class RateLimiter:
         """
         wait = self._acquire(permits, self._timeout_ns)
         if wait < 0:
+            refuse_never_grantable(self, permits, self._timeout_ns)
             if self.events.wants_failed:
                 self._publish(FAILED_ACQUIRE, permits)
             raise RequestNotPermitted(self, -wait)
@@ -310,6 +351,7 @@ class RateLimiter:
         else:
             wait = await aacquire(permits, self._timeout_ns)
         if wait < 0:
+            refuse_never_grantable(self, permits, self._timeout_ns)
             if self.events.wants_failed:
                 self._publish(FAILED_ACQUIRE, permits)
             raise RequestNotPermitted(self, -wait)
@@ -326,6 +368,7 @@ class RateLimiter:
             if self.events.wants_successful:
                 self._publish(SUCCESSFUL_ACQUIRE, permits)
             return wait
+        refuse_never_grantable(self, permits, self._timeout_ns)
         if self.events.wants_failed:
             self._publish(FAILED_ACQUIRE, permits)
         return -1
@@ -478,6 +521,8 @@ def _all_outcome(
             if limiter.events.wants_successful:
                 limiter._publish(SUCCESSFUL_ACQUIRE, permits)
         return None
+    for limiter in limiters:
+        refuse_never_grantable(limiter, permits, 0)  # all-or-nothing decides with timeout 0
     index, wait = outcome
     rejecting = limiters[index]
     if rejecting.events.wants_failed:

@@ -18,7 +18,7 @@ from django_ratelimit_r4.core.circuitbreaker import (
 )
 from django_ratelimit_r4.core.clock import FakeClock
 from django_ratelimit_r4.core.durations import Nanos
-from django_ratelimit_r4.core.exceptions import CallNotPermitted, IllegalStateTransition
+from django_ratelimit_r4.core.exceptions import CallNotPermitted, ConfigurationError, IllegalStateTransition
 
 MS = 1_000_000
 S = 1_000_000_000
@@ -751,3 +751,30 @@ def test_a_transition_listener_does_not_build_per_call_events(monkeypatch):
     assert [(e.from_state.name, e.to_state.name) for e in transitions] == [("CLOSED", "OPEN")]
     breaker.events.on_success(lambda e: None)
     assert breaker.events.wants_calls is True
+
+
+def test_exponential_backoff_without_a_cap_stops_growing_at_366_days() -> None:
+    # Without exponential_max_wait_duration_in_open_state, 1 s x 1000^n would reach a Retry-After of dozens
+    # of digits (issue 8): the open time stops at MAX_PERIOD_NS instead.
+    cb, clock = make(
+        sliding_window_size=2,
+        minimum_number_of_calls=1,
+        permitted_number_of_calls_in_half_open_state=1,
+        wait_duration_in_open_state="1s",
+        enable_exponential_backoff=True,
+        exponential_backoff_multiplier=1000.0,
+    )
+    run(cb, fail)
+    waits = []
+    for _ in range(6):
+        waits.append(cb.remaining_open_ns())
+        clock.advance_ns(cb.remaining_open_ns() + 1)
+        run(cb, fail)
+    assert waits[:3] == [S, 1000 * S, 1_000_000 * S]
+    assert waits[3:] == [366 * 86_400 * S] * 3
+
+
+@pytest.mark.parametrize("field", ["wait_duration_in_open_state", "exponential_max_wait_duration_in_open_state"])
+def test_open_times_longer_than_366_days_are_refused(field: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"{field}.*must be at most 366d, got 367d"):
+        CircuitBreakerConfig(**{field: "367d"})

@@ -25,6 +25,7 @@ from django_ratelimit_r4.core.ratelimiter import (
     RateLimiterConfig,
     RateLimiterEvent,
     acquire_all,
+    most_grantable,
 )
 
 S = 1_000_000_000
@@ -550,13 +551,13 @@ def test_no_event_is_built_without_listeners(monkeypatch: pytest.MonkeyPatch) ->
     limiter = make(limit=1, timeout="1s")
     limiter.acquire_permission()
     limiter.acquire_permission()  # waits
-    limiter.reserve_permission(100)
+    limiter.reserve_permission(2)
     limiter.drain_permissions()
     # A listener of another type does not make the others build events.
     limiter.events.on_drained(lambda e: None)
     limiter.clock.advance(10)
     assert limiter.acquire_permission() is True
-    assert limiter.acquire_permission(100) is False
+    assert limiter.acquire_permission(2) is False
 
 
 def test_events_fire_for_success_failure_and_reservation() -> None:
@@ -566,15 +567,15 @@ def test_events_fire_for_success_failure_and_reservation() -> None:
     limiter.events.on_failed_acquire(lambda e: got.append(("fail", e.event_type, e.number_of_permits)))
     limiter.acquire_permission(2)
     limiter.acquire_permission()  # waits 1 s, succeeds
-    limiter.acquire_permission(5)  # beyond the timeout
+    limiter.acquire_permission(4)  # beyond the timeout
     assert limiter.reserve_permission() == 0  # the wait moved the clock into the next cycle: -1 + 2 left
-    assert limiter.reserve_permission(9) == -1
+    assert limiter.reserve_permission(4) == -1
     assert got == [
         ("ok", "SUCCESSFUL_ACQUIRE", 2),
         ("ok", "SUCCESSFUL_ACQUIRE", 1),
-        ("fail", "FAILED_ACQUIRE", 5),
+        ("fail", "FAILED_ACQUIRE", 4),
         ("ok", "SUCCESSFUL_ACQUIRE", 1),
-        ("fail", "FAILED_ACQUIRE", 9),
+        ("fail", "FAILED_ACQUIRE", 4),
     ]
 
 
@@ -829,3 +830,42 @@ def test_acquire_all_overlapping_sets_do_not_deadlock() -> None:
     finally:
         sys.setswitchinterval(previous)
     assert sum(lim.metrics.successful_calls for lim in limiters) > workers * rounds * 2 - 1
+
+
+# ------------------------------------------------------------------ impossible requests and configs (issue 8)
+
+
+def test_more_permits_than_a_cycle_holds_without_a_timeout_is_a_clear_error() -> None:
+    limiter = make(limit=5, period="1m")
+    for call in (limiter.acquire_permission, limiter.acquire_or_raise, limiter.reserve_permission):
+        with pytest.raises(ValueError, match=r"'test' can never grant 6 permits in one call: it allows 5 per 1m"):
+            call(6)
+    with pytest.raises(ValueError, match="can never grant 6"):
+        asyncio.run(limiter.aacquire_or_raise(6))
+    with pytest.raises(ValueError, match="can never grant 6"):
+        acquire_all([limiter, make(limit=10)], permits=6)
+    assert limiter.acquire_permission(5) is True  # nothing was taken by the refused calls
+
+
+def test_with_a_timeout_reservations_of_later_cycles_stay_possible() -> None:
+    # Resilience4j's semantics: a timeout lets a call reserve permits of later cycles, up to what it covers.
+    limiter = make(limit=2, period="1s", timeout="1s")
+    assert most_grantable(limiter.config, limiter._timeout_ns) == 4
+    assert limiter.reserve_permission(4) == S  # 2 now, 2 of the next cycle
+    assert limiter.reserve_permission(4) == -1  # possible in principle, not now
+    with pytest.raises(ValueError, match=r"waits at most 1s, so at most 4"):
+        limiter.reserve_permission(5)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"limit_for_period": 10**15}, "limit_for_period.*must be <= 999999999999999"),
+        ({"limit_refresh_period": "367d"}, "limit_refresh_period.*must be at most 366d, got 367d"),
+        ({"timeout_duration": "400d"}, "timeout_duration.*must be at most 366d, got 400d"),
+    ],
+)
+def test_limits_beyond_exact_and_sane_bounds_are_refused(fields: dict, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        RateLimiterConfig(**fields)
+    RateLimiterConfig(limit_for_period=999_999_999_999_999, limit_refresh_period="366d", timeout_duration="366d")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from fractions import Fraction
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,7 +17,7 @@ from django_ratelimit_r4.backends.base import decide
 from django_ratelimit_r4.core.clock import FakeClock
 from django_ratelimit_r4.core.durations import Nanos
 from django_ratelimit_r4.core.exceptions import RequestNotPermitted
-from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig
+from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig, most_grantable
 
 SETTINGS = settings(max_examples=150, deadline=None)
 
@@ -108,7 +109,12 @@ def test_limiter_matches_the_model(
             clock.advance_ns(arg % (4 * period + 1))
         elif op in ("acquire", "reserve", "or_raise"):
             wait, reserved = model.take(now, arg)
-            if op == "acquire":
+            if not reserved and arg > most_grantable(config, timeout):
+                # No state could ever grant this many: a clear error instead of a rejection whose wait lies.
+                call = {"acquire": limiter.acquire_permission, "reserve": limiter.reserve_permission}
+                with pytest.raises(ValueError, match="can never grant"):
+                    call.get(op, limiter.acquire_or_raise)(arg)
+            elif op == "acquire":
                 assert limiter.acquire_permission(arg) is reserved
                 assert clock.now_ns() - now == (wait if reserved else 0)
             elif op == "or_raise":
@@ -168,6 +174,14 @@ def test_pure_decide_matches_the_model(
     )
 
 
+def _outcome(call: object, permits: int) -> object:
+    """The call's result, or "never" for a request no state could grant (a ValueError)."""
+    try:
+        return call(permits)  # type: ignore[operator]
+    except ValueError:
+        return "never"
+
+
 @SETTINGS
 @given(limit=st.integers(1, 5), period=periods, ops=operations)
 def test_reading_metrics_never_changes_decisions(limit: int, period: int, ops: list[tuple[str, int]]) -> None:
@@ -182,9 +196,9 @@ def test_reading_metrics_never_changes_decisions(limit: int, period: int, ops: l
             a.clock.advance_ns(arg % (3 * period + 1))
             b.clock.advance_ns(arg % (3 * period + 1))
         elif op == "acquire":
-            assert a.acquire_permission(arg) == b.acquire_permission(arg)
+            assert _outcome(a.acquire_permission, arg) == _outcome(b.acquire_permission, arg)
         elif op == "reserve":
-            assert a.reserve_permission(arg) == b.reserve_permission(arg)
+            assert _outcome(a.reserve_permission, arg) == _outcome(b.reserve_permission, arg)
         else:
             assert a.drain_permissions() == b.drain_permissions()
         assert a.clock.now_ns() - b.clock.now_ns() == 0
