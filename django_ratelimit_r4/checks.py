@@ -52,6 +52,14 @@ def _workers_in_args(args: Sequence[str]) -> int | None:
     return found
 
 
+def _names_a_server(arg: str) -> bool:
+    """``/venv/bin/gunicorn`` or, under ``python -m gunicorn``, ``.../site-packages/gunicorn/__main__.py``."""
+    name = os.path.basename(arg)
+    if name == "__main__.py":
+        name = os.path.basename(os.path.dirname(arg))
+    return name.startswith(_SERVERS)
+
+
 def detect_multiprocess(environ: Mapping[str, str], argv: Sequence[str]) -> str | None:
     """Describe why the deployment looks multi-process (several workers), or return None.
 
@@ -70,7 +78,7 @@ def detect_multiprocess(environ: Mapping[str, str], argv: Sequence[str]) -> str 
             n = None
         if n is not None:
             counts.append((n, f"GUNICORN_CMD_ARGS workers={n}"))
-    if any(os.path.basename(a).startswith(_SERVERS) for a in argv[:3]):
+    if any(_names_a_server(a) for a in argv[:3]):
         n = _workers_in_args(list(argv))
         if n is not None:
             counts.append((n, f"--workers {n} on the command line"))

@@ -18,6 +18,9 @@ compare per call.
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -89,6 +92,62 @@ def _looks_like_rate(name: object) -> bool:
     except ValueError:
         return False
     return True
+
+
+logger = logging.getLogger("django_ratelimit_r4")
+
+#: The process that already looked for a multi-process server (see :func:`_warn_if_multiprocess`).
+_multiprocess_checked_pid: int | None = None
+
+
+def _warn_if_multiprocess(state: _State) -> None:
+    """Log once per process, when it builds its first in-memory rate limiter, that limits are per worker.
+
+    ``ratelimit_r4.W001`` only reaches whoever runs ``manage.py check`` in the server's environment;
+    this says it in the worker's own log. Runs at build time (under the registry lock), never per call.
+    """
+    global _multiprocess_checked_pid
+    pid = os.getpid()
+    if _multiprocess_checked_pid == pid:
+        return
+    _multiprocess_checked_pid = pid
+    from django.conf import settings
+
+    from .checks import detect_multiprocess
+
+    check_id = conf.Code.MEMORY_MULTIPROCESS.check_id
+    if check_id in getattr(settings, "SILENCED_SYSTEM_CHECKS", ()):
+        return
+    why = detect_multiprocess(os.environ, sys.argv)
+    if why is None:
+        return
+    names = ", ".join(repr(n) for n in state.analysis.names("ratelimiters"))
+    logger.warning(
+        "rate limiters %s keep their state in this process's memory (pid %d), but the server looks "
+        "multi-process (%s): every worker has its own budget, so a limit of 10 becomes 10 x N workers. "
+        'For one budget across workers use the redis backend (%s = "redis"); if per-process limits are '
+        'intended, silence this and the check with SILENCED_SYSTEM_CHECKS = ["%s"].',
+        names,
+        pid,
+        why,
+        conf.setting_path("backend"),
+        check_id,
+    )
+
+
+def _recheck_in_child() -> None:
+    # A worker forked after its parent built rate limiters (gunicorn --preload) may build none of its
+    # own: look from here, so the warning still reaches the worker's log. No lock: right after fork the
+    # child has one thread, and a lock another parent thread held would never be released here.
+    state = _state
+    if state is None or not (state.instances["ratelimiters"] or state.keyed):
+        return
+    try:
+        in_memory = _redis_options(state) is None
+    except ImproperlyConfigured:
+        return
+    if in_memory:
+        _warn_if_multiprocess(state)
 
 
 class UnknownInstance(ImproperlyConfigured, KeyError):
@@ -209,6 +268,8 @@ def _build(state: _State, kind: str, name: str) -> Any:
             spec = _spec(state, kind, name)
             redis_options = _redis_options(state) if kind == "ratelimiters" else None
             if redis_options is None:
+                if kind == "ratelimiters":
+                    _warn_if_multiprocess(state)
                 instance = _primitive_class(kind)(name, spec.config, clock=_clock)
             else:
                 from .backends.redis import redis_backend  # imported only when configured
@@ -285,6 +346,8 @@ def get_keyed_rate_limiter(name: str) -> KeyedRateLimiter:
                 built: Any
                 if redis_options is None:
                     from .keyed import KeyedRateLimiter  # written separately; imported only when used
+
+                    _warn_if_multiprocess(state)
 
                     built = KeyedRateLimiter(
                         name,
@@ -447,3 +510,5 @@ def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
 
 
 setting_changed.connect(_on_setting_changed, dispatch_uid="django_ratelimit_r4.registry")
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_recheck_in_child)

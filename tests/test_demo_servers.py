@@ -295,6 +295,10 @@ def test_gunicorn_two_workers(tmp_path: Path) -> None:
             assert "Fits" in seen["little"] and "Measured on pid" in seen["little"], seen["little"]  # type: ignore[operator]
             assert seen["workers"].count("<tr>") == 2, seen["workers"]  # type: ignore[union-attr]
     assert "Traceback" not in server.log(), server.log()
+    # In-memory limiters under 2 workers: each worker that built one said so once, in the server's log.
+    warned = re.findall(r"WARNING django_ratelimit_r4 rate limiters .* \(pid (\d+)\), but the server looks "
+                        r"multi-process \(--workers 2 on the command line\)", server.log())
+    assert 1 <= len(warned) == len(set(warned)) <= 2, server.log()
 
 
 @needs_uvicorn
@@ -363,3 +367,4 @@ def test_gunicorn_redis_backend_makes_per_client_global(tmp_path: Path) -> None:
         assert len(worker_pids(server.url)) == 2
         assert request(server.url + "/dashboard/state.json").json()["backend"] == "redis"  # type: ignore[index]
         assert_probes_green(server.url)
+        assert "multi-process" not in server.log()  # one budget in Redis: nothing to warn about
