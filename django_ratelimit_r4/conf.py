@@ -134,6 +134,7 @@ class Code(enum.Enum):
         "E022",
         "a rate in DRF's REST_FRAMEWORK['DEFAULT_THROTTLE_RATES'] (a scope not declared in RATELIMIT_R4) is not '<count>/<unit>'",
     )
+    INVALID_ENABLED = ("E023", "enabled is not True or False")
     MEMORY_MULTIPROCESS = ("W001", "in-memory rate limiters in a deployment that looks multi-process")
     METRICS_WITHOUT_PROMETHEUS = ("W002", "metrics is True but prometheus_client is not installed")
     SHORT_TOKEN = ("W003", "state_endpoint_token is shorter than 32 characters")
@@ -239,6 +240,7 @@ _OPTION_KEYS = (
     "state_endpoint_token",
     "stall_detector",
     "metrics",
+    "enabled",
 )
 _BACKENDS = ("memory", "redis")
 _FAULT_POLICIES = ("open", "closed")
@@ -297,6 +299,8 @@ class R4Options:
     state_endpoint_token: str | None = None
     stall_detector: StallDetectorOptions = field(default_factory=StallDetectorOptions)
     metrics: bool = True
+    #: False makes every decorator and throttle a pass-through (django-ratelimit's RATELIMIT_ENABLE).
+    enabled: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -833,6 +837,16 @@ def _option_metrics(value: object, raw: Mapping[str, Any]) -> bool:
     return value
 
 
+def _option_enabled(value: object, raw: Mapping[str, Any]) -> bool:
+    if not isinstance(value, bool):
+        raise _Invalid(
+            f"must be True or False, got {value!r}",
+            "False turns every decorator and throttle into a pass-through, e.g. "
+            'RATELIMIT_R4["enabled"] = os.environ.get("RATELIMIT_ENABLE", "1") == "1".',
+        )
+    return value
+
+
 _OPTION_PARSERS: dict[str, tuple[Callable[[Any, Mapping[str, Any]], Any], Code]] = {
     "backend": (_option_backend, Code.INVALID_BACKEND),
     "redis_fault_policy": (_option_fault_policy, Code.INVALID_REDIS_OPTION),
@@ -844,6 +858,7 @@ _OPTION_PARSERS: dict[str, tuple[Callable[[Any, Mapping[str, Any]], Any], Code]]
     "ipv6_prefix_length": (_option_ipv6_prefix, Code.INVALID_IPV6_PREFIX),
     "state_endpoint_token": (_option_token, Code.INVALID_TOKEN),
     "metrics": (_option_metrics, Code.INVALID_METRICS),
+    "enabled": (_option_enabled, Code.INVALID_ENABLED),
 }
 
 

@@ -426,6 +426,12 @@ class RateLimitGate:
         with self._lock:
             generation = registry.generation  # read first: a rebuild racing with us makes this plan stale
             options = conf.get_options()
+            if not options.enabled:
+                # RATELIMIT_R4["enabled"] = False: a plan with no limits and no header style takes no
+                # permit and writes no field; read once per registry generation, never per request.
+                plan = _RatePlan(generation, (), None, b"")
+                self._plan = plan
+                return plan
             resolver: ClientIPResolver | None = None
             limits = []
             for name in self.names:
@@ -854,6 +860,10 @@ def _fallback_args(
 # ---------------------------------------------------------------------------------------------- the stack
 
 
+#: ``_Resilience.instances()`` while ``RATELIMIT_R4["enabled"]`` is False: nothing wraps the function.
+_DISABLED: tuple[Any, ...] = (None, None, None, None, 0)
+
+
 class _Resilience:
     """One decorator: which instances, in Resilience4j's order, and one fallback.
 
@@ -914,6 +924,9 @@ class _Resilience:
     def _resolve(self) -> tuple[Any, ...]:
         with self._lock:
             generation = registry.generation
+            if not conf.get_options().enabled:  # pass-through: no instance is resolved or used
+                self._state = (generation, _DISABLED)
+                return _DISABLED
             found = (
                 registry.get_retry(self.retry) if self.retry else None,
                 registry.get_circuit_breaker(self.circuitbreaker) if self.circuitbreaker else None,

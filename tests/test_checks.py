@@ -606,6 +606,14 @@ CASES = [
         id="E004-redis-period",
     ),
     pytest.param(
+        {"enabled": "false"},
+        "E023",
+        'RATELIMIT_R4["enabled"]',
+        "must be True or False, got 'false'",
+        "pass-through",
+        id="E023",
+    ),
+    pytest.param(
         {"state_endpoint_token": "short"},
         "W003",
         'RATELIMIT_R4["state_endpoint_token"]',

@@ -703,3 +703,63 @@ def test_the_longest_period_keeps_retry_after_and_ratelimit_fields_short(r4_cloc
         assert rejected.status_code == 429
         assert rejected["Retry-After"] == str(366 * 86_400)
         assert rejected["RateLimit-Policy"] == f'"api";q=999999999999999;w={366 * 86_400}'
+
+
+# ------------------------------------------------------------------------------ the off switch (issue 8)
+
+
+@pytest.fixture
+def disabled(r4_clock):
+    with override_settings(RATELIMIT_R4=views.r4_settings(enabled=False)):
+        yield r4_clock
+
+
+def test_disabled_decorators_are_pass_throughs_no_permit_no_headers(disabled) -> None:
+    client = Client()
+    for path in ("/api/", "/multi/", "/per-ip/", "/class/", "/stacked/", "/drf/"):
+        responses = [client.get(path) for _ in range(15)]
+        assert [r.status_code for r in responses] == [200] * 15, path
+        assert not any(h.lower().startswith("ratelimit") for r in responses for h in r.headers), path
+    assert get_rate_limiter("api").metrics.available_permissions == 10  # not one permit taken
+    assert get_rate_limiter("api").metrics.successful_calls == 0
+
+
+def test_disabled_breaker_bulkhead_and_retry_do_not_wrap_the_view(disabled) -> None:
+    get_circuit_breaker("acquirer").transition_to_forced_open_state()
+    client = Client()
+    assert client.get("/breaker/").content == b"ok"
+    assert client.get("/breaker-fallback/").content == b"live"
+    with pytest.raises(ConnectionError):
+        client.get("/flaky/")  # no retry: the first failure reaches the client
+    assert views.CALLS["flaky"] == 1
+
+
+async def test_disabled_async_views_pass_through(disabled) -> None:
+    client = AsyncClient()
+    responses = [await client.get("/api-async/") for _ in range(15)]
+    assert [r.status_code for r in responses] == [200] * 15
+    assert "RateLimit" not in responses[-1]
+    assert (await client.get("/bulkhead/")).status_code == 200
+
+
+def test_the_off_switch_is_read_once_per_registry_build_not_per_request(
+    disabled, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = Client()
+    assert client.get("/api/").status_code == 200
+    assert client.get("/stacked/").status_code == 200
+
+    def no_lookup() -> None:
+        raise AssertionError("settings read on the request path")
+
+    monkeypatch.setattr("django_ratelimit_r4.conf.get_options", no_lookup)
+    assert [client.get("/api/").status_code for _ in range(3)] == [200] * 3
+    assert client.get("/stacked/").status_code == 200
+
+
+def test_turning_it_back_on_limits_again(r4_clock) -> None:
+    client = Client()
+    with override_settings(RATELIMIT_R4=views.r4_settings(enabled=False)):
+        assert statuses(client, "/api/", 12) == [200] * 12
+    with override_settings(RATELIMIT_R4=views.r4_settings(enabled=True)):
+        assert statuses(client, "/api/", 11) == [200] * 10 + [429]

@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -203,3 +204,76 @@ def test_testing_module_reexports_fake_clock_and_fake_clock_context_manager() ->
         clock.advance(1)
         assert limiter.acquire_permission()
     assert limiter.clock is SYSTEM_CLOCK and registry._clock is SYSTEM_CLOCK
+
+
+# ------------------------------------------------------------------------- r4_reset: no state leaks (issue 8)
+
+RESET_SETTINGS = """
+SECRET_KEY = "plugin-tests"
+USE_TZ = True
+INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth", "django_ratelimit_r4"]
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+RATELIMIT_R4 = {
+    "ratelimiters": {"instances": {"api": {"rate": "2/h"}, "per_ip": {"rate": "1/h", "key": "ip"}}},
+    "circuitbreakers": {"instances": {"payments": {"wait_duration_in_open_state": "1h"}}},
+}
+"""
+
+RESET_TESTS = """
+from django_ratelimit_r4 import get_circuit_breaker, get_rate_limiter
+
+
+def test_a_uses_everything_up():
+    assert [get_rate_limiter("api").acquire_permission() for _ in range(3)] == [True, True, False]
+    assert get_rate_limiter("per_ip", key="203.0.113.7").acquire_permission()
+    get_circuit_breaker("payments").transition_to_open_state()
+
+
+def test_b_starts_fresh():
+    assert get_rate_limiter("api").metrics.available_permissions == 2
+    assert get_rate_limiter("per_ip", key="203.0.113.7").acquire_permission()
+    assert get_circuit_breaker("payments").try_acquire_permission()
+
+
+async def test_c_async_uses_everything_up():
+    limiter = get_rate_limiter("api")
+    assert [await limiter.aacquire_permission() for _ in range(3)] == [True, True, False]
+
+
+async def test_d_async_starts_fresh():
+    assert await get_rate_limiter("api").aacquire_permission()
+    assert get_rate_limiter("api").metrics.available_permissions == 1
+"""
+
+
+def _run_reset(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, ini: str, conftest: str = "") -> Any:
+    pytester.makepyfile(r4_reset_settings=RESET_SETTINGS, test_reset=RESET_TESTS)
+    if conftest:
+        pytester.makeconftest(conftest)
+    pytester.makeini(f"[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n{ini}")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.delenv("DJANGO_SETTINGS_MODULE", raising=False)
+    args = () if _entry_point_installed() else ("-p", "django_ratelimit_r4.pytest_plugin")
+    return pytester.runpytest_subprocess(
+        "--ds=r4_reset_settings", "-p", "no:cacheprovider", "-p", "no:randomly", *args, timeout=120
+    )
+
+
+def test_without_opting_in_state_leaks_between_tests(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    result = _run_reset(pytester, monkeypatch, "")
+    result.assert_outcomes(passed=1, failed=3)  # b, c and d see what the tests before them used
+
+
+def test_the_r4_reset_ini_option_resets_every_instance_before_each_test(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = _run_reset(pytester, monkeypatch, "r4_reset = true\n")
+    result.assert_outcomes(passed=4)
+
+
+def test_the_r4_reset_fixture_made_autouse_in_a_conftest(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conftest = "import pytest\n\n\n@pytest.fixture(autouse=True)\ndef _fresh_limits(r4_reset):\n    pass\n"
+    result = _run_reset(pytester, monkeypatch, "", conftest)
+    result.assert_outcomes(passed=4)
