@@ -3,15 +3,14 @@
 Against a real Redis (db 15, a unique key prefix per test; skipped without Redis unless
 R4_REQUIRE_REDIS=1, as in CI). Time is the ``r4_clock`` FakeClock (the Redis backend then sends the
 client's time), except where processes must share the server's clock. Async paths are checked two
-ways: no sync redis-py command may run on a thread with a running event loop, and asyncio debug
-mode must report no slow callback.
+ways: no sync redis-py command may run on a thread with a running event loop, and no blocking call
+of any kind (a blocking socket, a sleep, a thread wait) may run on the loop's thread (tests/noblock.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from django_ratelimit_r4.decorators import RateLimitGate, _secret_salt, ratelimi
 from django_ratelimit_r4.headers import partition_key
 from django_ratelimit_r4.keyed import acquire_all_keyed
 from django_ratelimit_r4.rest_framework import RateLimiterThrottle
+from tests.noblock import forbid_blocking
 
 redis = pytest.importorskip("redis")
 rb = pytest.importorskip("django_ratelimit_r4.backends.redis")
@@ -200,26 +200,6 @@ def no_sync_redis_on_loop(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]
         yield violations
 
 
-@contextmanager
-def loop_debug(caplog: pytest.LogCaptureFixture) -> Iterator[list[str]]:
-    """asyncio debug mode with a 200 ms slow-callback threshold; yields the slow-callback messages."""
-    loop = asyncio.get_running_loop()
-    old_debug, old_slow = loop.get_debug(), loop.slow_callback_duration
-    loop.set_debug(True)
-    loop.slow_callback_duration = 0.2  # a blocking Redis timeout is 0.25 s; a loaded CI step can reach 0.09 s
-    caplog.set_level(logging.WARNING, logger="asyncio")
-    caplog.clear()
-    slow: list[str] = []
-    try:
-        yield slow
-    finally:
-        loop.set_debug(old_debug)
-        loop.slow_callback_duration = old_slow
-        slow.extend(
-            r.getMessage() for r in caplog.records if r.name == "asyncio" and "took" in r.getMessage()
-        )
-
-
 class PeerAsyncClient(AsyncClient):
     """AsyncClient from one peer address (ASGI takes REMOTE_ADDR from scope["client"], not a header)."""
 
@@ -374,10 +354,10 @@ def test_a_gate_mixing_memory_and_redis_is_refused_when_its_plan_is_built(
 
 
 async def test_async_view_same_numbers_never_touches_the_sync_client_on_the_loop(
-    on_redis: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    on_redis: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     client = AsyncClient()
-    with loop_debug(caplog) as slow, no_sync_redis_on_loop(monkeypatch) as violations:
+    with forbid_blocking(monkeypatch) as blocking, no_sync_redis_on_loop(monkeypatch) as violations:
         first = await client.get("/api-async/")
         on_redis.advance(0.25)
         second = await client.get("/api-async/")
@@ -396,16 +376,16 @@ async def test_async_view_same_numbers_never_touches_the_sync_client_on_the_loop
     assert rejected["RateLimit"] == '"api";r=0;t=1'
     assert (again.status_code, again["RateLimit"]) == (200, '"api";r=9;t=1')
     assert violations == []
-    assert slow == [], slow
+    assert blocking == [], blocking
 
 
 async def test_async_keyed_and_multi_limit_views(
-    on_redis: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    on_redis: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     client = AsyncClient()
     client_a = PeerAsyncClient(A["REMOTE_ADDR"])
     pk_a = partition_key(A["REMOTE_ADDR"], _secret_salt())
-    with loop_debug(caplog) as slow, no_sync_redis_on_loop(monkeypatch) as violations:
+    with forbid_blocking(monkeypatch) as blocking, no_sync_redis_on_loop(monkeypatch) as violations:
         keyed = [await client_a.get("/per-ip-async/") for _ in range(3)]
         other = await PeerAsyncClient(B["REMOTE_ADDR"]).get("/per-ip-async/")
         multi_codes = [(await client.get("/multi-async/")).status_code for _ in range(3)]
@@ -423,24 +403,24 @@ async def test_async_keyed_and_multi_limit_views(
     assert by_sustained["RateLimit"] == '"burst";r=1;t=1, "sustained";r=0;t=59'
     assert mixed == [200, 200]  # A's budget refreshed with the advance above
     assert violations == []
-    assert slow == [], slow
+    assert blocking == [], blocking
     # Read outside the guarded block (sync reads), the all-or-nothing held on the async path too.
     assert await asyncio.to_thread(available, "burst") == 1
     assert await asyncio.to_thread(available, "burst3") == 1
 
 
 async def test_async_view_with_redis_down_open_and_closed(
-    redis_url: str, prefix: str, caplog: pytest.LogCaptureFixture
+    redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     client = AsyncClient()
     down_open = r4_settings(UNREACHABLE, prefix, redis_fault_policy="open")
-    with override_settings(RATELIMIT_R4=down_open), loop_debug(caplog) as slow:
+    with override_settings(RATELIMIT_R4=down_open), forbid_blocking(monkeypatch) as blocking:
         started = time.monotonic()
         codes = [(await client.get("/api-async/")).status_code for _ in range(12)]
         elapsed = time.monotonic() - started
     assert codes == [200] * 12
     assert elapsed < 3, elapsed
-    assert slow == [], slow
+    assert blocking == [], blocking
     with override_settings(RATELIMIT_R4=r4_settings(UNREACHABLE, prefix, redis_fault_policy="closed")):
         rejected = await client.get("/multi-async/")
     assert (rejected.status_code, rejected["Retry-After"]) == (429, "1")
