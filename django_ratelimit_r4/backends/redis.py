@@ -112,7 +112,9 @@ CONNECT_TIMEOUT_S = 2.0
 #: Connections per pool (the sync client's, and each event loop's); more callers wait (``?max_connections=``).
 MAX_CONNECTIONS = 16
 #: How long a caller waits for a pooled connection before the fault policy decides its call (``?timeout=``).
-POOL_TIMEOUT_S = 1.0
+#: Commands take well under a millisecond, so a long wait means this process is starved of CPU: callers then
+#: wait their turn rather than flip to the fault policy (a command that times out still frees its slot).
+POOL_TIMEOUT_S = 5.0
 #: Longest ``limit_refresh_period`` the script's exact arithmetic supports (period * 10 < 2**53): ~10 days.
 MAX_PERIOD_NS = REDIS_MAX_PERIOD_NS
 
