@@ -56,12 +56,29 @@ class RetryConfig:
         v.exception_classes("ignore_exceptions")
         v.callable_or_path("retry_on_result")
         v.boolean("fail_after_max_attempts")
+        # Resilience4j's interval functions refuse intervals below 1 ms (IntervalFunction.checkInterval): the
+        # grown or jittered wait is computed in whole milliseconds, so a shorter one would be 0.
+        wait = self.wait_duration
+        backoff = self.enable_exponential_backoff is True or self.enable_randomized_wait is True
+        if backoff and isinstance(wait, int) and wait < _MS:
+            v.error(
+                "wait_duration",
+                f"must be at least 1ms with exponential or randomized backoff, got {format_duration(wait)}",
+                "Resilience4j's interval functions work in whole milliseconds and refuse shorter intervals.",
+            )
+        cap = self.exponential_max_wait_duration
+        if isinstance(cap, int) and cap < _MS:
+            v.error(
+                "exponential_max_wait_duration",
+                f"must be at least 1ms, got {format_duration(cap)}",
+                "Resilience4j refuses a maximum interval below 1 ms; leave it None for no cap.",
+            )
         v.done()
 
 
 _MS = 1_000_000
-# Java's Long.MAX_VALUE: where Resilience4j's long arithmetic stops; keeps huge backoffs finite.
-_MAX_WAIT_NS = 2**63 - 1
+# Java's Long.MAX_VALUE: where Resilience4j's long arithmetic (in milliseconds) stops; keeps huge backoffs finite.
+_MAX_WAIT_MS = 2**63 - 1
 
 #: Event types of a :class:`Retry`, as Resilience4j names them.
 RETRY, ERROR, SUCCESS, IGNORED_ERROR = "RETRY", "ERROR", "SUCCESS", "IGNORED_ERROR"
@@ -189,8 +206,12 @@ class Retry:
         self._wait_ns: int = int(cfg.wait_duration)
         self._multiplier: float | None = cfg.exponential_backoff_multiplier if cfg.enable_exponential_backoff else None
         self._factor: float | None = cfg.randomized_wait_factor if cfg.enable_randomized_wait else None
+        # Grown and jittered waits are whole milliseconds, as Resilience4j's Duration.toMillis() makes them.
+        self._wait_ms: int = self._wait_ns // _MS
         max_wait = cfg.exponential_max_wait_duration
-        self._cap_ns: int | None = int(max_wait) if cfg.enable_exponential_backoff and max_wait is not None else None
+        self._cap_ms: int | None = (
+            int(max_wait) // _MS if cfg.enable_exponential_backoff and max_wait is not None else None
+        )
         # Resolved once: an empty retry list means every Exception; ignore always wins.
         self._retry_on: tuple[type[BaseException], ...] = cfg.retry_exceptions or (Exception,)
         self._ignore: tuple[type[BaseException], ...] = cfg.ignore_exceptions
@@ -212,33 +233,36 @@ class Retry:
     # -- the wait ----------------------------------------------------------------------------------
 
     def interval_ns(self, attempt: int) -> int:
-        """The wait in nanoseconds after failed attempt number ``attempt`` (1-based).
+        """The wait in nanoseconds after failed attempt number ``attempt`` (1-based; below 1 is a ``ValueError``).
 
-        Resilience4j's ``IntervalFunction``: constant; exponential ``wait * multiplier^(attempt-1)``
-        (iterated with truncation, like Java's ``long`` arithmetic); randomized in
-        ``[w - f*w, w + f*w + 1 ms)``, floored at 1 ms when the base wait is at least 1 ms; both
-        combined randomize first and cap at ``exponential_max_wait_duration`` after.
+        Resilience4j's ``IntervalFunction``, in its unit (whole milliseconds) so waits match it to the
+        millisecond: constant (kept to the nanosecond); exponential ``wait * multiplier^(attempt-1)`` iterated
+        with Java's ``(long) (x * multiplier)`` truncation after every step; randomized in
+        ``[w - f*w, w + f*w + 1)`` ms, floored at 1 ms; both combined randomize first and cap at
+        ``exponential_max_wait_duration`` after.
         """
-        wait = self._wait_ns
+        if attempt < 1:
+            raise ValueError(f"attempt must be >= 1 (attempts are 1-based, as in Resilience4j), got {attempt!r}")
         multiplier = self._multiplier
+        factor = self._factor
+        if multiplier is None and factor is None:
+            return self._wait_ns
+        interval = self._wait_ms
         if multiplier is not None:
             for _ in range(attempt - 1):
-                wait = int(wait * multiplier)
-                if wait >= _MAX_WAIT_NS:
-                    wait = _MAX_WAIT_NS
+                interval = int(interval * multiplier)
+                if interval >= _MAX_WAIT_MS:
+                    interval = _MAX_WAIT_MS
                     break
-        factor = self._factor
         if factor is not None:
-            # Java adds 1 to the range in its unit (ms); below 1 ms we add nothing and floor at 0.
-            one = _MS if self._wait_ns >= _MS else 0
-            delta = factor * wait
-            low = wait - delta
-            wait = int(low + self._random.random() * (wait + delta - low + one))
-            wait = min(max(wait, one), _MAX_WAIT_NS)
-        cap = self._cap_ns
-        if cap is not None and wait > cap:
-            wait = cap
-        return wait
+            delta = factor * interval
+            low = interval - delta
+            # IntervalFunctionCompanion.randomize: min + random * (max - min + 1), at least 1.0, then (long).
+            interval = min(int(max(1.0, low + self._random.random() * (interval + delta - low + 1))), _MAX_WAIT_MS)
+        cap = self._cap_ms
+        if cap is not None and interval > cap:
+            interval = cap
+        return interval * _MS
 
     # -- outcome bookkeeping (shared by call and acall) ---------------------------------------------
 

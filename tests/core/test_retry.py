@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import random
 import sys
 import threading
@@ -305,15 +306,17 @@ def test_exponential_backoff_doubles_and_caps() -> None:
 
 
 def test_exponential_backoff_uncapped_truncates_like_java_long() -> None:
+    # Resilience4j: LongStream.iterate(500, n -> (long) (n * 1.5)) in milliseconds.
     retry = Retry("e", RetryConfig(wait_duration="500ms", enable_exponential_backoff=True))
-    assert [retry.interval_ns(n) for n in range(1, 6)] == [
-        500_000_000, 750_000_000, 1_125_000_000, 1_687_500_000, 2_531_250_000
-    ]
-    odd = Retry("o", RetryConfig(wait_duration="7ns", enable_exponential_backoff=True, exponential_backoff_multiplier=1.5))
-    assert [odd.interval_ns(n) for n in range(1, 5)] == [7, 10, 15, 22]  # int() after every step
-    # Huge attempt numbers stay finite instead of overflowing a float.
+    assert [retry.interval_ns(n) // MS for n in range(1, 7)] == [500, 750, 1125, 1687, 2530, 3795]
+    odd = Retry("o", RetryConfig(wait_duration="7ms", enable_exponential_backoff=True, exponential_backoff_multiplier=1.5))
+    assert [odd.interval_ns(n) for n in range(1, 5)] == [7 * MS, 10 * MS, 15 * MS, 22 * MS]  # int() every step
+    # The wait is taken in whole milliseconds first, as Duration.toMillis() does: 1.9 ms grows as 1 ms.
+    sub = Retry("s", RetryConfig(wait_duration="1900us", enable_exponential_backoff=True, exponential_backoff_multiplier=3))
+    assert [sub.interval_ns(n) for n in (1, 2, 3)] == [MS, 3 * MS, 9 * MS]
+    # Huge attempt numbers stay finite instead of overflowing a float (Java's long saturates).
     assert Retry("h", RetryConfig(wait_duration="1s", enable_exponential_backoff=True,
-                                  exponential_backoff_multiplier=10)).interval_ns(10_000) == 2**63 - 1
+                                  exponential_backoff_multiplier=10)).interval_ns(10_000) == (2**63 - 1) * MS
 
 
 def test_max_wait_is_ignored_without_exponential_backoff() -> None:
@@ -328,10 +331,11 @@ def test_randomized_wait_stays_in_resilience4j_bounds_and_is_reproducible() -> N
     # Java: [i - f*i, i + f*i + 1) in ms.
     assert all(500 * MS <= s < 1_501 * MS for s in samples)
     assert min(samples) < 520 * MS and max(samples) > 1_480 * MS  # the whole range is used
-    assert len(set(samples)) > 1_900
-    # The same seed reproduces the same waits, and the formula is exactly R4's.
+    assert len(set(samples)) > 800  # of the 1001 whole milliseconds in range
+    assert all(s % MS == 0 for s in samples)  # whole milliseconds, as Resilience4j's (long) cast
+    # The same seed reproduces the same waits, and the formula is exactly R4's (in ms).
     expected_rng = random.Random(1234)
-    assert samples[:50] == [int(500 * MS + expected_rng.random() * (1_000 * MS + MS)) for _ in range(50)]
+    assert samples[:50] == [int(500 + expected_rng.random() * (1_000 + 1)) * MS for _ in range(50)]
     again = Retry("r2", config, random=random.Random(1234))
     assert [again.interval_ns(1) for _ in range(2000)] == samples
 
@@ -367,12 +371,90 @@ def test_randomized_wait_is_floored_at_one_millisecond() -> None:
     assert 2 * MS <= top < 3 * MS
 
 
-def test_randomized_wait_below_one_millisecond_has_no_floor() -> None:
-    zero = RetryConfig(wait_duration=0, enable_randomized_wait=True)
-    assert [Retry("z", zero, random=FixedRandom(v)).interval_ns(1) for v in (0.0, 0.5, 0.999)] == [0, 0, 0]
-    small = RetryConfig(wait_duration="500us", enable_randomized_wait=True, randomized_wait_factor=0.5)
-    assert Retry("s", small, random=FixedRandom(0.0)).interval_ns(1) == 250_000
-    assert Retry("s", small, random=FixedRandom(0.5)).interval_ns(1) == 500_000
+# -- Resilience4j's IntervalFunctionTest, translated -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        # shouldRejectNonPositiveDuration: of(0), ofExponentialBackoff(100, 1, 0 / -1), ofExponentialRandomBackoff(...)
+        {"wait_duration": 0, "enable_randomized_wait": True},
+        {"wait_duration": 0, "enable_exponential_backoff": True},
+        {"wait_duration": "999us", "enable_exponential_backoff": True, "enable_randomized_wait": True},
+        {"wait_duration": "100ms", "enable_exponential_backoff": True, "exponential_backoff_multiplier": 1,
+         "exponential_max_wait_duration": 0},
+        {"wait_duration": "100ms", "enable_exponential_backoff": True, "enable_randomized_wait": True,
+         "exponential_backoff_multiplier": 1, "exponential_max_wait_duration": "500us"},
+    ],
+)
+def test_non_positive_intervals_and_caps_below_one_millisecond_are_rejected(fields: dict) -> None:
+    with pytest.raises(ConfigurationError, match="must be at least 1ms"):
+        RetryConfig(**fields)
+
+
+def test_a_constant_wait_of_zero_stays_allowed() -> None:
+    # Resilience4j's waitDuration(Duration.ZERO) is accepted; only the interval functions refuse it.
+    assert Retry("z", RetryConfig(wait_duration=0)).interval_ns(1) == 0
+
+
+@pytest.mark.parametrize("millis", [10, 99, 981])
+def test_positive_intervals_pass(millis: int) -> None:  # shouldPassPositiveDuration
+    for fields in (
+        {},
+        {"enable_randomized_wait": True},
+        {"enable_exponential_backoff": True},
+        {"enable_exponential_backoff": True, "enable_randomized_wait": True},
+        {"enable_exponential_backoff": True, "exponential_backoff_multiplier": 1,
+         "exponential_max_wait_duration": f"{millis}ms"},
+    ):
+        Retry("p", RetryConfig(wait_duration=f"{millis}ms", **fields)).interval_ns(1)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{}, {"enable_randomized_wait": True}, {"enable_exponential_backoff": True},
+     {"enable_exponential_backoff": True, "enable_randomized_wait": True}],
+)
+def test_attempt_less_than_one_is_rejected(fields: dict) -> None:  # shouldRejectAttemptLessThenOne
+    retry = Retry("a", RetryConfig(**fields))
+    for attempt in (0, -1):
+        with pytest.raises(ValueError, match="attempt must be >= 1"):
+            retry.interval_ns(attempt)
+    assert retry.interval_ns(1) > 0 and retry.interval_ns(2) > 0  # shouldPassAttemptGreaterThenZero
+
+
+def test_generates_randomized_intervals() -> None:
+    retry = Retry("r", RetryConfig(wait_duration="100ms", enable_randomized_wait=True, randomized_wait_factor=0.5))
+    for attempt in range(1, 50):
+        assert 50 * MS <= retry.interval_ns(attempt) <= 150 * MS
+
+
+def test_generates_exponential_intervals() -> None:
+    retry = Retry("e", RetryConfig(wait_duration="100ms", enable_exponential_backoff=True,
+                                   exponential_backoff_multiplier=1.5))
+    values = [retry.interval_ns(attempt) for attempt in range(1, 50)]
+    assert all(b > a for a, b in itertools.pairwise(values))
+
+
+def test_generates_capped_exponential_intervals() -> None:
+    retry = Retry("c", RetryConfig(wait_duration="100ms", enable_exponential_backoff=True,
+                                   exponential_backoff_multiplier=2, exponential_max_wait_duration="100s"))
+    values = [retry.interval_ns(attempt) for attempt in range(1, 12)]
+    assert all(b > a for a, b in itertools.pairwise(values))
+    assert retry.interval_ns(12) == retry.interval_ns(13) == 100 * S
+
+
+@pytest.mark.parametrize("cap", [None, "100s"])
+def test_generates_exponential_random_intervals(cap: str | None) -> None:
+    retry = Retry("x", RetryConfig(wait_duration="100ms", enable_exponential_backoff=True,
+                                   exponential_backoff_multiplier=1.5, enable_randomized_wait=True,
+                                   randomized_wait_factor=0.5, exponential_max_wait_duration=cap))
+    expected = 100
+    for attempt in range(1, 50):
+        value = retry.interval_ns(attempt) // MS
+        capped = cap is not None and value == 100_000
+        assert capped or int(expected * 0.5) - 1 <= value <= int(expected * 1.5) + 1
+        expected = int(expected * 1.5)
 
 
 def test_exponential_random_backoff_randomizes_first_then_caps() -> None:
@@ -406,8 +488,9 @@ def test_interval_bounds_property(
     base = Retry("b", RetryConfig(wait_duration=f"{wait_ms}ms", enable_exponential_backoff=True,
                                   exponential_backoff_multiplier=multiplier)).interval_ns(attempt)
     value = Retry("p", config, random=FixedRandom(draw)).interval_ns(attempt)
-    low = max(MS, int(base - factor * base) - 1)
-    high = base + factor * base + MS
+    base_ms = base // MS
+    low = max(1, int(base_ms - factor * base_ms)) * MS  # whole milliseconds, truncated like Java's (long)
+    high = (base_ms + factor * base_ms + 1) * MS
     if cap_ms is not None:
         low, high = min(low, cap_ms * MS), min(high, cap_ms * MS)
     assert low <= value <= high
