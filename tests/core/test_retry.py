@@ -489,8 +489,9 @@ def test_interval_bounds_property(
                                   exponential_backoff_multiplier=multiplier)).interval_ns(attempt)
     value = Retry("p", config, random=FixedRandom(draw)).interval_ns(attempt)
     base_ms = base // MS
-    low = max(1, int(base_ms - factor * base_ms)) * MS  # whole milliseconds, truncated like Java's (long)
-    high = (base_ms + factor * base_ms + 1) * MS
+    # Whole milliseconds, truncated like Java's (long); the relative slack covers doubles beyond 2**53 ms.
+    low = max(1, int((base_ms - factor * base_ms) * (1 - 1e-12))) * MS
+    high = (int((base_ms + factor * base_ms + 1) * (1 + 1e-12)) + 1) * MS
     if cap_ms is not None:
         low, high = min(low, cap_ms * MS), min(high, cap_ms * MS)
     assert low <= value <= high
