@@ -763,3 +763,21 @@ def test_turning_it_back_on_limits_again(r4_clock) -> None:
         assert statuses(client, "/api/", 12) == [200] * 12
     with override_settings(RATELIMIT_R4=views.r4_settings(enabled=True)):
         assert statuses(client, "/api/", 11) == [200] * 10 + [429]
+
+
+# ----------------------------------------------------------------- predicates from settings (issue 8)
+
+
+def test_a_breaker_records_only_what_its_dotted_path_predicate_accepts(r4_clock) -> None:
+    setting = views.r4_settings()
+    setting["circuitbreakers"]["instances"]["acquirer"]["record_exception"] = "tests.views.is_server_error"
+    with override_settings(RATELIMIT_R4=setting):
+        client = Client(raise_request_exception=False)
+        assert [client.get("/breaker/?fail=1").status_code for _ in range(20)] == [500] * 20
+        breaker = get_circuit_breaker("acquirer")
+        assert breaker.state is State.CLOSED  # ConnectionError is not a 5xx HTTPError: recorded as success
+        assert breaker.metrics.number_of_failed_calls == 0
+    with override_settings(RATELIMIT_R4=views.r4_settings()):  # without the predicate every error counts
+        client = Client(raise_request_exception=False)
+        [client.get("/breaker/?fail=1") for _ in range(10)]
+        assert get_circuit_breaker("acquirer").state is State.OPEN

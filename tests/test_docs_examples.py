@@ -397,3 +397,28 @@ def test_configuration_top_level_options_table() -> None:
             assert parse_duration(value["threshold"]) == stall.threshold_ns
         else:
             assert _same(documented, getattr(defaults, name)), (name, documented)
+
+
+def test_configuration_predicate_examples_run_and_pass_the_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """configuration.md's myapp/resilience.py and its settings: importable by dotted path, clean under check."""
+    from datetime import timedelta
+
+    fake = types.ModuleType("requests")
+    fake.HTTPError = type("HTTPError", (OSError,), {})  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "requests", fake)
+    module = types.ModuleType("myapp.resilience")
+    run(block("docs/configuration.md", "# myapp/resilience.py"), "docs/configuration.md", module.__dict__)
+    monkeypatch.setitem(sys.modules, "myapp", types.ModuleType("myapp"))
+    monkeypatch.setitem(sys.modules, "myapp.resilience", module)
+    sys.modules["myapp"].resilience = module  # type: ignore[attr-defined]
+
+    def http_error(status: int, retry_after: str = "") -> BaseException:
+        error = fake.HTTPError()  # type: ignore[attr-defined]
+        error.response = types.SimpleNamespace(status_code=status, headers={"Retry-After": retry_after})
+        return error
+
+    assert module.is_server_error(http_error(503)) and not module.is_server_error(http_error(404))
+    assert module.upstream_retry_after(1, http_error(429, "7")) == timedelta(seconds=7)
+    assert module.upstream_retry_after(2, ValueError()) == timedelta(milliseconds=400)
+    setting = run(block("docs/configuration.md", '"record_exception": "myapp.resilience'), "docs/configuration.md")
+    assert r4_problems(setting["RATELIMIT_R4"]) == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import datetime
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -241,3 +242,31 @@ class DrfBreaker(APIView):
 
 def json_api(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"ok": True})
+
+
+# -- predicates and an interval function named by dotted paths in settings (issue 8, item 18)
+
+
+class UpstreamHTTPError(Exception):
+    """An upstream answered with an HTTP error status (like requests' HTTPError with its response)."""
+
+    def __init__(self, status: int, retry_after_s: int | None = None) -> None:
+        super().__init__(f"upstream answered {status}")
+        self.status = status
+        self.retry_after_s = retry_after_s
+
+
+def is_server_error(exc: BaseException) -> bool:
+    """Record only 5xx answers as breaker failures: a 404 says nothing about the upstream's health."""
+    return isinstance(exc, UpstreamHTTPError) and exc.status >= 500
+
+
+def is_rate_limited(exc: BaseException) -> bool:
+    """Retry an upstream 429 (and nothing else among HTTP errors)."""
+    return isinstance(exc, UpstreamHTTPError) and exc.status == 429
+
+
+def upstream_retry_after(attempt: int, outcome: object) -> datetime.timedelta:
+    """Wait what the upstream's Retry-After said, else 100 ms times the attempt."""
+    seconds = getattr(outcome, "retry_after_s", None)
+    return datetime.timedelta(seconds=seconds) if seconds else datetime.timedelta(milliseconds=100 * attempt)

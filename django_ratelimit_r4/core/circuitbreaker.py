@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import functools
 import inspect
+import logging
 import random
 import threading
 from collections.abc import Awaitable, Callable
@@ -62,7 +63,9 @@ class CircuitBreakerConfig:
     ``sliding_window_size`` counts calls (COUNT_BASED) or seconds (TIME_BASED). For COUNT_BASED the
     effective minimum is ``min(minimum_number_of_calls, sliding_window_size)``.
     ``record_exceptions`` / ``ignore_exceptions`` take classes or dotted paths; by default every
-    ``Exception`` is recorded. ``record_result`` is a predicate on the return value (or a dotted path).
+    ``Exception`` is recorded. ``record_exception`` / ``ignore_exception`` are predicates on the exception
+    (callables or dotted paths), OR-ed with the class lists as in Resilience4j: e.g. record only the
+    ``HTTPError`` of a 5xx. ``record_result`` is a predicate on the return value (or a dotted path).
     """
 
     failure_rate_threshold: float = 50.0
@@ -83,6 +86,8 @@ class CircuitBreakerConfig:
     automatic_transition_from_open_to_half_open_enabled: bool = False
     record_exceptions: Any = ()
     ignore_exceptions: Any = ()
+    record_exception: Callable[[BaseException], bool] | str | None = None
+    ignore_exception: Callable[[BaseException], bool] | str | None = None
     record_result: Callable[[Any], bool] | str | None = None
     initial_state: str = "CLOSED"
     writable_stack_trace_enabled: bool = True
@@ -109,6 +114,8 @@ class CircuitBreakerConfig:
         v.boolean("automatic_transition_from_open_to_half_open_enabled")
         v.exception_classes("record_exceptions")
         v.exception_classes("ignore_exceptions")
+        v.callable_or_path("record_exception")
+        v.callable_or_path("ignore_exception")
         v.callable_or_path("record_result")
         v.choice("initial_state", (s.name for s in State))
         v.boolean("writable_stack_trace_enabled")
@@ -647,6 +654,16 @@ class CircuitBreakerMetrics:
 _OPEN, _HALF_OPEN, _CLOSED = State.OPEN, State.HALF_OPEN, State.CLOSED
 _DISABLED, _FORCED_OPEN, _METRICS_ONLY = State.DISABLED, State.FORCED_OPEN, State.METRICS_ONLY
 _NS_PER_MS = 1_000_000
+_log = logging.getLogger("django_ratelimit_r4.circuitbreaker")
+
+
+def _test(predicate: Callable[[BaseException], bool], exc: BaseException, if_broken: bool, name: str, what: str) -> bool:
+    """``predicate(exc)``; a predicate that raises is logged and answers ``if_broken`` (the breaker must go on)."""
+    try:
+        return bool(predicate(exc))
+    except Exception:
+        _log.exception("circuit breaker %r: %s raised on %r; treated as %s", name, what, exc, if_broken)
+        return if_broken
 _MAX_INTERVAL_MS = 2**52  # keeps exponential backoff inside exact float range (~142 000 years)
 # Automatic transitions are evaluated lazily; if a clock jump makes more than this many fall due at
 # once, the rest are anchored at "now" instead of replaying every cycle one by one.
@@ -687,6 +704,7 @@ class CircuitBreaker:
         "_fthr",
         "_hw_ns",
         "_ignore_exc",
+        "_ignore_pred",
         "_lock",
         "_max_ms",
         "_min_calls",
@@ -696,6 +714,7 @@ class CircuitBreaker:
         "_rand",
         "_rand_factor",
         "_record_exc",
+        "_record_pred",
         "_record_result",
         "_retired_not_permitted",
         "_size",
@@ -752,6 +771,9 @@ class CircuitBreaker:
         self._auto = c.automatic_transition_from_open_to_half_open_enabled
         self._ignore_exc = tuple(c.ignore_exceptions) or None
         self._record_exc = tuple(c.record_exceptions) or None
+        # The config stores the predicates already imported when they were given as dotted paths.
+        self._ignore_pred: Callable[[BaseException], bool] | None = c.ignore_exception  # type: ignore[assignment]
+        self._record_pred: Callable[[BaseException], bool] | None = c.record_exception  # type: ignore[assignment]
         self._record_result = c.record_result
         self._wait_ns = int(c.wait_duration_in_open_state)
         self._exp = c.enable_exponential_backoff
@@ -1060,7 +1082,10 @@ class CircuitBreaker:
 
     def _error(self, duration_ns: int, exc: BaseException, end: int, granted: _StateData | None) -> None:
         ignore = self._ignore_exc
-        if ignore is not None and isinstance(exc, ignore):
+        ignore_pred = self._ignore_pred
+        if (ignore is not None and isinstance(exc, ignore)) or (
+            ignore_pred is not None and _test(ignore_pred, exc, False, self.name, "ignore_exception")
+        ):
             self._release_granted(granted)
             with self._lock:
                 self._tot_ignored += 1
@@ -1073,10 +1098,15 @@ class CircuitBreaker:
                 )
             return
         record = self._record_exc
-        if record is None or isinstance(exc, record):
+        record_pred = self._record_pred
+        if (
+            (record is None and record_pred is None)
+            or (record is not None and isinstance(exc, record))
+            or (record_pred is not None and _test(record_pred, exc, True, self.name, "record_exception"))
+        ):
             self._failure(duration_ns, exc, end)
         else:
-            self._success(duration_ns, end)  # not in a non-empty record list: a success
+            self._success(duration_ns, end)  # matched neither the record list nor the predicate: a success
 
     def _result(self, duration_ns: int, result: Any, end: int) -> None:
         predicate: Any = self._record_result

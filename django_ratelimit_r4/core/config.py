@@ -148,10 +148,18 @@ class Validator:
             try:
                 value = import_string(value)
             except ImportError as exc:
-                self.error(name, f"cannot import '{getattr(self.config, name)}': {exc}")
+                self.error(
+                    name,
+                    f"cannot import '{getattr(self.config, name)}': {exc}",
+                    "Give the full dotted path of a module-level function, e.g. 'myapp.resilience.is_server_error'.",
+                )
                 return
         if not callable(value):
-            self.error(name, f"must be callable or a dotted path to a callable, got {value!r}")
+            self.error(
+                name,
+                f"must be callable or a dotted path to a callable, got {value!r}",
+                "In settings, write the function's dotted path as a string; in code, pass the function itself.",
+            )
             return
         self._set(name, value)
 

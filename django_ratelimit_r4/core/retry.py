@@ -12,7 +12,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Validator
-from .durations import format_duration
+from .durations import DurationError, format_duration, parse_duration
 from .events import Event, EventPublisher
 from .exceptions import MaxRetriesExceeded
 
@@ -27,8 +27,12 @@ P = ParamSpec("P")
 class RetryConfig:
     """Configuration of a :class:`Retry` (Resilience4j's ``RetryConfig``).
 
-    ``max_attempts`` includes the first call. ``retry_exceptions`` empty means every ``Exception``;
+    ``max_attempts`` includes the first call. Which exceptions are retried: ``retry_exceptions`` (classes)
+    OR ``retry_on_exception`` (a predicate on the exception); neither means every ``Exception``;
     ``ignore_exceptions`` always wins. ``retry_on_result`` is a predicate on the return value.
+    ``interval_function`` replaces the built-in waits: ``f(attempt)`` or ``f(attempt, outcome)`` (the
+    exception or the retried result, Resilience4j's ``IntervalBiFunction``) returning a ``timedelta`` or a
+    duration string. Predicates and the function may be given as dotted paths.
     """
 
     max_attempts: int = 3
@@ -41,6 +45,8 @@ class RetryConfig:
     retry_exceptions: Any = ()
     ignore_exceptions: Any = ()
     retry_on_result: Callable[[Any], bool] | str | None = None
+    retry_on_exception: Callable[[BaseException], bool] | str | None = None
+    interval_function: Callable[..., Any] | str | None = None
     fail_after_max_attempts: bool = False
 
     def __post_init__(self) -> None:
@@ -55,6 +61,16 @@ class RetryConfig:
         v.exception_classes("retry_exceptions")
         v.exception_classes("ignore_exceptions")
         v.callable_or_path("retry_on_result")
+        v.callable_or_path("retry_on_exception")
+        v.callable_or_path("interval_function")
+        v.check(
+            "interval_function",
+            self.interval_function is None
+            or not (self.enable_exponential_backoff is True or self.enable_randomized_wait is True),
+            "cannot be combined with enable_exponential_backoff or enable_randomized_wait (Resilience4j refuses "
+            "an interval configured twice)",
+            "Compute the backoff in the function, or drop it and use the built-in options.",
+        )
         v.boolean("fail_after_max_attempts")
         # Resilience4j's interval functions refuse intervals below 1 ms (IntervalFunction.checkInterval): the
         # grown or jittered wait is computed in whole milliseconds, so a shorter one would be 0.
@@ -162,6 +178,32 @@ class RetryMetrics:
         return f"RetryMetrics({fields})"
 
 
+def _interval_caller(fn: Callable[..., Any] | None) -> Callable[[int, Any], Any] | None:
+    """``fn`` as ``(attempt, outcome) -> wait``, whether it takes the outcome (IntervalBiFunction) or not."""
+    if fn is None:
+        return None
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: the one-argument form
+        return lambda attempt, outcome: fn(attempt)
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params):
+        return fn
+    return lambda attempt, outcome: fn(attempt)
+
+
+def _custom_wait(name: str, fn: Callable[[int, Any], Any], attempt: int, outcome: Any) -> int:
+    """The wait an ``interval_function`` returned, in ns; a bare number is refused (no unit)."""
+    value = fn(attempt, outcome)
+    try:
+        return int(parse_duration(value))
+    except DurationError as exc:
+        raise ValueError(
+            f"retry {name!r}: interval_function returned {value!r} for attempt {attempt}: {exc}; return a "
+            "timedelta or a duration string such as '500ms' (Resilience4j's functions return milliseconds)"
+        ) from None
+
+
 def _is_async_callable(fn: object) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004
 
@@ -212,10 +254,14 @@ class Retry:
         self._cap_ms: int | None = (
             int(max_wait) // _MS if cfg.enable_exponential_backoff and max_wait is not None else None
         )
-        # Resolved once: an empty retry list means every Exception; ignore always wins.
-        self._retry_on: tuple[type[BaseException], ...] = cfg.retry_exceptions or (Exception,)
+        # Resolved once: classes OR predicate; neither means every Exception; ignore always wins.
+        self._retry_pred: Callable[[BaseException], bool] | None = cfg.retry_on_exception  # type: ignore[assignment]
+        self._retry_on: tuple[type[BaseException], ...] = cfg.retry_exceptions or (
+            () if self._retry_pred is not None else (Exception,)
+        )
         self._ignore: tuple[type[BaseException], ...] = cfg.ignore_exceptions
         self._retry_on_result: Callable[[Any], bool] | None = cfg.retry_on_result  # type: ignore[assignment]
+        self._interval_fn: Callable[[int, Any], Any] | None = _interval_caller(cfg.interval_function)  # type: ignore[arg-type]
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -241,8 +287,14 @@ class Retry:
         ``[w - f*w, w + f*w + 1)`` ms, floored at 1 ms; both combined randomize first and cap at
         ``exponential_max_wait_duration`` after.
         """
+        return self._interval(attempt, None)
+
+    def _interval(self, attempt: int, outcome: Any) -> int:
         if attempt < 1:
             raise ValueError(f"attempt must be >= 1 (attempts are 1-based, as in Resilience4j), got {attempt!r}")
+        custom = self._interval_fn
+        if custom is not None:
+            return _custom_wait(self.name, custom, attempt, outcome)
         multiplier = self._multiplier
         factor = self._factor
         if multiplier is None and factor is None:
@@ -267,11 +319,17 @@ class Retry:
     # -- outcome bookkeeping (shared by call and acall) ---------------------------------------------
 
     def _retryable(self, exc: Exception) -> bool:
-        return isinstance(exc, self._retry_on) and not isinstance(exc, self._ignore)
+        if isinstance(exc, self._ignore):
+            return False
+        predicate = self._retry_pred
+        return isinstance(exc, self._retry_on) or (predicate is not None and bool(predicate(exc)))
 
-    def _failed_attempt(self, attempt: int, exc: BaseException | None) -> int:
+    def _failed_attempt(self, attempt: int, exc: BaseException | None, result: Any = None) -> int:
         """Publish RETRY for a failed attempt that will be retried; return the wait in ns."""
-        wait = self._wait_ns if self._multiplier is None and self._factor is None else self.interval_ns(attempt)
+        if self._multiplier is None and self._factor is None and self._interval_fn is None:
+            wait = self._wait_ns
+        else:
+            wait = self._interval(attempt, exc if exc is not None else result)
         if self.events.has_listeners:
             self.events.publish(
                 RetryEvent(RETRY, self.name, number_of_attempts=attempt, last_exception=exc, wait_ns=wait)
@@ -297,7 +355,7 @@ class Retry:
             return -1
         return self._failed_attempt(attempt, exc)
 
-    def _after_retried_result(self, attempt: int, last_exc: Exception | None) -> int:
+    def _after_retried_result(self, attempt: int, last_exc: Exception | None, result: Any = None) -> int:
         """The wait in ns before the next attempt after a result to retry, or -1 when attempts are spent.
 
         With ``fail_after_max_attempts`` the -1 case raises :class:`MaxRetriesExceeded` instead.
@@ -305,7 +363,7 @@ class Retry:
         if attempt >= self._max_attempts:
             self._exhausted_result(attempt, last_exc)
             return -1
-        return self._failed_attempt(attempt, None)
+        return self._failed_attempt(attempt, None, result)
 
     def _exhausted_exception(self, attempts: int, exc: Exception) -> None:
         self._count_failure(attempts)
@@ -367,7 +425,7 @@ class Retry:
                 if predicate is None or not predicate(result):
                     self._succeeded(attempt, last_exc)
                     return result
-                wait = self._after_retried_result(attempt, last_exc)
+                wait = self._after_retried_result(attempt, last_exc, result)
                 if wait < 0:
                     return result
             self._sleep(wait / 1e9)
@@ -390,7 +448,7 @@ class Retry:
                 if predicate is None or not predicate(result):
                     self._succeeded(attempt, last_exc)
                     return result
-                wait = self._after_retried_result(attempt, last_exc)
+                wait = self._after_retried_result(attempt, last_exc, result)
                 if wait < 0:
                     return result
             await self._asleep(wait / 1e9)

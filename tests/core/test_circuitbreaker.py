@@ -778,3 +778,70 @@ def test_exponential_backoff_without_a_cap_stops_growing_at_366_days() -> None:
 def test_open_times_longer_than_366_days_are_refused(field: str) -> None:
     with pytest.raises(ConfigurationError, match=f"{field}.*must be at most 366d, got 367d"):
         CircuitBreakerConfig(**{field: "367d"})
+
+
+# ---------------------------------------------------------------- exception predicates (issue 8)
+
+
+class HTTPError(Boom):  # a Boom, so run() reports it as "failed"
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+def raise_status(status: int) -> object:
+    def call() -> None:
+        raise HTTPError(status)
+
+    return call
+
+
+def test_record_exception_predicate_records_only_server_errors() -> None:
+    cb, _ = make(
+        sliding_window_size=4, minimum_number_of_calls=4, failure_rate_threshold=50,
+        record_exception=lambda e: isinstance(e, HTTPError) and e.status >= 500,
+    )
+    for status in (404, 404, 404, 503):  # 404s are successes: 25 % failures
+        run(cb, raise_status(status))
+    assert cb.state is State.CLOSED
+    assert (cb.metrics.number_of_successful_calls, cb.metrics.number_of_failed_calls) == (3, 1)
+    run(cb, raise_status(502))  # the window is now 404, 404, 503, 502: 50 %
+    assert cb.state is State.OPEN
+
+
+def test_record_exception_is_or_ed_with_record_exceptions_as_in_resilience4j() -> None:
+    cb, _ = make(record_exceptions=[ValueError], record_exception=lambda e: isinstance(e, HTTPError))
+    run(cb, raise_status(400))
+    run(cb, fail)  # Boom: neither the class list nor the predicate -> a success
+    cb.on_error(0, ValueError("x"))
+    assert (cb.metrics.number_of_failed_calls, cb.metrics.number_of_successful_calls) == (2, 1)
+
+
+def test_ignore_exception_predicate_ignores_and_wins() -> None:
+    cb, _ = make(ignore_exception=lambda e: isinstance(e, HTTPError) and e.status == 409)
+    run(cb, raise_status(409))
+    run(cb, raise_status(500))
+    assert cb.metrics.number_of_failed_calls == 1
+    assert cb.metrics.number_of_not_permitted_calls == 0
+    assert cb.metrics.number_of_buffered_calls == 1  # the 409 counted as neither
+
+
+def test_a_raising_predicate_is_logged_and_the_breaker_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    def broken(exc: BaseException) -> bool:
+        raise RuntimeError("bug in the predicate")
+
+    cb, _ = make(record_exception=broken, ignore_exception=broken)
+    run(cb, fail)
+    assert cb.metrics.number_of_failed_calls == 1  # not ignored, recorded: the conservative answers
+    assert "record_exception raised" in caplog.text and "ignore_exception raised" in caplog.text
+
+
+def test_predicates_as_dotted_paths_and_bad_ones_are_config_errors() -> None:
+    config = CircuitBreakerConfig(record_exception="tests.views.is_server_error")
+    from tests.views import is_server_error
+
+    assert config.record_exception is is_server_error
+    with pytest.raises(ConfigurationError, match=r"record_exception.*cannot import 'tests.views.nope'"):
+        CircuitBreakerConfig(record_exception="tests.views.nope")
+    with pytest.raises(ConfigurationError, match=r"ignore_exception.*must be callable"):
+        CircuitBreakerConfig(ignore_exception=42)

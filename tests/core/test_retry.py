@@ -731,3 +731,70 @@ def test_metrics_are_exact_under_threads() -> None:
             assert counts(retry) == (half, half, 0, 0, half + 2 * half)
     finally:
         sys.setswitchinterval(original)
+
+
+# -- predicates and a custom interval function (issue 8) ----------------------------------------------
+
+
+class HTTPError(Exception):
+    def __init__(self, status: int, retry_after_s: int | None = None) -> None:
+        super().__init__(status)
+        self.status = status
+        self.retry_after_s = retry_after_s
+
+
+def test_retry_on_exception_predicate_retries_only_what_it_accepts() -> None:
+    config = RetryConfig(max_attempts=3, wait_duration=0, retry_on_exception=lambda e: getattr(e, "status", 0) == 503)
+    unavailable = Flaky(HTTPError(503), HTTPError(503), "ok")
+    assert Retry("r", config).call(unavailable) == "ok" and unavailable.calls == 3
+    not_found = Flaky(HTTPError(404), "ok")
+    with pytest.raises(HTTPError):
+        Retry("r", config).call(not_found)
+    assert not_found.calls == 1
+    with pytest.raises(KeyError):  # a predicate given: other exceptions are no longer retried by default
+        Retry("r", config).call(Flaky(KeyError("x"), "ok"))
+
+
+def test_retry_on_exception_is_or_ed_with_retry_exceptions_and_ignore_wins() -> None:
+    config = RetryConfig(
+        max_attempts=2, wait_duration=0, retry_exceptions=[KeyError],
+        retry_on_exception=lambda e: isinstance(e, HTTPError), ignore_exceptions=[LookupError],
+    )
+    assert Retry("r", config).call(Flaky(HTTPError(500), "ok")) == "ok"
+    with pytest.raises(KeyError):  # KeyError is a LookupError: ignore wins over both
+        Retry("r", config).call(Flaky(KeyError("x"), "ok"))
+
+
+def test_interval_function_of_the_attempt() -> None:
+    from datetime import timedelta
+
+    config = RetryConfig(max_attempts=4, interval_function=lambda attempt: timedelta(milliseconds=100 * attempt**2))
+    assert waits_of(config, 4) == [0.1, 0.4, 0.9]
+    assert Retry("f", config).interval_ns(3) == 900 * MS
+
+
+def test_interval_function_of_the_attempt_and_the_outcome_waits_what_the_upstream_said() -> None:
+    clock = FakeClock()
+    config = RetryConfig(max_attempts=3, interval_function="tests.views.upstream_retry_after")
+    retry = Retry("u", config, clock=clock)
+    events: list[RetryEvent] = []
+    retry.events.on_retry(events.append)
+    start = clock.now_ns()
+    assert retry.call(Flaky(HTTPError(429, retry_after_s=7), HTTPError(500), "ok")) == "ok"
+    assert [e.wait_ns for e in events] == [7 * S, 200 * MS]  # the 429's Retry-After, then 100 ms x attempt 2
+    assert clock.now_ns() - start == 7 * S + 200 * MS
+
+
+def test_interval_function_must_return_a_duration_with_a_unit() -> None:
+    retry = Retry("n", RetryConfig(max_attempts=2, interval_function=lambda attempt: 500))
+    with pytest.raises(ValueError, match=r"interval_function returned 500 for attempt 1.*'500ms'"):
+        retry.call(Flaky(ValueError("x"), "ok"))
+
+
+def test_interval_function_with_built_in_backoff_or_unimportable_is_a_config_error() -> None:
+    with pytest.raises(ConfigurationError, match=r"interval_function.*cannot be combined with enable_exponential"):
+        RetryConfig(interval_function="tests.views.upstream_retry_after", enable_exponential_backoff=True)
+    with pytest.raises(ConfigurationError, match=r"interval_function.*cannot import 'tests.views.nope'"):
+        RetryConfig(interval_function="tests.views.nope")
+    with pytest.raises(ConfigurationError, match=r"retry_on_exception.*must be callable"):
+        RetryConfig(retry_on_exception=3)
