@@ -47,6 +47,9 @@ def summarize(items: list[dict[str, Any]]) -> str:
                 text = f"{s['available_permissions']}/{item['config']['limit_for_period']} available"
             if s["keyed"] is not None and s["keyed"]["live_keys"] is not None:
                 text += f", {s['keyed']['live_keys']} keys"
+            backend = s.get("backend")
+            if backend is not None and backend["degraded"]:  # information: the fault policy is deciding
+                text += f", {backend['kind']} degraded (fault policy {backend['fault_policy']})"
         elif kind == "bulkhead":
             text = f"{s['concurrent_calls']}/{s['max_allowed_concurrent_calls']} in use"
         elif kind == "circuitbreaker":

@@ -131,6 +131,9 @@ def _ratelimiter_state(limiter: Any, keyed: Any, include_keys: bool) -> dict[str
         "failed_calls": metrics.failed_calls,
         "keyed": None,
     }
+    health = _backend_health(limiter.backend, keyed)
+    if health is not None:
+        state["backend"] = health
     if keyed is not None:
         km = keyed.metrics
         live = km.live_keys
@@ -149,6 +152,20 @@ def _ratelimiter_state(limiter: Any, keyed: Any, include_keys: bool) -> dict[str
             per_key["keys"] = _keys(keyed)
         state["keyed"] = per_key
     return state
+
+
+def _backend_health(backend: Any, keyed: Any) -> dict[str, Any] | None:
+    """A remote backend's health as this process sees it (Redis), or None for in-process state.
+
+    The shared and the keyed store of one name use one connection: their fault decisions are added up.
+    """
+    readers = [getattr(x, "backend_health", None) for x in (keyed, backend) if x is not None]
+    reports = [read() for read in readers if read is not None]
+    if not reports:
+        return None
+    health = dict(reports[0])
+    health["fault_decisions"] = sum(r["fault_decisions"] for r in reports)
+    return health
 
 
 def _keys(keyed: Any) -> dict[str, dict[str, int]]:

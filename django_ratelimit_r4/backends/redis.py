@@ -179,6 +179,12 @@ class RedisConnection:
         self.down_until = 0.0
         #: Replies received so far: a timeout while this moved was this process's delay, not the server's.
         self.replies = 0
+        #: time.time() when the current outage began (its first server fault), None while healthy.
+        self.outage_since: float | None = None
+        #: Server faults seen by this process (each starts or extends a cool-down).
+        self.server_faults = 0
+        #: ``"<what>: <ExceptionType>: <message>"`` of the latest fault (server's or this process's), or None.
+        self.last_error: str | None = None
         self._logged_at = -FAULT_LOG_INTERVAL_S
         self._lock = threading.Lock()
 
@@ -213,7 +219,11 @@ class RedisConnection:
         other calls got their replies (``replies_before`` is :attr:`replies` when this call began: the server
         answered, this process was too busy to hear it in time). Refused or reset connections, errors from
         the server, and timeouts with no reply in between start the cool-down.
+
+        An outage is logged once when it begins and once when Redis answers again (:meth:`answered`), never
+        per request; faults of this process are logged at most once per :data:`FAULT_LOG_INTERVAL_S`.
         """
+        self.last_error = f"{what}: {type(exc).__name__}: {exc}"
         if _pool_exhausted(exc):
             self._log(exc, what, "every pooled connection stayed busy; the fault policy decided this call")
             return
@@ -221,22 +231,60 @@ class RedisConnection:
             self._log(exc, what, "other calls got replies meanwhile; the fault policy decided this call")
             return
         self.down_until = time.monotonic() + FAULT_COOLDOWN_S
-        self._log(exc, what, f"applying the fault policy for {FAULT_COOLDOWN_S:.1f}s before retrying")
+        with self._lock:
+            self.server_faults += 1
+            first = self.outage_since is None
+            if first:
+                self.outage_since = time.time()
+        if first:
+            logger.warning(
+                "Redis at %s failed during %s (%s: %s); rate limits use their fault policy until it answers "
+                "again (retried every %.1fs)",
+                _redact(self.url),
+                what,
+                type(exc).__name__,
+                exc,
+                FAULT_COOLDOWN_S,
+            )
+
+    def answered(self) -> None:
+        """A reply arrived: end the cool-down, and log the end of an outage once."""
+        self.down_until = 0.0
+        since = self.outage_since
+        if since is None:
+            return
+        with self._lock:
+            if self.outage_since is None:
+                return
+            self.outage_since = None
+        logger.warning("Redis at %s answers again after %.1fs of outage", _redact(self.url), time.time() - since)
 
     def recovered(self) -> None:
         """End the cool-down now: a call just got its reply (``reset`` and the management calls use this)."""
-        self.down_until = 0.0
+        self.answered()
+
+    def health(self) -> dict[str, Any]:
+        """This process's view of the server, for ``r4 status``, the state endpoint and the health check."""
+        since = self.outage_since
+        return {
+            "url": _redact(self.url),
+            "degraded": since is not None,
+            "degraded_seconds": None if since is None else round(max(0.0, time.time() - since), 3),
+            "server_faults": self.server_faults,
+            "last_error": self.last_error,
+        }
 
     def _log(self, exc: BaseException, what: str, outcome: str) -> None:
-        # One line per FAULT_LOG_INTERVAL_S: an outage must not flood the log at request rate.
+        # One line per FAULT_LOG_INTERVAL_S: this process's own overload must not flood the log either.
         now = time.monotonic()
         with self._lock:
             if now - self._logged_at < FAULT_LOG_INTERVAL_S:
                 return
             self._logged_at = now
         logger.warning(
-            "Redis at %s failed during %s (%s: %s); %s",
+            "Redis at %s: %s during %s (%s: %s); %s",
             _redact(self.url),
+            "no reply in time" if isinstance(exc, _TIMEOUTS) else "no free connection",
             what,
             type(exc).__name__,
             exc,
@@ -251,6 +299,8 @@ class RedisConnection:
         except NoScriptError:
             reply = client.execute_command("EVAL", SCRIPT, numkeys, *args)  # type: ignore[no-untyped-call]
         self.replies += 1
+        if self.outage_since is not None:
+            self.answered()
         return reply
 
     async def acall(self, numkeys: int, args: Sequence[Any]) -> Any:
@@ -261,6 +311,8 @@ class RedisConnection:
         except NoScriptError:
             reply = await client.execute_command("EVAL", SCRIPT, numkeys, *args)  # type: ignore[no-untyped-call]
         self.replies += 1
+        if self.outage_since is not None:
+            self.answered()
         return reply
 
     def close(self) -> None:
@@ -268,6 +320,7 @@ class RedisConnection:
         self.sync.connection_pool.disconnect()
         self._aio.clear()
         self.down_until = 0.0
+        self.outage_since = None
 
 
 def _pool_exhausted(exc: BaseException) -> bool:
@@ -387,6 +440,19 @@ class _Clocked:
             self.faults += 1
         if exc is not None:
             conn.fault(exc, what, replies_before)
+
+    def backend_health(self) -> dict[str, Any]:
+        """This process's view of the backend: ``kind``, ``fault_policy``, ``fault_decisions`` (decisions the
+        policy made here), and the connection's ``degraded`` flag, outage length, server faults and last error.
+
+        Information for ``r4 status``, the state endpoint, metrics and the health check: never a failure.
+        """
+        return {
+            "kind": "redis",
+            "fault_policy": self.fault_policy,
+            "fault_decisions": self.faults,
+            **self._connection().health(),
+        }
 
     def _key_args(self, state_key: str, op: bytes, permits: int, timeout_ns: int) -> list[Any]:
         now_s, now_ns = self._time_args()

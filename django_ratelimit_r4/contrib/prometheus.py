@@ -162,6 +162,19 @@ RL_KEYS = _Spec(
     ("name",),
     "livesum",
 )
+RL_BACKEND_FAULTS = _Spec(
+    "resilience4j_ratelimiter_backend_fault_decisions",
+    "counter",
+    "Decisions made by the fault policy because the remote backend (Redis) failed or was cooling down.",
+    ("name",),
+)
+RL_BACKEND_DEGRADED = _Spec(
+    "resilience4j_ratelimiter_backend_degraded",
+    "gauge",
+    "1 while this process sees the remote backend (Redis) in an outage (decisions use the fault policy).",
+    ("name",),
+    "livemax",
+)
 BH_AVAILABLE = _Spec(
     "resilience4j_bulkhead_available_concurrent_calls",
     "gauge",
@@ -242,6 +255,8 @@ _SPECS: tuple[_Spec, ...] = (
     RL_WAITING,
     RL_CALLS,
     RL_KEYS,
+    RL_BACKEND_FAULTS,
+    RL_BACKEND_DEGRADED,
     BH_AVAILABLE,
     BH_MAX,
     CB_STATE,
@@ -313,6 +328,15 @@ def _read(out: _Reading) -> None:
             if live is not None and live >= 0:  # Redis cannot count its keys cheaply: no series then
                 gauge((RL_KEYS, (name,), live))
         gauge((RL_WAITING, (name,), waiting))
+        degraded = None
+        for owner, source in (("shared", rl.backend), ("keyed", k)):
+            read_health = getattr(source, "backend_health", None)
+            if read_health is not None:  # a remote backend (Redis): plain reads, no round trip
+                health = read_health()
+                counter((RL_BACKEND_FAULTS, (name,), owner, source, health["fault_decisions"]))
+                degraded = bool(degraded) or health["degraded"]
+        if degraded is not None:
+            gauge((RL_BACKEND_DEGRADED, (name,), 1.0 if degraded else 0.0))
 
     for name, bh in r4_registry.instances("bulkheads"):
         m = bh.metrics

@@ -6,8 +6,15 @@ afterwards, and every connection (with its fault cool-down) is closed after each
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -56,3 +63,72 @@ def _fresh_connections() -> Iterator[None]:
     from django_ratelimit_r4.backends import redis as rb
 
     rb.close_connections()
+
+
+class RedisServer:
+    """A throwaway ``redis-server`` on a free loopback port that a test may stop, restart, pause and resume."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.port = _free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Start (or restart) the server and wait until it answers PING."""
+        self.process = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(self.workdir)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.RedisError:
+                assert time.monotonic() < deadline, "redis-server did not start"
+                time.sleep(0.02)
+            finally:
+                client.close()
+
+    def stop(self) -> None:
+        """Kill the server: connections are refused until :meth:`start`."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(10)
+            self.process = None
+
+    def pause(self) -> None:
+        """SIGSTOP: connections are accepted by the kernel but nothing answers."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A dedicated redis-server of this test (skips without the binary unless R4_REQUIRE_REDIS=1)."""
+    if shutil.which("redis-server") is None:
+        if os.environ.get("R4_REQUIRE_REDIS") == "1":
+            pytest.fail("redis-server is required (R4_REQUIRE_REDIS=1) but not installed")
+        pytest.skip("redis-server not installed")
+    server = RedisServer(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        if server.process is not None:
+            server.resume()
+        server.stop()

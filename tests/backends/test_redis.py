@@ -802,3 +802,54 @@ def test_close_connections_ends_every_fault_window(redis_url: str) -> None:
     assert conn.is_down()
     rb.close_connections()
     assert not conn.is_down()
+
+
+# ------------------------------------------------------------------------ faults are visible (issue 9)
+
+
+def test_an_outage_is_logged_once_visible_everywhere_and_its_end_logged_once(
+    redis_server, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, settings
+) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from django_ratelimit_r4 import health, registry, state
+    from django_ratelimit_r4.contrib import prometheus
+    from django_ratelimit_r4.management.commands.r4 import render_table
+
+    monkeypatch.setattr(rb, "FAULT_COOLDOWN_S", 0.0)  # retry Redis at every decision: no waiting in the test
+    settings.RATELIMIT_R4 = {
+        "backend": "redis",
+        "redis_url": redis_server.url,
+        "redis_fault_policy": "open",
+        "ratelimiters": {"instances": {"api": {"limit_for_period": 2, "limit_refresh_period": "60s"}}},
+    }
+    rl = registry.get_rate_limiter("api")
+    scrape = CollectorRegistry()
+    scrape.register(prometheus.R4Collector())
+    degraded = "resilience4j_ratelimiter_backend_degraded"
+    faults = "resilience4j_ratelimiter_backend_fault_decisions_total"
+    assert rl.acquire_permission()
+    assert scrape.get_sample_value(degraded, {"name": "api"}) == 0.0
+
+    redis_server.stop()
+    with caplog.at_level(logging.INFO, logger="django_ratelimit_r4.redis"):
+        assert all(rl.acquire_permission() for _ in range(20))  # the open policy decides, every time
+        [item] = state.snapshot(["api"])
+        backend = item["state"]["backend"]
+        assert backend["degraded"] and backend["fault_decisions"] == 20 and backend["server_faults"] >= 20
+        assert "ConnectionError" in backend["last_error"] and backend["url"] == redis_server.url
+        assert "DEGRADED for" in render_table([item]) and "fault policy open" in render_table([item])
+        assert "redis degraded (fault policy open)" in health.summarize([item])
+        assert scrape.get_sample_value(degraded, {"name": "api"}) == 1.0
+        assert scrape.get_sample_value(faults, {"name": "api"}) == 20
+
+        redis_server.start()
+        # Redis decides again: the restarted server is empty, so a full budget of 2, then a rejection.
+        assert [rl.acquire_permission() for _ in range(3)] == [True, True, False]
+    messages = [r.getMessage() for r in caplog.records]
+    began = [m for m in messages if "fault policy until it answers again" in m]
+    ended = [m for m in messages if "answers again after" in m]
+    assert len(began) == 1 and len(ended) == 1, messages  # once each, not per request
+    [item] = state.snapshot(["api"])
+    assert not item["state"]["backend"]["degraded"] and "DEGRADED" not in render_table([item])
+    assert scrape.get_sample_value(degraded, {"name": "api"}) == 0.0

@@ -185,6 +185,13 @@ def render_table(items: list[dict[str, Any]]) -> str:
             continue
         lines = [title, *_table(headers, [_row(i) for i in of_kind])]
         for item in of_kind:
+            backend = item["state"].get("backend")
+            if backend is not None and backend["degraded"]:
+                lines.append(
+                    f"  {item['name']}: {backend['kind']} at {backend['url']} DEGRADED for "
+                    f"{backend['degraded_seconds']:g}s: fault policy {backend['fault_policy']}, "
+                    f"{backend['fault_decisions']} decisions by the policy here; last error: {backend['last_error']}"
+                )
             keys = (item["state"].get("keyed") or {}).get("keys")
             if keys:
                 lines.append(f"  {item['name']}: keys")
