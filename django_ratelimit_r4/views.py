@@ -8,7 +8,8 @@ Access (checked before anything else, for every method):
   :func:`hmac.compare_digest`). A bearer token that does not match is refused even for a staff session.
 - otherwise an active, authenticated **staff** user (Django session).
 - everyone else gets a plain **404**, exactly like a URL that does not exist, so the endpoint's
-  existence is not revealed.
+  existence is not revealed: the project's ``handler404`` (Django's "Not Found" page by default), built
+  without this endpoint's headers, and never Django's DEBUG page (which would name the view).
 
 POST is exempt from CSRF only for bearer-token requests (no cookies are involved); staff sessions must
 send the CSRF token as for any other Django form.
@@ -27,11 +28,13 @@ import hmac
 import json
 import os
 from collections.abc import Callable
+from functools import wraps
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
+from django.urls import get_resolver, get_urlconf
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 
@@ -65,8 +68,8 @@ def _expected_token() -> str | None:
         return None
 
 
-def _authorize(request: HttpRequest) -> _Access:
-    """The caller's access, or ``Http404`` for anyone not allowed (never 401/403: do not reveal)."""
+def _authorize(request: HttpRequest) -> _Access | None:
+    """The caller's access, or None for anyone not allowed (they get a 404, never 401/403: do not reveal)."""
     header = request.META.get("HTTP_AUTHORIZATION", "")
     scheme, _, credentials = header.partition(" ")
     if scheme.lower() == "bearer":
@@ -74,11 +77,36 @@ def _authorize(request: HttpRequest) -> _Access:
         given = credentials.strip().encode()
         if expected and hmac.compare_digest(given, expected.encode()):
             return _Access(by_token=True)
-        raise Http404
+        return None
     user = getattr(request, "user", None)
     if user is not None and user.is_authenticated and user.is_active and user.is_staff:
         return _Access(by_token=False, user=user)
-    raise Http404
+    return None
+
+
+def _not_found(request: HttpRequest) -> HttpResponse:
+    """The 404 of a URL that does not exist, as production renders it: the project's ``handler404``.
+
+    Returned, not raised: with ``DEBUG = True`` Django renders a raised ``Http404`` as its technical
+    page, which names this view ("Raised by: ...state_view") and lists the URLconf.
+    """
+    handler: Any = get_resolver(get_urlconf()).resolve_error_handler(404)  # (request, exception)
+    response: HttpResponse = handler(request, Http404())
+    return response
+
+
+def _operators_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Authorize first; anyone else gets :func:`_not_found` (without the endpoint's cache headers)."""
+    inner = never_cache(view)
+
+    @wraps(view)
+    def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        access = _authorize(request)
+        if access is None:
+            return _not_found(request)
+        return inner(request, access, *args, **kwargs)
+
+    return csrf_exempt(guarded)
 
 
 def _unused_view(request: HttpRequest) -> HttpResponse:
@@ -106,11 +134,9 @@ def _error(message: str, status: int) -> JsonResponse:
     return _json({"error": message}, status)
 
 
-@csrf_exempt
-@never_cache
-def state_view(request: HttpRequest) -> HttpResponse:
+@_operators_only
+def state_view(request: HttpRequest, access: _Access) -> HttpResponse:
     """GET: the list of ``r4 status --json``. ``?name=a&name=b`` filters, ``?keys=1`` adds client keys."""
-    access = _authorize(request)
     if request.method not in ("GET", "HEAD"):
         return HttpResponseNotAllowed(["GET", "HEAD"])
     include_keys = request.GET.get("keys") in ("1", "true", "yes")
@@ -205,10 +231,7 @@ def _action(
 ) -> Callable[[HttpRequest, str], HttpResponse]:
     accepted = frozenset(fields)
 
-    @csrf_exempt
-    @never_cache
-    def view(request: HttpRequest, name: str) -> HttpResponse:
-        access = _authorize(request)
+    def view(request: HttpRequest, access: _Access, name: str) -> HttpResponse:
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
         # Buffer the raw body before anything parses the form (the CSRF check may): _body counts a
@@ -228,7 +251,7 @@ def _action(
             return _error(str(exc), 500)
 
     view.__doc__ = run.__doc__
-    return view
+    return _operators_only(view)
 
 
 def _optional(data: dict[str, Any], field: str) -> str | None:

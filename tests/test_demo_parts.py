@@ -31,6 +31,7 @@ def _load(name: str, path: Path) -> ModuleType:
 load = _load("demo_load_script", DEMO / "load.py")
 meter_mod = _load("demo_cards_meter", DEMO / "cards" / "meter.py")
 partner_mod = _load("demo_cards_partner", DEMO / "cards" / "partner.py")
+traffic_mod = _load("demo_cards_traffic", DEMO / "cards" / "traffic.py")
 
 
 # ------------------------------------------------------------------------------------------- load.py
@@ -192,6 +193,50 @@ def test_meter_forgets_old_seconds_and_carries_running_calls() -> None:
     snap = meter.snapshot(window=3)
     assert snap["calls_per_s"] == 0.0 and snap["in_flight"] == 4
     assert snap["peak_in_flight"] == 4  # the running calls were in flight during those seconds too
+
+
+def test_traffic_counts_each_second_and_forgets_the_window_s_past() -> None:
+    clock = FakeSeconds()
+    clock.now = 1_000.5
+    traffic = traffic_mod.TrafficCounter(seconds=60, clock=clock)
+    for _ in range(3):
+        traffic.count("approved")
+    traffic.count("429", "1")
+    clock.now += 1
+    traffic.count("429", "1")
+    traffic.count("503", "3")
+    snap = traffic.snapshot()
+    assert snap["now"] == 1_001 and snap["window_s"] == 60
+    assert snap["per_second"] == {
+        "1000": {"approved": 3, "declined": 0, "429": 1, "503": 0, "other": 0},
+        "1001": {"approved": 0, "declined": 0, "429": 1, "503": 1, "other": 0},
+    }
+    assert snap["retry_after"] == {"1": 2, "3": 1}
+    clock.now += 59  # second 1000 is now 60 s old: out of the window, out of the snapshot
+    later = traffic.snapshot()
+    assert list(later["per_second"]) == ["1001"] and later["retry_after"] == {"1": 1, "3": 1}
+    clock.now += 1000
+    assert traffic.snapshot()["per_second"] == {} and traffic.snapshot()["retry_after"] == {}
+    assert traffic.snapshot()["totals"] == {"approved": 3, "declined": 0, "429": 2, "503": 1, "other": 0}
+
+
+def test_traffic_counter_loses_no_count_under_threads() -> None:
+    traffic = traffic_mod.TrafficCounter()
+    start = threading.Barrier(8)
+
+    def worker() -> None:
+        start.wait()
+        for _ in range(1000):
+            traffic.count("approved")
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    snap = traffic.snapshot()
+    assert snap["totals"]["approved"] == 8000
+    assert sum(c["approved"] for c in snap["per_second"].values()) == 8000
 
 
 def test_meter_concurrent_enter_leave() -> None:

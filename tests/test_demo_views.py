@@ -81,6 +81,8 @@ SCRIPT = textwrap.dedent(
 
     state = client.get("/dashboard/state.json").json()
     assert state["pid"] == os.getpid() and state["server"] == "wsgi" and state["backend"] == "memory"
+    assert set(state["breaker"]) == {"state", "failure_rate", "remaining_open_seconds", "not_permitted"}
+    assert state["bulkhead"] == {"max": 40, "in_use": 0, "rejected": 0}  # leaving fake_clock reset the instances
     assert state["partner"] == {"down": False, "latency_ms": 0.0}
     assert set(state["partner_calls"]) == {"calls_per_s", "peak_in_flight", "in_flight", "window_s"}
     assert state["partner_calls"]["in_flight"] == 0
@@ -94,16 +96,89 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_demo_views() -> None:
+# The dashboard's data: what the server saw from every client (not the page's own requests), as counts
+# only; the operator snapshot stays behind the state endpoint, whose 404 names nothing even with DEBUG.
+DASHBOARD_SCRIPT = textwrap.dedent(
+    """
+    import json, re, django
+    from django.conf import settings
+    django.setup()
+    from django.test import Client
+    from django_ratelimit_r4.testing import fake_clock
+    from cards.acquirer import PARTNER
+
+    assert settings.DEBUG  # the demo runs with DEBUG = True: the 404 below must not lean on DEBUG = False
+    PARTNER.latency_s = 0
+    curl = Client()  # a terminal, load.py or curl: never the dashboard page
+    with fake_clock() as clock:
+        codes = [curl.post("/authorize", HTTP_X_FORWARDED_FOR="198.18.7.1").status_code for _ in range(11)]
+        assert codes == [200] * 10 + [429], codes
+        for i in range(2, 5):
+            assert curl.post("/authorize-async", HTTP_X_FORWARDED_FOR=f"198.18.7.{i}").status_code == 200
+        PARTNER.down = True
+        for i in range(10):  # ten partner failures: 5 declined by the fallback, 5 failing (502) without it
+            clock.advance(1)
+            fallback = "" if i % 2 else "?fallback=0"
+            curl.post("/authorize" + fallback, HTTP_X_FORWARDED_FOR="198.18.7.20")
+        refused = curl.post("/authorize?fallback=0", HTTP_X_FORWARDED_FOR="198.18.7.21")
+        assert refused.status_code == 503 and refused["Retry-After"] == "3", refused.status_code
+        PARTNER.down = False
+        response = curl.get("/dashboard/state.json")  # inside: leaving fake_clock resets the instances
+
+    text = response.content.decode()
+    data = json.loads(text)
+    traffic = data["traffic"]
+    want = {"approved": 13, "declined": 5, "429": 1, "503": 1, "other": 5}
+    assert traffic["totals"] == want, traffic
+    summed = {k: sum(s[k] for s in traffic["per_second"].values()) for k in want}
+    assert summed == want, traffic["per_second"]
+    assert all(traffic["now"] - 60 < int(s) <= traffic["now"] for s in traffic["per_second"]), traffic
+    assert traffic["retry_after"] == {"1": 1, "3": 1}, traffic["retry_after"]
+    per_client = data["limiters"]["per-client"]
+    assert (per_client["granted"], per_client["rejected"]) == (24, 1), per_client
+    assert 1 <= per_client["clients"] <= 6, per_client  # live budgets: a refilled client is forgotten for free
+    assert data["breaker"]["state"] == "OPEN" and data["breaker"]["not_permitted"] == 1, data["breaker"]
+    # Aggregates only: no client address, and nothing of the operator snapshot (config, keys, instances).
+    assert not re.search(r"198\\.18\\.|127\\.0\\.0\\.1", text), text
+    for hidden in ("instances", "config", "keys", "nanos_to_wait", "limit_for_period"):
+        assert hidden not in data and f'"{hidden}"' not in text, hidden
+
+    # The state endpoint: the token still works; anyone else gets a 404 that names nothing, DEBUG or not.
+    token = {"HTTP_AUTHORIZATION": "Bearer " + settings.RATELIMIT_R4["state_endpoint_token"]}
+    assert curl.get("/r4/", **token).status_code == 200
+    for path, meta in (("/r4/", {}), ("/r4/?keys=1", {"HTTP_AUTHORIZATION": "Bearer guess"}),
+                       ("/r4/per-client/reset", {})):
+        hidden = curl.get(path, **meta) if "reset" not in path else curl.post(path, **meta)
+        body = hidden.content.decode()
+        assert hidden.status_code == 404, (path, hidden.status_code)
+        for leak in ("state_view", "reset_view", "django_ratelimit_r4", "Raised by", "URLconf", "r4/"):
+            assert leak not in body, (path, leak, body[:500])
+
+    page = curl.get("/").content.decode()
+    assert "seed 0" not in page.lower() and "How this page works" in page, page[:2000]
+    print("dashboard ok")
+    """
+)
+
+
+def _run_demo(script: str) -> str:
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "demo.settings", "DEMO_DB": ":memory:"}
     for name in ("PROMETHEUS_MULTIPROC_DIR", "DEMO_STATE_DIR", "DEMO_BACKEND"):
         env.pop(name, None)
     env["PYTHONPATH"] = os.pathsep.join([str(DEMO), str(DEMO.parent), env.get("PYTHONPATH", "")])
     result = subprocess.run(
-        [sys.executable, "-c", SCRIPT], cwd=DEMO, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", script], cwd=DEMO, env=env, capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "views ok" in result.stdout
+    return result.stdout
+
+
+def test_demo_views() -> None:
+    assert "views ok" in _run_demo(SCRIPT)
+
+
+def test_dashboard_data_counts_every_client_and_hides_the_operator_snapshot() -> None:
+    assert "dashboard ok" in _run_demo(DASHBOARD_SCRIPT)
 
 
 def test_demo_backend_setting_is_validated() -> None:

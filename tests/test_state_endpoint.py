@@ -430,3 +430,44 @@ def test_staff_multipart_post_with_the_csrf_field_is_read(ops: Any, db: Any) -> 
     )
     response = client.post(BASE + "per_ip/reset", data=body, content_type=content_type)
     assert response.status_code == 400 and "unknown field 'csrfmiddlewaretoken'" in response.json()["error"]
+
+
+# ------------------------------------------------------- the 404 never names the endpoint, DEBUG or not
+
+
+_REFUSED = [
+    pytest.param("get", BASE, {}, id="anonymous-get"),
+    pytest.param("post", BASE + "per_ip/reset", {}, id="anonymous-post"),
+    pytest.param("get", BASE + "?keys=1", {"HTTP_AUTHORIZATION": "Bearer nope"}, id="wrong-token"),
+    pytest.param(
+        "post", BASE + "acquirer/transition", {"HTTP_AUTHORIZATION": "Bearer nope"}, id="wrong-token-post"
+    ),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "meta"), _REFUSED)
+@pytest.mark.parametrize("debug", [True, False], ids=["DEBUG", "production"])
+def test_a_refused_caller_gets_the_404_of_a_missing_page_even_with_debug(
+    ops: Any, client: Client, settings: Any, method: str, path: str, meta: dict[str, str], debug: bool
+) -> None:
+    settings.DEBUG = debug
+    refused = getattr(client, method)(path, **meta)
+    assert refused.status_code == 404
+    body = refused.content.decode()
+    for leak in (
+        "state_view",
+        "reset_view",
+        "transition_view",
+        "django_ratelimit_r4",
+        "ratelimit_r4",
+        "Raised by",
+    ):
+        assert leak not in body, leak
+    # Exactly what production answers for a URL that does not exist: same body, same headers.
+    settings.DEBUG = False
+    missing = client.get("/no-such-page/")
+    assert missing.status_code == 404
+    assert refused.content == missing.content
+    # Vary: Cookie is the one difference: looking for a staff session reads the session, and a cache
+    # must not serve this 404 to a staff user's request.
+    assert {k: v for k, v in refused.headers.items() if k != "Vary"} == dict(missing.headers)

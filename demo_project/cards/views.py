@@ -15,10 +15,12 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 from health_check.views import HealthCheckView
 
-from django_ratelimit_r4 import stall, state
+from django_ratelimit_r4 import get_bulkhead, get_circuit_breaker, get_rate_limiter, stall
 from django_ratelimit_r4.decorators import ratelimit
+from django_ratelimit_r4.registry import get_keyed_rate_limiter
 
 from .acquirer import METER, PARTNER, AcquirerError, acapture, acapture_strict, capture, capture_strict
+from .middleware import TRAFFIC
 
 #: /block never blocks longer than this: enough to see a stall, short of gunicorn's worker timeout.
 MAX_BLOCK_MS = 2000
@@ -32,6 +34,13 @@ def _card_and_amount(request: HttpRequest) -> tuple[str, int]:
     except ValueError:
         amount = 100
     return card, amount
+
+
+def _answer(result: dict[str, object]) -> JsonResponse:
+    """The terminal's answer; marks a fallback's decline for the traffic counter (both are 200s)."""
+    response = JsonResponse(result)
+    response.outcome = "declined" if result.get("status") == "DECLINED" else "approved"  # type: ignore[attr-defined]
+    return response
 
 
 def _partner_failed() -> JsonResponse:
@@ -51,10 +60,10 @@ def authorize(request: HttpRequest) -> JsonResponse:
     card, amount = _card_and_amount(request)
     if request.GET.get("fallback") == "0":
         try:
-            return JsonResponse(capture_strict(card, amount))
+            return _answer(capture_strict(card, amount))
         except AcquirerError:
             return _partner_failed()
-    return JsonResponse(capture(card, amount))
+    return _answer(capture(card, amount))
 
 
 @csrf_exempt
@@ -64,10 +73,10 @@ async def authorize_async(request: HttpRequest) -> JsonResponse:
     card, amount = _card_and_amount(request)
     if request.GET.get("fallback") == "0":
         try:
-            return JsonResponse(await acapture_strict(card, amount))
+            return _answer(await acapture_strict(card, amount))
         except AcquirerError:
             return _partner_failed()
-    return JsonResponse(await acapture(card, amount))
+    return _answer(await acapture(card, amount))
 
 
 @csrf_exempt
@@ -130,13 +139,53 @@ def _stalls() -> dict[str, float]:
             "max_stall_ms": round(max((s.max_stall_seconds for s in stats), default=0.0) * 1000, 1)}
 
 
+def _limiters() -> dict[str, dict[str, object]]:
+    """Counters of the two rate limiters: how many requests each let through or turned away, in total.
+
+    Counts only: no client key (an IP address) ever leaves the server here. The full state, keys
+    included, is the state endpoint's, for operators with its token (``manage.py r4 status --url``).
+    """
+    clients = get_keyed_rate_limiter("per-client")
+    live = clients.metrics.live_keys
+    overall = get_rate_limiter("authorize-global")
+    return {
+        "per-client": {
+            "granted": clients.metrics.successful_calls,
+            "rejected": clients.metrics.failed_calls,
+            "clients": live if live is not None and live >= 0 else None,  # Redis cannot count them
+        },
+        "authorize-global": {
+            "granted": overall.metrics.successful_calls,
+            "rejected": overall.metrics.failed_calls,
+            "available": overall.metrics.available_permissions,
+        },
+    }
+
+
 def dashboard_state(request: HttpRequest) -> JsonResponse:
-    """The live state of the worker process that answered (each worker has its own with the memory backend)."""
+    """What the dashboard draws, from the worker that answered: aggregate counters, never client keys.
+
+    Each worker has its own counters (and, with the memory backend, its own limiters, bulkhead and
+    breaker): the page adds up the workers it has heard from.
+    """
+    breaker, bulkhead = get_circuit_breaker("acquirer"), get_bulkhead("acquirer")
     return JsonResponse({
         "pid": os.getpid(),
         "server": "asgi" if isinstance(request, ASGIRequest) else "wsgi",
         "backend": settings.DEMO_BACKEND,
-        "instances": state.snapshot(),
+        "traffic": TRAFFIC.snapshot(),
+        "limiters": _limiters(),
+        "breaker": {
+            "state": breaker.state.name,
+            "failure_rate": breaker.metrics.failure_rate,
+            "remaining_open_seconds": breaker.remaining_open_ns() / 1e9,
+            "not_permitted": breaker.metrics.total_not_permitted_calls,
+        },
+        "bulkhead": {
+            "max": bulkhead.metrics.max_allowed_concurrent_calls,
+            "in_use": bulkhead.metrics.max_allowed_concurrent_calls - bulkhead.metrics.available_concurrent_calls,
+            "rejected": bulkhead.metrics.rejected_calls,
+        },
         "partner": PARTNER.as_dict(),
         "partner_calls": METER.snapshot(),
         "stalls": _stalls(),

@@ -32,6 +32,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # X-Worker-Pid on every response (outermost, so 429s and 503s get it too): which worker answered.
     "cards.middleware.worker_pid",
+    # Counts every answer of /authorize (429s and 503s included), whoever sent it: the dashboard's charts.
+    "cards.middleware.count_traffic",
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
