@@ -1111,6 +1111,29 @@ class _Resilience:
 
 # -------------------------------------------------------------------------------------------- public API
 
+#: decorator -> the RATELIMIT_R4 section its names come from (for the error of a bare ``@decorator``).
+_SECTIONS = {
+    "ratelimit": "ratelimiters",
+    "bulkhead": "bulkheads",
+    "circuitbreaker": "circuitbreakers",
+    "retry": "retries",
+    "timelimiter": "timelimiters",
+}
+
+
+def _bare(decorator: str, fn: Any) -> TypeError:
+    """The error for ``@decorator`` written without its arguments: Python passed the function as the name."""
+    target = getattr(fn, "__qualname__", None) or repr(fn)
+    if decorator == "resilient":
+        fix = (
+            '@resilient(circuitbreaker="name", ...) with the instances to stack (retry=, circuitbreaker=, '
+            "ratelimiter=, timelimiter=, bulkhead=)"
+        )
+    else:
+        fix = f'@{decorator}("name") with a name from RATELIMIT_R4["{_SECTIONS[decorator]}"]["instances"]'
+    return TypeError(f"@{decorator} was used without arguments on {target}(); write {fix}")
+
+
 
 def ratelimit(
     name: str | Sequence[str],
@@ -1130,6 +1153,8 @@ def ratelimit(
     collection (``["POST"]``, :data:`UNSAFE_METHODS`) counts only those; other requests pass untouched.
     Elsewhere :class:`~django_ratelimit_r4.exceptions.RequestNotPermitted` is raised.
     """
+    if callable(name):
+        raise _bare("ratelimit", name)
     return _Resilience(ratelimiter=name, key=key, permits=permits, methods=methods, fallback=fallback)
 
 
@@ -1139,25 +1164,35 @@ def bulkhead(name: str, *, fallback: Callable[..., Any] | None = None) -> Callab
     A view answers 503 with the instance's ``retry_after`` when full; elsewhere ``BulkheadFull`` is raised.
     Async functions wait (up to ``max_wait_duration``) with asyncio, never blocking the loop.
     """
+    if callable(name):
+        raise _bare("bulkhead", name)
     return _Resilience(bulkhead=name, fallback=fallback)
 
 
 def circuitbreaker(name: str, fallback: Callable[..., Any] | None = None) -> Callable[[F], F]:
     """Run through circuit breaker ``name``; OPEN / FORCED_OPEN answers 503 with the remaining open time."""
+    if callable(name):
+        raise _bare("circuitbreaker", name)
     return _Resilience(circuitbreaker=name, fallback=fallback)
 
 
 def retry(name: str, fallback: Callable[..., Any] | None = None) -> Callable[[F], F]:
     """Retry per ``RATELIMIT_R4["retries"][name]``; the fallback sees the last exception."""
+    if callable(name):
+        raise _bare("retry", name)
     return _Resilience(retry=name, fallback=fallback)
 
 
 def timelimiter(name: str, fallback: Callable[..., Any] | None = None) -> Callable[[F], F]:
     """Bound an ``async`` function's duration (``TimeLimitExceeded`` on timeout); sync functions are refused."""
+    if callable(name):
+        raise _bare("timelimiter", name)
     return _Resilience(timelimiter=name, fallback=fallback)
 
 
 def resilient(
+    _fn: Callable[..., Any] | None = None,
+    /,
     *,
     retry: str | None = None,
     circuitbreaker: str | None = None,
@@ -1173,6 +1208,8 @@ def resilient(
     with one fallback around the whole stack (so an inner rejection can still be retried).
 
     ``key``, ``permits`` and ``methods`` apply to the rate limiter (see :func:`ratelimit`)."""
+    if _fn is not None:
+        raise _bare("resilient", _fn)
     if not any((retry, circuitbreaker, ratelimiter, timelimiter, bulkhead)):
         raise TypeError(
             "resilient() needs at least one of retry, circuitbreaker, ratelimiter, timelimiter, bulkhead"

@@ -11,9 +11,14 @@ Exception                      Status  ``Retry-After`` (delay-seconds, rounded u
 An exception raised by user code without a wait reads ``wait_ns`` from its instance here, when the
 response is built (see :mod:`django_ratelimit_r4.core.exceptions`).
 
-The body is ``application/problem+json`` (RFC 9457) when the client's ``Accept`` allows JSON at least
-as much as plain text (an absent ``Accept`` allows everything), short ``text/plain`` otherwise; a
-malformed ``Accept`` gets text. Problem members: ``type``, ``title``, ``status``, ``detail``, ``name``
+The body is negotiated on ``Accept`` among ``application/problem+json`` (RFC 9457), a small
+``text/html`` page and one line of ``text/plain``, with Django's ranking
+(:meth:`~django.http.HttpRequest.get_preferred_type`: higher q, then the more specific range, then the
+client's order; an absent ``Accept`` or ``*/*`` gets problem+json, which ``application/json`` also
+selects). So API clients and curl get problem+json and a browser, whose ``Accept`` names ``text/html``
+and reaches JSON only through ``*/*;q=0.8``, gets the page. A type the client refuses with ``q=0``
+is never chosen (RFC 9110; Django drops such ranges instead). A malformed, over-long or unsatisfiable
+``Accept`` gets text; none is ever an error. Problem members: ``type``, ``title``, ``status``, ``detail``, ``name``
 (the instance that rejected) and ``retry_after``; rate-limit and bulkhead rejections use the
 RateLimit draft's ``quota-exceeded`` / ``temporary-reduced-capacity`` types with
 ``violated-policies``. RFC 9457's ``instance`` member is a URI reference for the occurrence, so the
@@ -25,10 +30,12 @@ Every such response carries ``Cache-Control: no-store`` (RFC 6585: a 429 MUST NO
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from collections.abc import Callable
 from functools import lru_cache
+from http import HTTPStatus
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
@@ -70,6 +77,11 @@ ResponseBuilder = Callable[..., HttpResponse]
 _DEFAULT_BULKHEAD_RETRY_AFTER_NS = 1_000_000_000
 _JSON_CONTENT_TYPE = "application/problem+json"
 _TEXT_CONTENT_TYPE = "text/plain; charset=utf-8"
+_HTML_CONTENT_TYPE = "text/html; charset=utf-8"
+_JSON, _HTML, _TEXT = "json", "html", "text"
+#: What a rejection can be sent as, in the order that breaks a tie (``*/*`` gets problem+json).
+_OFFERS = ("application/problem+json", "application/json", "text/html", "text/plain")
+_KINDS = {"application/problem+json": _JSON, "application/json": _JSON, "text/html": _HTML, "text/plain": _TEXT}
 _MAX_ACCEPT_LEN = 2048
 
 # RFC 9110 token and qvalue grammar.
@@ -120,25 +132,38 @@ def _quality(ranges: list[tuple[str, str, float]], maintype: str, subtype: str) 
 
 
 @lru_cache(maxsize=256)
-def _accepts_json_cached(accept: str) -> bool:
+def _negotiated_cached(accept: str) -> str:
     ranges = _parse_accept(accept)
     if ranges is None:
-        return False
-    q_json = max(_quality(ranges, "application", "problem+json"), _quality(ranges, "application", "json"))
-    return q_json > 0 and q_json >= _quality(ranges, "text", "plain")
+        return _TEXT
+    # RFC 9110: q=0 means "not acceptable". Django's matching drops q=0 ranges rather than honouring them
+    # (``application/*;q=0, */*`` would still select JSON), so the offers a range refuses go first.
+    offers = [offer for offer in _OFFERS if _quality(ranges, *offer.split("/")) > 0]
+    if not offers:
+        return _TEXT
+    # Django ranks what is left, on the header as parsed above (lower-cased, parameters other than q
+    # dropped): nothing malformed or odd reaches it.
+    request = HttpRequest()
+    request.META["HTTP_ACCEPT"] = ", ".join(f"{t}/{sub};q={q}" for t, sub, q in ranges if q > 0)
+    choice = request.get_preferred_type(offers)
+    return _TEXT if choice is None else _KINDS[choice]
+
+
+def _negotiated(accept: str | None) -> str:
+    """``"json"``, ``"html"`` or ``"text"``: the body for this ``Accept`` value (``None``: header absent)."""
+    if accept is None:
+        return _JSON
+    if len(accept) > _MAX_ACCEPT_LEN:
+        return _TEXT
+    return _negotiated_cached(accept)
 
 
 def accepts_json(accept: str | None) -> bool:
-    """Whether a problem+json body suits this ``Accept`` value (``None`` = header absent = yes).
+    """Whether this ``Accept`` value gets the problem+json body (``None`` = header absent = yes).
 
-    JSON when ``application/problem+json`` or ``application/json`` (directly, via ``application/*``
-    or ``*/*``) has a non-zero q at least that of ``text/plain``. Malformed or over-long -> False.
+    See the module docstring for the negotiation; malformed or over-long -> False.
     """
-    if accept is None:
-        return True
-    if len(accept) > _MAX_ACCEPT_LEN:
-        return False
-    return _accepts_json_cached(accept)
+    return _negotiated(accept) == _JSON
 
 
 def status_for(exc: ResilienceError) -> int:
@@ -211,18 +236,30 @@ def _rendered(
     violated: tuple[str, ...],
     status: int,
     retry_after: int,
-    as_json: bool,
+    kind: str,
 ) -> tuple[bytes, str]:
     body, detail = _problem_for(problem_type, message, name, violated, status, retry_after)
-    if as_json:
+    if kind == _JSON:
         return json.dumps(body).encode(), _JSON_CONTENT_TYPE
+    if kind == _HTML:
+        return _page(status, detail).encode(), _HTML_CONTENT_TYPE
     return (detail + "\n").encode(), _TEXT_CONTENT_TYPE
+
+
+def _page(status: int, detail: str) -> str:
+    """A small HTML page for a browser: the status and the detail line (escaped: it holds the name)."""
+    reason = HTTPStatus(status).phrase
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{status} {reason}</title></head>\n"
+        f"<body><h1>{reason}</h1><p>{html.escape(detail)}</p></body></html>\n"
+    )
 
 
 def default_response(
     request: HttpRequest, exc: ResilienceError, *, status: int, retry_after: int
 ) -> HttpResponse:
-    """The built-in body (problem+json or text) with ``status``. Headers are added by the caller.
+    """The built-in body (problem+json, HTML or text, negotiated) with ``status``. Headers are added by the caller.
 
     Exposed so a custom builder can wrap it.
     """
@@ -239,7 +276,7 @@ def _default_body(request: HttpRequest, exc: ResilienceError, status: int, retry
         _violated(exc),
         status,
         retry_after,
-        accepts_json(request.META.get("HTTP_ACCEPT")),
+        _negotiated(request.META.get("HTTP_ACCEPT")),
     )
 
 

@@ -102,9 +102,12 @@ def test_problem_json_or_text_body(r4_clock) -> None:
     assert as_json["Content-Type"] == "application/problem+json"
     body = as_json.json()
     assert (body["status"], body["name"], body["retry_after"]) == (429, "api", 1)
-    as_text = client.get("/api/", HTTP_ACCEPT="text/html")
+    as_text = client.get("/api/", HTTP_ACCEPT="text/plain")
     assert as_text["Content-Type"].startswith("text/plain")
     assert b"api" in as_text.content
+    as_html = client.get("/api/", HTTP_ACCEPT="text/html")
+    assert as_html["Content-Type"].startswith("text/html")
+    assert b"api" in as_html.content
 
 
 def test_permits_and_url_kwargs(r4_clock) -> None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import html
 import json
 from types import SimpleNamespace
 
 import pytest
 from django.http import HttpResponse
-from django.test import RequestFactory
+from django.test import Client, RequestFactory
+from hypothesis import given
+from hypothesis import strategies as st
 
 from django_ratelimit_r4.core.exceptions import (
     BulkheadFull,
@@ -142,11 +145,12 @@ class TestAccept:
             "application/problem+json",
             "application/*",
             "text/plain;q=0.5, application/json",
-            "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
             "application/json; charset=utf-8",
             "APPLICATION/JSON",
-            "text/plain;q=0.5, */*;q=0.5",
             "application/json,,",
+            "application/problem+json, text/html;q=0.9",
+            "text/html;q=0, */*",
+            "*/*, text/*;q=0.5",
         ],
     )
     def test_json(self, accept):
@@ -163,6 +167,12 @@ class TestAccept:
             "*/*;q=0.9, text/plain",
             "*/*, application/*;q=0",
             "application/*;q=0.2, text/*;q=0.3",
+            # browsers: text/html named, JSON only through */*
+            "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
+            "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8",
+            # the same q: a type named explicitly beats */*
+            "text/plain;q=0.5, */*;q=0.5",
+            "image/png",
             # malformed -> text
             "",
             "garbage",
@@ -179,9 +189,83 @@ class TestAccept:
         assert accepts_json(accept) is False
 
     def test_body_follows_accept(self):
-        html = rf.get("/", HTTP_ACCEPT="text/html")
-        assert response_for_exception(html, rejected(S))["Content-Type"].startswith("text/plain")
+        browser = rf.get("/", HTTP_ACCEPT="text/html")
+        assert response_for_exception(browser, rejected(S))["Content-Type"] == "text/html; charset=utf-8"
         assert response_for_exception(rf.get("/"), rejected(S))["Content-Type"] == "application/problem+json"
+        assert response_for_exception(text_request(), rejected(S))["Content-Type"] == "text/plain; charset=utf-8"
+
+    @pytest.mark.parametrize(
+        ("accept", "content_type"),
+        [
+            ("text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8", "text/html; charset=utf-8"),
+            ("text/*", "text/html; charset=utf-8"),
+            ("text/plain, text/html;q=0.5", "text/plain; charset=utf-8"),
+            ("text/html, application/json", "text/html; charset=utf-8"),  # the same q: the client's order
+            ("application/json, text/html", "application/problem+json"),
+            ("*/*", "application/problem+json"),
+            ("*/*;q=0.8, text/html;q=0", "application/problem+json"),
+            ("text/html;q=0.5, */*", "application/problem+json"),  # */* gives JSON the higher q
+        ],
+    )
+    def test_negotiation(self, accept, content_type):
+        assert response_for_exception(rf.get("/", HTTP_ACCEPT=accept), rejected(S))["Content-Type"] == content_type
+
+    def test_html_body_is_small_escaped_and_says_when(self):
+        response = response_for_exception(rf.get("/", HTTP_ACCEPT="text/html"), rejected(30 * S, name="<b>api</b>"))
+        page = response.content.decode()
+        assert page.startswith("<!DOCTYPE html>") and len(page) < 600
+        assert "<title>429 Too Many Requests</title>" in page
+        assert html.escape("RateLimiter '<b>api</b>' does not permit further calls; retry after 30 seconds.") in page
+        assert "<b>api</b>" not in page
+        unavailable = response_for_exception(rf.get("/", HTTP_ACCEPT="text/html"), broken(3 * S)).content.decode()
+        assert "<title>503 Service Unavailable</title>" in unavailable
+
+    @pytest.mark.django_db(databases=[])
+    def test_a_browser_gets_html_through_a_view(self, r4_clock):
+        client = Client()
+        for _ in range(10):
+            client.get("/api/")
+        browser = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+        page = client.get("/api/", HTTP_ACCEPT=browser)
+        assert (page.status_code, page["Content-Type"], page["Retry-After"]) == (429, "text/html; charset=utf-8", "1")
+        assert page["Vary"] == "Accept" and b"Too Many Requests" in page.content
+        assert client.get("/api/", HTTP_ACCEPT="application/json").json()["status"] == 429
+        for malformed in ("text/html;q=2", "\x00", "*/html", "text/html;;", "t" * 5000, ",;,", "a/b;q=0.1234"):
+            answer = client.get("/api/", HTTP_ACCEPT=malformed)
+            assert (answer.status_code, answer["Content-Type"]) == (429, "text/plain; charset=utf-8")
+
+
+_MEDIA = st.sampled_from(
+    ["*/*", "text/*", "application/*", "text/html", "text/plain", "application/json", "application/problem+json",
+     "application/xml", "image/webp", "TEXT/HTML", "*/json"]
+)
+_Q = st.one_of(st.none(), st.sampled_from(["0", "0.5", "1", "1.000", "0.001", "2", "-1", "x", "0.1234", ""]))
+_PARAM = st.one_of(_Q.map(lambda q: "" if q is None else f";q={q}"), st.sampled_from([";level=1", "; charset=utf-8", ";", ";=x"]))
+_ELEMENT = st.tuples(_MEDIA, _PARAM, st.sampled_from(["", " ", "\t"])).map(lambda t: t[2] + t[0] + t[1])
+_ACCEPT = st.one_of(
+    st.lists(_ELEMENT, max_size=8).map(",".join),
+    st.text(max_size=200),
+    st.text(alphabet=st.sampled_from("*/;=,q.0123456789 texhmlapij+"), max_size=300),
+)
+_CONTENT_TYPES = {"application/problem+json", "text/plain; charset=utf-8", "text/html; charset=utf-8"}
+
+
+@given(accept=_ACCEPT)
+def test_any_accept_header_gets_a_429_never_an_error(accept):
+    """Fuzz: whatever the client sends in Accept, the answer is a 429 in one of the three bodies."""
+    try:
+        request = rf.get("/", HTTP_ACCEPT=accept)
+    except ValueError:  # the test client refuses some header values outright; a server would too
+        return
+    response = response_for_exception(request, rejected(2 * S))
+    assert response.status_code == 429 and response["Retry-After"] == "2"
+    assert response["Content-Type"] in _CONTENT_TYPES
+    if response["Content-Type"] == "application/problem+json":
+        assert json.loads(response.content)["retry_after"] == 2
+        assert accepts_json(accept)
+    else:
+        assert b"retry after 2 seconds" in response.content
+        assert not accepts_json(accept)
 
 
 class TestBuilder:
