@@ -630,6 +630,15 @@ CASES = [
         id="E004-ignore-exception-not-callable",
     ),
     pytest.param(
+        {"circuitbreakers": {"instances": {"pay": {"wait_interval_function_in_open_state": "tests.views.nope",
+                                                   "enable_randomized_wait": True}}}},
+        "E004",
+        f'{CB}["instances"]["pay"]["wait_interval_function_in_open_state"]',
+        "cannot import 'tests.views.nope'",
+        "full dotted path",
+        id="E004-open-interval-function-path",
+    ),
+    pytest.param(
         {"retries": {"instances": {"up": {"retry_on_exception": "tests.views.no_such_predicate"}}}},
         "E004",
         'RATELIMIT_R4["retries"]["instances"]["up"]["retry_on_exception"]',

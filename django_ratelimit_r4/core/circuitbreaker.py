@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Validator
-from .durations import MAX_PERIOD_NS, parse_duration
+from .durations import MAX_PERIOD_NS, format_duration, parse_duration
 from .events import Event, EventPublisher
 from .exceptions import CallNotPermitted, IllegalStateTransition
 
@@ -66,6 +66,9 @@ class CircuitBreakerConfig:
     ``Exception`` is recorded. ``record_exception`` / ``ignore_exception`` are predicates on the exception
     (callables or dotted paths), OR-ed with the class lists as in Resilience4j: e.g. record only the
     ``HTTPError`` of a 5xx. ``record_result`` is a predicate on the return value (or a dotted path).
+    ``wait_interval_function_in_open_state`` (Resilience4j's ``waitIntervalFunctionInOpenState``) computes the
+    open time from the number of openings since the breaker was last CLOSED: ``f(attempts)`` returning a
+    ``timedelta`` or a duration string, kept within 1 ms and 366 days.
     """
 
     failure_rate_threshold: float = 50.0
@@ -78,6 +81,7 @@ class CircuitBreakerConfig:
     sliding_window_size: int = 100
     minimum_number_of_calls: int = 100
     wait_duration_in_open_state: Any = "60s"
+    wait_interval_function_in_open_state: Callable[[int], Any] | str | None = None
     enable_exponential_backoff: bool = False
     exponential_backoff_multiplier: float = 1.5
     exponential_max_wait_duration_in_open_state: Any = None
@@ -104,6 +108,15 @@ class CircuitBreakerConfig:
         v.integer("sliding_window_size", minimum=1)
         v.integer("minimum_number_of_calls", minimum=1)
         v.duration("wait_duration_in_open_state", min_ns=1_000_000, max_ns=MAX_PERIOD_NS)
+        v.callable_or_path("wait_interval_function_in_open_state")
+        v.check(
+            "wait_interval_function_in_open_state",
+            self.wait_interval_function_in_open_state is None
+            or not (self.enable_exponential_backoff is True or self.enable_randomized_wait is True),
+            "cannot be combined with enable_exponential_backoff or enable_randomized_wait (Resilience4j refuses "
+            "an open-state interval configured twice)",
+            "Compute the backoff in the function, or drop it and use the built-in options.",
+        )
         v.boolean("enable_exponential_backoff")
         v.number("exponential_backoff_multiplier", ge=1)
         v.duration(
@@ -727,6 +740,7 @@ class CircuitBreaker:
         "_tot_ignored_ns",
         "_tot_success",
         "_tot_success_ns",
+        "_wait_fn",
         "_wait_ns",
         "clock",
         "config",
@@ -776,6 +790,7 @@ class CircuitBreaker:
         self._record_pred: Callable[[BaseException], bool] | None = c.record_exception  # type: ignore[assignment]
         self._record_result = c.record_result
         self._wait_ns = int(c.wait_duration_in_open_state)
+        self._wait_fn: Callable[[int], Any] | None = c.wait_interval_function_in_open_state  # type: ignore[assignment]
         self._exp = c.enable_exponential_backoff
         self._mult = float(c.exponential_backoff_multiplier)
         max_wait = c.exponential_max_wait_duration_in_open_state
@@ -801,6 +816,8 @@ class CircuitBreaker:
 
     def _open_wait_ns(self, attempts: int) -> int:
         """The OPEN duration for the ``attempts``-th opening (Resilience4j's IntervalFunction, in ms)."""
+        if self._wait_fn is not None:
+            return self._custom_open_wait_ns(max(attempts, 1))
         if self._exp:
             interval = self._wait_ns // _NS_PER_MS
             mult, cap = self._mult, self._max_ms
@@ -818,6 +835,22 @@ class CircuitBreaker:
             low = base - delta
             return int(low + random.random() * (base + delta - low + 1)) * _NS_PER_MS
         return self._wait_ns
+
+    def _custom_open_wait_ns(self, attempts: int) -> int:
+        # Runs inside a state transition: a broken function is logged and the configured wait used instead,
+        # and the result is kept within [1 ms, 366 days] so the 503's Retry-After stays sane.
+        try:
+            wait = int(parse_duration(self._wait_fn(attempts)))  # type: ignore[misc]
+        except Exception:
+            _log.exception(
+                "circuit breaker %r: wait_interval_function_in_open_state failed for attempt %d; waiting %s "
+                "(wait_duration_in_open_state) instead; return a timedelta or a duration string such as '30s'",
+                self.name,
+                attempts,
+                format_duration(self._wait_ns),
+            )
+            return self._wait_ns
+        return min(max(wait, _NS_PER_MS), MAX_PERIOD_NS)
 
     def _make_state(
         self, state: State, attempts: int, now: int, window: _Window | None = None, wait_ns: int | None = None

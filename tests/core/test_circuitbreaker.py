@@ -845,3 +845,44 @@ def test_predicates_as_dotted_paths_and_bad_ones_are_config_errors() -> None:
         CircuitBreakerConfig(record_exception="tests.views.nope")
     with pytest.raises(ConfigurationError, match=r"ignore_exception.*must be callable"):
         CircuitBreakerConfig(ignore_exception=42)
+
+
+# ---------------------------------------------------------------- open-state interval function (issue 8)
+
+
+def test_wait_interval_function_in_open_state_grows_with_the_openings() -> None:
+    from datetime import timedelta
+
+    cb, clock = make(
+        sliding_window_size=2, minimum_number_of_calls=1, permitted_number_of_calls_in_half_open_state=1,
+        wait_interval_function_in_open_state=lambda attempts: timedelta(seconds=10 * attempts),
+    )
+    run(cb, fail)
+    waits = []
+    for _ in range(3):
+        waits.append(cb.remaining_open_ns())
+        clock.advance_ns(cb.remaining_open_ns() + 1)
+        run(cb, fail)  # the half-open trial fails: open again, one more attempt
+    assert waits == [10 * S, 20 * S, 30 * S]
+    clock.advance_ns(cb.remaining_open_ns() + 1)
+    assert run(cb, ok) == "ok" and cb.state is State.CLOSED
+    run(cb, fail)
+    assert cb.remaining_open_ns() == 10 * S  # back to attempt 1 after CLOSED
+
+
+def test_a_broken_or_extreme_open_interval_function_keeps_the_breaker_sane(caplog: pytest.LogCaptureFixture) -> None:
+    cb, _ = make(wait_duration_in_open_state="5s", wait_interval_function_in_open_state=lambda attempts: 30)
+    cb.transition_to_open_state()
+    assert cb.remaining_open_ns() == 5 * S  # a bare number has no unit: logged, the configured wait used
+    assert "wait_interval_function_in_open_state failed" in caplog.text
+    huge, _ = make(wait_interval_function_in_open_state=lambda attempts: "100000d")
+    huge.transition_to_open_state()
+    assert huge.remaining_open_ns() == 366 * 86_400 * S  # a Retry-After within bounds
+
+
+def test_wait_interval_function_in_open_state_config_errors() -> None:
+    assert CircuitBreakerConfig(wait_interval_function_in_open_state="tests.views.upstream_retry_after")
+    with pytest.raises(ConfigurationError, match=r"wait_interval_function_in_open_state.*cannot be combined"):
+        CircuitBreakerConfig(wait_interval_function_in_open_state=lambda a: "1s", enable_exponential_backoff=True)
+    with pytest.raises(ConfigurationError, match=r"wait_interval_function_in_open_state.*cannot import"):
+        CircuitBreakerConfig(wait_interval_function_in_open_state="tests.views.nope")
