@@ -630,8 +630,7 @@ CASES = [
         id="E004-ignore-exception-not-callable",
     ),
     pytest.param(
-        {"circuitbreakers": {"instances": {"pay": {"wait_interval_function_in_open_state": "tests.views.nope",
-                                                   "enable_randomized_wait": True}}}},
+        {"circuitbreakers": {"instances": {"pay": {"wait_interval_function_in_open_state": "tests.views.nope"}}}},
         "E004",
         f'{CB}["instances"]["pay"]["wait_interval_function_in_open_state"]',
         "cannot import 'tests.views.nope'",
