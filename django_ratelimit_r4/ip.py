@@ -232,22 +232,35 @@ class ClientIPResolver:
         """True without trusted proxies: the answer depends on ``REMOTE_ADDR`` alone (no header is read)."""
         return self._direct
 
-    def as_function(self) -> Callable[[Any], str]:
+    def as_function(self, prefix: str = "") -> Callable[[Any], str]:
         """This resolver as a plain function of the request, for per-request key functions.
 
-        Same answers as calling the resolver. Without trusted proxies it is a closure that reads only
-        ``REMOTE_ADDR`` (one dict read, one memoised normalisation), cheaper to call than an instance's
-        ``__call__``; otherwise it is the bound ``__call__``.
+        Same answers as calling the resolver, each after ``prefix`` (a key namespace such as ``"ip:"``).
+        Without trusted proxies it is a closure that reads only ``REMOTE_ADDR`` (one dict read, one
+        memoised normalisation that includes the prefix), cheaper to call than an instance's
+        ``__call__``; otherwise it is the bound ``__call__`` (with the prefix added to its answer).
         """
         if not self._direct:
-            return self.__call__
-        cache = self._cache
+            if not prefix:
+                return self.__call__
+            resolve = self.__call__
+
+            def prefixed(request: Any) -> str:
+                return prefix + resolve(request)
+
+            return prefixed
+        classify = self._cache
+        unknown = prefix + UNKNOWN_CLIENT
+
+        @lru_cache(maxsize=_CACHE_SIZE)
+        def cache(text: str) -> str:
+            entry = classify(text)
+            return unknown if entry is None else prefix + entry[0]
 
         def remote_addr(request: Any) -> str:
             text = request.META.get("REMOTE_ADDR") or ""
             # Length check before the cache, as in _lookup: attacker-sized strings are never stored.
-            entry = cache(text) if len(text) <= _MAX_ENTRY_LEN else None
-            return UNKNOWN_CLIENT if entry is None else entry[0]
+            return cache(text) if len(text) <= _MAX_ENTRY_LEN else unknown
 
         return remote_addr
 

@@ -1,18 +1,25 @@
 """Per-client key functions: compile a ``key`` spec once into ``callable(request) -> str | None``.
 
-Specs:
+Specs, and the key each one stores (every key is namespaced by its kind, see below):
 
-* ``"ip"``: the client IP from a :class:`~django_ratelimit_r4.ip.ClientIPResolver`.
-* ``"user"``: the authenticated user's primary key; ``None`` (not limited) for anonymous users.
-* ``"user_or_ip"``: ``"user:<pk>"`` when authenticated, else ``"ip:<address>"`` (prefixed so the two
-  kinds never share a budget).
-* ``"session"``: the session key; ``None`` when the request has no session yet.
-* ``"header:<Name>"``: that request header's value; ``None`` when absent or empty.
-* a dotted path to (or the object itself) ``callable(request) -> str | None``.
+* ``"ip"``: the client IP from a :class:`~django_ratelimit_r4.ip.ClientIPResolver`: ``"ip:203.0.113.7"``.
+* ``"user"``: the authenticated user's primary key, ``"user:42"``; ``None`` (not limited) for anonymous users.
+* ``"user_or_ip"``: ``"user:<pk>"`` when authenticated, else ``"ip:<address>"``: the same keys as ``"user"``
+  and ``"ip"`` (one client, one budget, whichever spec a view uses), never each other's.
+* ``"session"``: ``"session:<session key>"`` for a session the session store knows; a request without a
+  session, or whose session id the store does not know (a made-up cookie), is keyed like ``"ip"``.
+* ``"header:<Name>"``: ``"header:<name>:<value>"`` (the name lower-cased); ``None`` when absent or empty.
+* a dotted path to (or the object itself) ``callable(request) -> str | None``: ``"<dotted.path>:<value>"``.
 
 A ``None`` key means the request is not limited by that instance. Values longer than
 :data:`MAX_KEY_LENGTH` characters (client-controlled headers, custom callables) are replaced by
 ``"sha256:<hex>"`` so an attacker cannot make the keyed store hold huge strings.
+
+Namespaces. One rate limiter instance has one store of keys, whichever ``key=`` each decorator gives it,
+so values are stored as ``<namespace><value>`` (:func:`key_namespace`): an ``X-Api-Key: 203.0.113.7``
+cannot drain the budget of the IP 203.0.113.7, nor a header value ``1`` the user with pk 1. The prefix is
+built once when the spec is compiled. Operators name a client by this stored form (``r4 status --keys``
+lists it; ``r4 reset NAME --key ip:203.0.113.7``), and ``get_rate_limiter(name, key=...)`` takes it too.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ __all__ = [
     "KeyFunc",
     "bound_key",
     "compile_key",
+    "key_namespace",
     "validate_key_spec",
 ]
 
@@ -57,30 +65,47 @@ def bound_key(value: str) -> str:
     return value
 
 
+_IP = "ip:"
+_USER = "user:"
+_SESSION = "session:"
+
+
 def _user_pk(request: Any) -> str | None:
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return None
-    return str(user.pk)
+    return _USER + bound_key(str(user.pk))
 
 
-def _session_key(request: Any) -> str | None:
-    session = getattr(request, "session", None)
-    if session is None:
-        return None
-    return session.session_key or None
+def _make_ip(resolver: ClientIPResolver) -> KeyFunc:
+    return resolver.as_function(prefix=_IP)
 
 
 def _make_user_or_ip(resolver: ClientIPResolver) -> KeyFunc:
-    client_ip = resolver.as_function()
+    client_ip = resolver.as_function(prefix=_IP)
 
     def user_or_ip(request: Any) -> str:
         user = getattr(request, "user", None)
         if user is not None and user.is_authenticated:
-            return f"user:{user.pk}"
-        return "ip:" + client_ip(request)
+            return _USER + bound_key(str(user.pk))
+        return client_ip(request)
 
     return user_or_ip
+
+
+def _make_session(resolver: ClientIPResolver) -> KeyFunc:
+    def session_key(request: Any) -> str | None:
+        session = getattr(request, "session", None)
+        if session is None or not session.session_key:
+            return None
+        return _SESSION + bound_key(session.session_key)
+
+    return session_key
+
+
+def _header_name(header: str) -> str:
+    """The canonical header name of a namespace: lower-case, ``-`` (``X_Api_Key`` reads the same field)."""
+    return header.strip().lower().replace("_", "-")
 
 
 def _meta_name(header: str) -> str:
@@ -90,23 +115,30 @@ def _meta_name(header: str) -> str:
 
 def _make_header(header: str) -> KeyFunc:
     meta_name = _meta_name(header)
+    namespace = f"{_HEADER_PREFIX}{_header_name(header)}:"
 
     def header_key(request: Any) -> str | None:
         value = request.META.get(meta_name)
         if not value:
             return None
-        return bound_key(value)
+        return namespace + bound_key(value)
 
     header_key.__qualname__ = f"header_key[{header}]"
     return header_key
 
 
-def _make_custom(fn: Callable[[Any], Any]) -> KeyFunc:
+def _callable_path(fn: Callable[..., Any]) -> str:
+    """``module.qualname`` of a key function object (of its class for a callable instance)."""
+    target: Any = fn if hasattr(fn, "__qualname__") else type(fn)
+    return f"{getattr(target, '__module__', None) or '?'}.{target.__qualname__}"
+
+
+def _make_custom(fn: Callable[[Any], Any], namespace: str) -> KeyFunc:
     def custom_key(request: Any) -> str | None:
         value = fn(request)
         if value is None:
             return None
-        return bound_key(value if isinstance(value, str) else str(value))
+        return namespace + bound_key(value if isinstance(value, str) else str(value))
 
     custom_key.__wrapped__ = fn  # type: ignore[attr-defined]
     return custom_key
@@ -155,10 +187,34 @@ def validate_key_spec(spec: object) -> str | None:
     return _resolve_callable(spec)[1]
 
 
+def key_namespace(spec: str | Callable[[Any], Any]) -> str:
+    """The prefix that ``spec``'s compiled key function puts before every value, e.g. ``"ip:"``.
+
+    ``"ip"`` -> ``"ip:"``, ``"user"`` -> ``"user:"``, ``"session"`` -> ``"session:"`` (its fallback keys
+    are ``"ip:"`` ones), ``"header:X-Api-Key"`` -> ``"header:x-api-key:"``, a dotted path ->
+    ``"<path>:"``, a callable object -> ``"<module>.<qualname>:"``. ``"user_or_ip"`` has two
+    (``"user:"``, ``"ip:"``), so it raises ``ValueError`` like an invalid spec.
+    """
+    if not isinstance(spec, str):
+        return _callable_path(spec) + ":"
+    if spec in ("ip", "user", "session"):
+        return spec + ":"
+    if spec == "user_or_ip":
+        raise ValueError("'user_or_ip' stores 'user:<pk>' or 'ip:<address>' keys: it has no single namespace")
+    if spec.startswith(_HEADER_PREFIX):
+        return f"{_HEADER_PREFIX}{_header_name(spec[len(_HEADER_PREFIX) :])}:"
+    error = validate_key_spec(spec)
+    if error is not None:
+        raise ValueError(error)
+    return spec + ":"
+
+
 def compile_key(spec: str | Callable[[Any], Any], *, ip_resolver: ClientIPResolver | None = None) -> KeyFunc:
     """Compile ``spec`` into ``callable(request) -> str | None``. Do this once, not per request.
 
-    :param ip_resolver: used by ``"ip"`` and ``"user_or_ip"``; defaults to ``REMOTE_ADDR`` only.
+    The function's keys carry the spec's namespace (see :func:`key_namespace`), built here once.
+
+    :param ip_resolver: used by ``"ip"``, ``"user_or_ip"`` and ``"session"``; defaults to ``REMOTE_ADDR`` only.
     :raises ValueError: for an unknown spec, a bad header name or an unimportable dotted path.
     """
     if spec is None:
@@ -167,17 +223,18 @@ def compile_key(spec: str | Callable[[Any], Any], *, ip_resolver: ClientIPResolv
     if error is not None:
         raise ValueError(error)
     if not isinstance(spec, str):
-        return _make_custom(spec)
+        return _make_custom(spec, key_namespace(spec))
+    resolver = ip_resolver if ip_resolver is not None else ClientIPResolver()
     if spec == "ip":
-        return (ip_resolver if ip_resolver is not None else ClientIPResolver()).as_function()
+        return _make_ip(resolver)
     if spec == "user":
         return _user_pk
     if spec == "user_or_ip":
-        return _make_user_or_ip(ip_resolver if ip_resolver is not None else ClientIPResolver())
+        return _make_user_or_ip(resolver)
     if spec == "session":
-        return _session_key
+        return _make_session(resolver)
     if spec.startswith(_HEADER_PREFIX):
         return _make_header(spec[len(_HEADER_PREFIX) :])
     fn, _ = _resolve_callable(spec)
     assert fn is not None  # validated above
-    return _make_custom(fn)
+    return _make_custom(fn, key_namespace(spec))

@@ -172,19 +172,19 @@ def test_keyed_two_clients_two_budgets_forged_xff_changes_nothing(extra) -> None
     assert forged.status_code == 429
     assert statuses(client, "/per-ip/", 2, **b) == [200, 200]
     assert client.get("/per-ip/", **b).status_code == 429
-    assert get_rate_limiter("per_ip", key="203.0.113.7").metrics.available_permissions == 0
-    assert get_rate_limiter("per_ip", key="10.9.8.7").metrics.available_permissions == 2
+    assert get_rate_limiter("per_ip", key="ip:203.0.113.7").metrics.available_permissions == 0
+    assert get_rate_limiter("per_ip", key="ip:10.9.8.7").metrics.available_permissions == 2
     extra.advance(1)
     assert client.get("/per-ip/", **a).status_code == 200
 
 
 def test_keyed_headers_carry_a_salted_hash_never_the_key(extra) -> None:
     response = Client().get("/per-ip/", REMOTE_ADDR="203.0.113.7")
-    pk = partition_key("203.0.113.7", _secret_salt())
+    pk = partition_key("ip:203.0.113.7", _secret_salt())  # the stored (namespaced) key
     assert response["RateLimit-Policy"] == f'"per_ip";q=2;w=1;pk={pk}'
     assert response["RateLimit"] == f'"per_ip";r=1;t=1;pk={pk}'
     assert "203.0.113.7" not in str(response.headers)
-    assert pk != partition_key("203.0.113.7")  # salted with the server secret
+    assert pk != partition_key("ip:203.0.113.7")  # salted with the server secret
 
 
 def test_trusted_proxy_count_reads_xff_from_the_right(r4_clock) -> None:
@@ -272,7 +272,7 @@ def test_multi_limit_with_a_keyed_limiter(extra) -> None:
     assert burst3.metrics.available_permissions == 1  # ... and the shared one was not charged
     assert client.get("/multi-keyed/", **b).status_code == 200
     assert client.get("/multi-keyed/", **b).status_code == 429  # the shared one said no ...
-    assert get_rate_limiter("per_ip", key="198.51.100.2").metrics.available_permissions == 1  # ... B kept its
+    assert get_rate_limiter("per_ip", key="ip:198.51.100.2").metrics.available_permissions == 1  # ... B kept its
     assert views.CALLS["multi_keyed"] == 3
 
 
@@ -620,7 +620,7 @@ def test_pinned_forwarded_header_ignores_the_other_one(r4_clock) -> None:
         forged = rf.get("/", REMOTE_ADDR="10.0.0.1", HTTP_X_FORWARDED_FOR="203.0.113.7", HTTP_FORWARDED="for=9.9.9.9")
         assert view(plain).status_code == 200
         assert view(forged).status_code == 200
-        assert registry.get_keyed_rate_limiter("per_ip").keys() == ["203.0.113.7"]
+        assert registry.get_keyed_rate_limiter("per_ip").keys() == ["ip:203.0.113.7"]
 
 
 def test_a_stacked_service_function_follows_a_settings_change() -> None:

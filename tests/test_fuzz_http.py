@@ -394,7 +394,7 @@ def test_forged_headers_from_an_untrusted_peer_never_change_the_budget() -> None
             registry.reset_all()
             first["REMOTE_ADDR"] = second["REMOTE_ADDR"] = peer
             assert Client().get(path, **first).status_code == 200
-            assert keyed.keys() == [normalised(peer)]
+            assert keyed.keys() == ["ip:" + normalised(peer)]
             assert Client().get(path, **second).status_code == 429  # the same, spent, budget
 
         run()
@@ -429,9 +429,9 @@ def test_entries_left_of_the_trusted_proxies_never_change_the_budget(count: int)
                 codes.append(Client().get(path, **meta).status_code)
             assert codes == [200, 429]
             if forwarded is None:
-                assert keyed.keys() == [expected]
+                assert keyed.keys() == ["ip:" + expected]
             else:
-                assert keyed.keys() in ([expected], [normalised(proxies[-1])])
+                assert keyed.keys() in (["ip:" + expected], ["ip:" + normalised(proxies[-1])])
 
         run()
 

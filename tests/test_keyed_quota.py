@@ -198,7 +198,8 @@ async def aok(request: Any) -> HttpResponse:
 def reference(
     name: str, limit: int, period_ns: int, remaining: int, reset_ns: int, key: str
 ) -> dict[str, str]:
-    status = QuotaStatus(name, limit, window_seconds(period_ns), remaining, delay_seconds(reset_ns), key)
+    # ``key`` is the client's IP: the gate stores (and hashes into pk) its namespaced form.
+    status = QuotaStatus(name, limit, window_seconds(period_ns), remaining, delay_seconds(reset_ns), "ip:" + key)
     return draft10_headers([status], salt=_secret_salt())
 
 
@@ -299,7 +300,7 @@ def test_ip_entries_are_found_by_remote_addr_text_and_share_the_normalised_budge
             "per_ip_60", 3, 60 * S, 1, 60 * S, "unknown"
         )
         assert long_text not in plan.keyed_entries
-        assert {entry[0] for entry in plan.keyed_entries.values()} == {"203.0.113.7", group, "unknown"}
+        assert {entry[0] for entry in plan.keyed_entries.values()} == {"ip:203.0.113.7", "ip:" + group, "ip:unknown"}
 
 
 def test_trusted_proxies_key_by_the_resolved_client(r4_clock) -> None:

@@ -42,15 +42,15 @@ def authed(pk: int = 42) -> User:
 
 class TestBuiltins:
     def test_ip(self):
-        assert compile_key("ip")(make_request()) == "203.0.113.7"
+        assert compile_key("ip")(make_request()) == "ip:203.0.113.7"
 
     def test_ip_uses_given_resolver(self):
         fn = compile_key("ip", ip_resolver=ClientIPResolver(1))
-        assert fn(make_request(remote="10.0.0.1", HTTP_X_FORWARDED_FOR="198.51.100.5")) == "198.51.100.5"
+        assert fn(make_request(remote="10.0.0.1", HTTP_X_FORWARDED_FOR="198.51.100.5")) == "ip:198.51.100.5"
 
     def test_user(self):
         fn = compile_key("user")
-        assert fn(make_request(user=authed(42))) == "42"
+        assert fn(make_request(user=authed(42))) == "user:42"
         assert fn(make_request(user=AnonymousUser())) is None
         assert fn(make_request()) is None  # no auth middleware
 
@@ -67,45 +67,49 @@ class TestBuiltins:
 
     def test_session(self):
         fn = compile_key("session")
-        assert fn(make_request(session_key="abcdefgh12345678")) == "abcdefgh12345678"
+        assert fn(make_request(session_key="abcdefgh12345678")) == "session:abcdefgh12345678"
         assert fn(make_request(session_key=None)) is None  # session not created yet
         assert fn(make_request(session_key=False)) is None  # no session middleware
 
     def test_header(self):
         fn = compile_key("header:X-Api-Key")
-        assert fn(make_request(HTTP_X_API_KEY="k-123")) == "k-123"
+        assert fn(make_request(HTTP_X_API_KEY="k-123")) == "header:x-api-key:k-123"
         assert fn(make_request()) is None
         assert fn(make_request(HTTP_X_API_KEY="")) is None
 
     def test_header_name_is_case_insensitive(self):
-        assert compile_key("header:x-api-key")(make_request(HTTP_X_API_KEY="k")) == "k"
+        # One header, one namespace, however the spec spells its name.
+        for spec in ("header:x-api-key", "header:X-API-KEY", "header:X_Api_Key"):
+            assert compile_key(spec)(make_request(HTTP_X_API_KEY="k")) == "header:x-api-key:k"
 
     def test_content_type_header_has_no_http_prefix(self):
         request = rf.post("/", data="{}", content_type="application/json")
-        assert compile_key("header:Content-Type")(request) == "application/json"
+        assert compile_key("header:Content-Type")(request) == "header:content-type:application/json"
 
     def test_long_header_is_hashed(self):
         value = "k" * 10_000
         got = compile_key("header:X-Api-Key")(make_request(HTTP_X_API_KEY=value))
-        assert got == "sha256:" + hashlib.sha256(value.encode()).hexdigest()
+        assert got == "header:x-api-key:sha256:" + hashlib.sha256(value.encode()).hexdigest()
         assert len(got) < 100
 
 
 class TestCustom:
     def test_dotted_path(self):
         fn = compile_key("tests.test_keys.client_id")
-        assert fn(rf.get("/?client=abc")) == "abc"
+        assert fn(rf.get("/?client=abc")) == "tests.test_keys.client_id:abc"
         assert fn(rf.get("/")) is None
 
     def test_callable_object(self):
-        assert compile_key(lambda r: "fixed")(rf.get("/")) == "fixed"
+        assert compile_key(client_id)(rf.get("/?client=abc")) == "tests.test_keys.client_id:abc"
+        fixed = compile_key(lambda r: "fixed")(rf.get("/"))
+        assert fixed == "tests.test_keys.TestCustom.test_callable_object.<locals>.<lambda>:fixed"
 
     def test_non_string_result_is_stringified(self):
-        assert compile_key("tests.test_keys.numeric_key")(rf.get("/")) == "7"
+        assert compile_key("tests.test_keys.numeric_key")(rf.get("/")) == "tests.test_keys.numeric_key:7"
 
     def test_custom_result_is_bounded(self):
         long = "z" * (MAX_KEY_LENGTH + 1)
-        assert compile_key(lambda r: long)(rf.get("/")).startswith("sha256:")
+        assert compile_key(lambda r: long)(rf.get("/")).split(":", 1)[1].startswith("sha256:")
 
 
 class TestBoundKey:

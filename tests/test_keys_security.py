@@ -8,13 +8,14 @@ answer 200 instead.
 from __future__ import annotations
 
 import copy
+import io
 from typing import Any
 
 import pytest
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.test import Client, override_settings
-from django.urls import path
+from django.urls import include, path
 
 from django_ratelimit_r4 import conf
 from django_ratelimit_r4.checks import check_settings
@@ -28,8 +29,44 @@ def per_ip(request: HttpRequest) -> HttpResponse:
     return HttpResponse("ok")
 
 
+# One instance ("shared"), several key kinds: each decorator keys the same store its own way.
+@ratelimit("shared")
+def shared_by_ip(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+@ratelimit("shared", key="header:X-Api-Key")
+def shared_by_header(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+@ratelimit("shared", key="user")
+def shared_by_user(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+@ratelimit("shared", key="user_or_ip")
+def shared_by_user_or_ip(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+def tenant(request: HttpRequest) -> str | None:
+    """A custom key function: the ``tenant`` query parameter."""
+    return request.GET.get("tenant")
+
+
+@ratelimit("shared", key="tests.test_keys_security.tenant")
+def shared_by_tenant(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
 urlpatterns = [
     path("per-ip/", per_ip),
+    path("shared/ip/", shared_by_ip),
+    path("shared/header/", shared_by_header),
+    path("shared/user/", shared_by_user),
+    path("shared/user-or-ip/", shared_by_user_or_ip),
+    path("shared/tenant/", shared_by_tenant),
 ]
 
 
@@ -39,6 +76,7 @@ def r4(**top: Any) -> dict[str, Any]:
     value["ratelimiters"]["instances"].update(
         {
             "per_ip": {"limit_for_period": 2, "key": "ip"},
+            "shared": {"limit_for_period": 2, "key": "ip"},
         }
     )
     value.update(top)
@@ -95,3 +133,131 @@ def test_unix_is_a_valid_trusted_proxies_entry_and_typos_are_check_errors() -> N
     assert "'unix'" in (found[0].hint or "")
     with override_settings(RATELIMIT_R4={"trusted_proxies": ["UNIX"]}):
         assert "unix" in conf.get_options().trusted_proxies  # type: ignore[operator]
+
+
+# ------------------------------------------------------------------------ item 3: key kinds never collide
+
+IP = "203.0.113.7"
+
+
+def get(client: Client, path_: str, n: int = 1, **extra: Any) -> list[int]:
+    return [client.get(path_, **extra).status_code for _ in range(n)]
+
+
+def test_a_header_value_equal_to_an_ip_does_not_drain_that_ip(r4_clock) -> None:
+    with app():
+        client = Client()
+        assert get(client, "/shared/header/", 3, HTTP_X_API_KEY=IP, REMOTE_ADDR="192.0.2.1") == [200, 200, 429]
+        assert get(client, "/shared/ip/", 3, REMOTE_ADDR=IP) == [200, 200, 429]
+
+
+def test_a_custom_key_equal_to_an_ip_or_a_header_does_not_share_their_budget(r4_clock) -> None:
+    with app():
+        client = Client()
+        assert get(client, f"/shared/tenant/?tenant={IP}", 2, REMOTE_ADDR="192.0.2.1") == [200, 200]
+        assert get(client, "/shared/tenant/?tenant=ip:" + IP, 2, REMOTE_ADDR="192.0.2.1") == [200, 200]
+        assert get(client, "/shared/ip/", 2, REMOTE_ADDR=IP) == [200, 200]
+        assert get(client, "/shared/header/", 2, HTTP_X_API_KEY="ip:" + IP, REMOTE_ADDR="192.0.2.1") == [200, 200]
+
+
+@pytest.mark.django_db
+def test_a_header_value_equal_to_a_user_pk_does_not_drain_that_user(r4_clock) -> None:
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.create_user(username="alice", password="pw")
+    with app():
+        attacker = Client()
+        pk = str(user.pk)
+        assert get(attacker, "/shared/header/", 3, HTTP_X_API_KEY=pk) == [200, 200, 429]
+        assert get(attacker, "/shared/header/", 1, HTTP_X_API_KEY="user:" + pk) == [200]
+        alice = Client()
+        alice.force_login(user)
+        assert get(alice, "/shared/user/", 2) == [200, 200]
+        # user_or_ip keys a signed-in user as the user: the same client as key="user", so the same budget.
+        assert get(alice, "/shared/user-or-ip/", 1) == [429]
+
+
+@pytest.mark.django_db
+def test_user_or_ip_keeps_users_and_addresses_apart(r4_clock) -> None:
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.create_user(username="bob", password="pw")
+    with app():
+        anonymous = Client()
+        # An anonymous client is keyed as its IP: the same budget as key="ip" for that address.
+        assert get(anonymous, "/shared/user-or-ip/", 2, REMOTE_ADDR=IP) == [200, 200]
+        assert get(anonymous, "/shared/ip/", 1, REMOTE_ADDR=IP) == [429]
+        bob = Client()
+        bob.force_login(user)
+        assert get(bob, "/shared/user-or-ip/", 2, REMOTE_ADDR=IP) == [200, 200]
+        assert get(Client(), "/shared/header/", 1, HTTP_X_API_KEY=str(user.pk)) == [200]
+
+
+def test_stored_keys_are_namespaced_and_operators_use_that_form(r4_clock) -> None:
+    from django.core.management import call_command
+
+    from django_ratelimit_r4 import get_rate_limiter, state
+    from django_ratelimit_r4.keys import key_namespace
+
+    with app():
+        client = Client()
+        get(client, "/shared/ip/", 2, REMOTE_ADDR=IP)
+        get(client, "/shared/header/", 2, HTTP_X_API_KEY=IP)
+        get(client, f"/shared/tenant/?tenant={IP}", 2)
+        listed = set(state.snapshot(["shared"], include_keys=True)[0]["state"]["keyed"]["keys"])
+        assert listed == {
+            f"ip:{IP}",
+            f"header:x-api-key:{IP}",
+            f"tests.test_keys_security.tenant:{IP}",
+        }
+        assert key_namespace("header:X-Api-Key") == "header:x-api-key:"
+        assert key_namespace("tests.test_keys_security.tenant") == "tests.test_keys_security.tenant:"
+        assert key_namespace(tenant) == "tests.test_keys_security.tenant:"
+        out = io.StringIO()
+        call_command("r4", "status", "shared", "--keys", stdout=out)
+        assert f"ip:{IP}: 0 available" in out.getvalue()
+        assert f"header:x-api-key:{IP}: 0 available" in out.getvalue()
+        # r4 reset NAME --key takes the stored (namespaced) key: only that client is refilled.
+        call_command("r4", "reset", "shared", "--key", f"ip:{IP}", stdout=io.StringIO())
+        assert get(client, "/shared/ip/", 1, REMOTE_ADDR=IP) == [200]
+        assert get(client, "/shared/header/", 1, HTTP_X_API_KEY=IP) == [429]
+        # The raw value names no stored key: nothing is reset.
+        call_command("r4", "reset", "shared", "--key", IP, stdout=io.StringIO())
+        assert get(client, "/shared/ip/", 2, REMOTE_ADDR=IP) == [200, 429]
+        assert get_rate_limiter("shared", key=f"header:x-api-key:{IP}").metrics.available_permissions == 0
+
+
+def test_the_state_endpoint_key_actions_take_the_namespaced_key(r4_clock) -> None:
+    from django_ratelimit_r4 import get_rate_limiter
+
+    token = "t0ken-" + "x" * 40
+    urls = type("URLs", (), {"urlpatterns": [*urlpatterns, path("ops/r4/", include("django_ratelimit_r4.urls"))]})
+    with override_settings(ROOT_URLCONF=urls, RATELIMIT_R4=r4(state_endpoint_token=token)):
+        client = Client()
+        bearer = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+        get(client, "/shared/header/", 2, HTTP_X_API_KEY="k1")
+        listed = client.get("/ops/r4/?name=shared&keys=1", **bearer).json()[0]["state"]["keyed"]["keys"]
+        assert list(listed) == ["header:x-api-key:k1"]
+        response = client.post(
+            "/ops/r4/shared/reset", {"key": "header:x-api-key:k1"}, content_type="application/json", **bearer
+        )
+        assert response.status_code == 200
+        assert get(client, "/shared/header/", 1, HTTP_X_API_KEY="k1") == [200]
+        response = client.post(
+            "/ops/r4/shared/drain", {"key": "header:x-api-key:k1"}, content_type="application/json", **bearer
+        )
+        assert response.status_code == 200
+        assert get_rate_limiter("shared", key="header:x-api-key:k1").metrics.available_permissions == 0
+        assert get(client, "/shared/header/", 1, HTTP_X_API_KEY="k1") == [429]
+
+
+def test_the_ratelimit_pk_is_the_salted_hash_of_the_namespaced_key(r4_clock) -> None:
+    from django_ratelimit_r4.decorators import _secret_salt
+    from django_ratelimit_r4.headers import partition_key
+
+    with app():
+        client = Client()
+        by_ip = client.get("/shared/ip/", REMOTE_ADDR=IP)
+        by_header = client.get("/shared/header/", HTTP_X_API_KEY=IP)
+    assert by_ip["RateLimit"] == f'"shared";r=1;t=1;pk={partition_key("ip:" + IP, _secret_salt())}'
+    assert by_header["RateLimit"].endswith(f";pk={partition_key('header:x-api-key:' + IP, _secret_salt())}")

@@ -57,7 +57,7 @@ def test_keyed_two_clients_forged_xff_changes_nothing(r4_clock) -> None:
         assert client.get("/drf-keyed/", HTTP_X_FORWARDED_FOR="192.0.2.1", **a).status_code == 429
         ok = client.get("/drf-keyed/", REMOTE_ADDR="198.51.100.2")
         assert ok.status_code == 200
-        assert ok["RateLimit"] == f'"per_ip";r=1;t=1;pk={partition_key("198.51.100.2", _secret_salt())}'
+        assert ok["RateLimit"] == f'"per_ip";r=1;t=1;pk={partition_key("ip:198.51.100.2", _secret_salt())}'
 
 
 def test_several_throttles_on_one_view(r4_clock) -> None:

@@ -273,7 +273,7 @@ def test_the_budget_lives_in_redis(on_redis: Any, redis_url: str, prefix: str) -
 
 def test_keyed_by_ip_two_clients_two_budgets_forged_xff_changes_nothing(on_redis: Any) -> None:
     client = Client()
-    pk_a = partition_key(A["REMOTE_ADDR"], _secret_salt())
+    pk_a = partition_key("ip:" + A["REMOTE_ADDR"], _secret_salt())
     first = client.get("/per-ip/", **A)
     assert first["RateLimit-Policy"] == f'"per_ip";q=2;w=1;pk={pk_a}'
     assert first["RateLimit"] == f'"per_ip";r=1;t=1;pk={pk_a}'
@@ -284,8 +284,8 @@ def test_keyed_by_ip_two_clients_two_budgets_forged_xff_changes_nothing(on_redis
     forged = client.get("/per-ip/", HTTP_X_FORWARDED_FOR="10.9.8.7", **A)
     assert forged.status_code == 429  # no trusted proxy: X-Forwarded-For is ignored
     assert statuses(client, "/per-ip/", 3, **B) == [200, 200, 429]
-    assert available("per_ip", A["REMOTE_ADDR"]) == 0
-    assert available("per_ip", "10.9.8.7") == 2  # the forged address got no budget and spent none
+    assert available("per_ip", "ip:" + A["REMOTE_ADDR"]) == 0
+    assert available("per_ip", "ip:10.9.8.7") == 2  # the forged address got no budget and spent none
     on_redis.advance(1)
     assert client.get("/per-ip/", **A).status_code == 200
 
@@ -311,7 +311,7 @@ def test_multi_limit_keyed_and_unkeyed(on_redis: Any) -> None:
     assert available("burst3") == 1  # ... and the shared one was not charged
     assert client.get("/multi-keyed/", **B).status_code == 200
     assert client.get("/multi-keyed/", **B).status_code == 429  # the shared one said no ...
-    assert available("per_ip", B["REMOTE_ADDR"]) == 1  # ... and B kept its permit
+    assert available("per_ip", "ip:" + B["REMOTE_ADDR"]) == 1  # ... and B kept its permit
 
 
 def test_keyed_acquire_all_keyed_hands_off_to_redis_and_refuses_mixing(on_redis: Any) -> None:
@@ -384,7 +384,7 @@ async def test_async_keyed_and_multi_limit_views(
 ) -> None:
     client = AsyncClient()
     client_a = PeerAsyncClient(A["REMOTE_ADDR"])
-    pk_a = partition_key(A["REMOTE_ADDR"], _secret_salt())
+    pk_a = partition_key("ip:" + A["REMOTE_ADDR"], _secret_salt())
     with forbid_blocking(monkeypatch) as blocking, no_sync_redis_on_loop(monkeypatch) as violations:
         keyed = [await client_a.get("/per-ip-async/") for _ in range(3)]
         other = await PeerAsyncClient(B["REMOTE_ADDR"]).get("/per-ip-async/")

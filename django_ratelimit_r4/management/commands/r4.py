@@ -342,12 +342,12 @@ class Command(BaseCommand):
 
         reset = sub.add_parser("reset", help="return an instance (or one client key) to its fresh state")
         reset.add_argument("name", metavar="NAME")
-        reset.add_argument("--key", help="only this client key of a keyed rate limiter")
+        reset.add_argument("--key", help="only this client key, as stored (e.g. ip:203.0.113.7, user:42)")
         remote(reset)
 
         drain = sub.add_parser("drain", help="set a rate limiter's available permissions to 0")
         drain.add_argument("name", metavar="NAME")
-        drain.add_argument("--key", help="only this client key of a keyed rate limiter")
+        drain.add_argument("--key", help="only this client key, as stored (e.g. ip:203.0.113.7, user:42)")
         remote(drain)
 
         transition = sub.add_parser("transition", help="move a circuit breaker to another state")
