@@ -4,6 +4,10 @@ The errors come from :func:`django_ratelimit_r4.conf.analyse` (which reuses the 
 validators); the ids are the :class:`~django_ratelimit_r4.conf.Code` table. Warnings that depend on
 the environment (multi-process deployment, missing optional packages) are computed here.
 Silence one with ``SILENCED_SYSTEM_CHECKS = ["ratelimit_r4.W001"]``.
+
+:func:`check_url_names` (tag ``urls``) walks the URLconf, importing the views, and reports every
+instance name that routed views use (decorators, ``method_decorator`` on class-based views, DRF
+throttles) and that is not configured, with the closest configured name.
 """
 
 from __future__ import annotations
@@ -12,16 +16,16 @@ import importlib.util
 import os
 import shlex
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from django.core.checks import CheckMessage, Error, register
+from django.core.checks import CheckMessage, Error, Tags, register
 from django.core.checks import Warning as CheckWarning
 
 from . import conf
 from .conf import Code, Problem
 
-__all__ = ["check_settings", "detect_multiprocess", "problem_to_message"]
+__all__ = ["check_settings", "check_url_names", "detect_multiprocess", "problem_to_message"]
 
 _SERVERS = ("gunicorn", "uvicorn", "hypercorn")
 
@@ -139,3 +143,178 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     analysis = conf.analyse(conf.raw_setting(), conf.drf_throttle_rates())  # fresh: checks must see the settings as they are now
     problems = analysis.problems + _environment_warnings(analysis, os.environ, sys.argv)
     return [problem_to_message(p) for p in problems]
+
+
+# ------------------------------------------------------------------------------------- names in the URLconf
+
+_MAX_DEPTH = 64  # include() nesting; deeper is a loop or a pathological URLconf
+_SHOWN_PLACES = 5
+
+
+def _qualname(obj: object) -> str:
+    module = getattr(obj, "__module__", None) or "?"
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or type(obj).__name__
+    return f"{module}.{name}"
+
+
+def _route(pattern: object) -> str:
+    try:
+        return str(getattr(pattern, "pattern", ""))
+    except Exception:  # a custom pattern class whose __str__ fails
+        return ""
+
+
+def _routed_views(patterns: object, prefix: str = "", depth: int = 0) -> Iterator[tuple[str, Any]]:
+    """``(route, callback)`` of every URLPattern under ``patterns``; what cannot be imported is skipped.
+
+    Django's own URL checks (``urls.E004``, ...) report broken includes: this check only must not crash.
+    """
+    if depth > _MAX_DEPTH:
+        return
+    try:
+        entries = list(patterns)  # type: ignore[call-overload]
+    except Exception:
+        return
+    for entry in entries:
+        route = prefix + _route(entry)
+        if hasattr(type(entry), "url_patterns") or hasattr(entry, "urlconf_name"):  # a URLResolver (include)
+            try:
+                nested = entry.url_patterns
+            except Exception:  # an include() of a module that does not import or has no urlpatterns
+                continue
+            yield from _routed_views(nested, route, depth + 1)
+            continue
+        callback = getattr(entry, "callback", None)
+        if callable(callback):
+            yield route, callback
+
+
+class _ViewAttrs:
+    """A DRF view's attributes as an instance would see them: ``as_view()``'s initkwargs over the class."""
+
+    def __init__(self, cls: type, initkwargs: Mapping[str, Any]) -> None:
+        self._cls = cls
+        self._initkwargs = initkwargs
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self._initkwargs:
+            return self._initkwargs[name]
+        return getattr(self._cls, name)
+
+
+def _class_functions(cls: type) -> Iterator[Any]:
+    """Functions defined on ``cls`` and its bases (``method_decorator`` puts its wrapper there)."""
+    for klass in cls.__mro__:
+        for value in list(vars(klass).values()):
+            value = getattr(value, "__func__", value)  # staticmethod / classmethod
+            if callable(value) and not isinstance(value, type):
+                yield value
+
+
+def _drf_throttle_names(cls: type, initkwargs: Mapping[str, Any]) -> Iterator[tuple[str, bool]]:
+    """``(rate limiter name, named explicitly)`` of the view's RateLimiterThrottle classes."""
+    try:
+        from .rest_framework import RateLimiterThrottle
+    except ImportError:  # DRF not installed: no DRF views either
+        return
+    view = _ViewAttrs(cls, initkwargs)
+    throttles = getattr(view, "throttle_classes", None) or ()
+    if isinstance(throttles, str | bytes) or not isinstance(throttles, Iterable):
+        return
+    for throttle in throttles:
+        if isinstance(throttle, type) and issubclass(throttle, RateLimiterThrottle):
+            yield from throttle.referenced_names(view)
+
+
+def _view_names(callback: Any) -> Iterator[tuple[str, str, bool, str]]:
+    """``(kind, name, named explicitly, view)`` of every instance name a routed callback uses."""
+    from .decorators import referenced_names
+
+    cls = getattr(callback, "view_class", None) or getattr(callback, "cls", None)  # Django / DRF as_view()
+    if not isinstance(cls, type):
+        cls = None
+    # as_view() copies dispatch's attributes onto its function: name the class, not that function.
+    where = _qualname(cls if cls is not None else callback)
+    for kind, name in referenced_names(callback):
+        yield kind, name, True, where
+    if cls is None:
+        return
+    for fn in _class_functions(cls):
+        for kind, name in referenced_names(fn):
+            yield kind, name, True, where
+    initkwargs = getattr(callback, "initkwargs", None)
+    for name, explicit in _drf_throttle_names(cls, initkwargs if isinstance(initkwargs, Mapping) else {}):
+        yield "ratelimiters", name, explicit, where
+
+
+def _places(places: list[str]) -> str:
+    shown = ", ".join(places[:_SHOWN_PLACES])
+    more = len(places) - _SHOWN_PLACES
+    return shown + (f" (and {more} more)" if more > 0 else "")
+
+
+def _unknown_name_message(
+    analysis: conf.Analysis, kind: str, name: str, explicit: bool, places: list[str], known: Sequence[str]
+) -> CheckMessage:
+    kind_info = conf.KINDS[kind]
+    where = conf.setting_path(kind, "instances")
+    close = conf._did_you_mean(name, known)
+    listing = ", ".join(repr(n) for n in known) if known else "none"
+    if not explicit:
+        drf = conf.drf_scope_path(None)
+        return CheckWarning(
+            f"{_places(places)}: throttle_scope {name!r} names no rate limiter in {where} and no scope in {drf}: "
+            "RateLimiterThrottle does not limit this view",
+            hint=(close + " " if close else "") + f"Declare it in {where} or {drf}, or fix the scope.",
+            id=Code.UNKNOWN_THROTTLE_SCOPE.check_id,
+        )
+    hint = f"Declare it in {where}"
+    if kind == "ratelimiters":
+        hint += f" or give it a rate in {conf.drf_scope_path(None)}"
+    hint += f", or fix the name (configured: {listing})."
+    return Error(
+        f"{_places(places)}: uses {kind_info.type_name} {name!r}, which is not configured in {where}; "
+        "the first request would fail with ImproperlyConfigured",
+        hint=(close + " " if close else "") + hint,
+        id=Code.UNKNOWN_NAME.check_id,
+    )
+
+
+@register(Tags.urls)
+def check_url_names(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Report instance names used by routed views (decorators, DRF throttles) that are not configured.
+
+    Walks the URLconf, which imports the views; a view that cannot be imported is skipped (Django's own
+    URL checks report it). Registered with the ``urls`` tag, so ``manage.py check`` runs it.
+    """
+    from django.conf import settings
+
+    if not getattr(settings, "ROOT_URLCONF", None):
+        return []
+    try:
+        from django.urls import get_resolver
+
+        patterns = get_resolver().url_patterns
+    except Exception:  # an unimportable ROOT_URLCONF: Django's urls checks report it
+        return []
+    analysis = conf.analyse(conf.raw_setting(), conf.drf_throttle_rates())
+    uses: dict[tuple[str, str, bool], list[str]] = {}
+    for route, callback in _routed_views(patterns):
+        try:
+            names = list(_view_names(callback))
+        except Exception:  # an exotic callable: never crash the check
+            continue
+        for kind, name, explicit, view in names:
+            places = uses.setdefault((kind, name, explicit), [])
+            place = f"{view} (URL '{route}')"
+            if place not in places:
+                places.append(place)
+    messages: list[CheckMessage] = []
+    for (kind, name, explicit), places in uses.items():
+        if analysis.section_problems[kind]:
+            continue  # the whole section is unusable: check_settings reports that once
+        known = analysis.names(kind)
+        if name in known or (kind == "ratelimiters" and name in analysis.unthrottled_scopes):
+            continue
+        messages.append(_unknown_name_message(analysis, kind, name, explicit, places, known))
+    return messages

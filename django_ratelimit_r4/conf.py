@@ -135,9 +135,17 @@ class Code(enum.Enum):
         "a rate in DRF's REST_FRAMEWORK['DEFAULT_THROTTLE_RATES'] (a scope not declared in RATELIMIT_R4) is not '<count>/<unit>'",
     )
     INVALID_ENABLED = ("E023", "enabled is not True or False")
+    UNKNOWN_NAME = (
+        "E024",
+        "a decorator or DRF throttle on a routed view uses an instance name that is not configured",
+    )
     MEMORY_MULTIPROCESS = ("W001", "in-memory rate limiters in a deployment that looks multi-process")
     METRICS_WITHOUT_PROMETHEUS = ("W002", "metrics is True but prometheus_client is not installed")
     SHORT_TOKEN = ("W003", "state_endpoint_token is shorter than 32 characters")
+    UNKNOWN_THROTTLE_SCOPE = (
+        "W004",
+        "a DRF view's throttle_scope names no rate limiter and no DEFAULT_THROTTLE_RATES scope: not limited",
+    )
 
     @property
     def check_id(self) -> str:

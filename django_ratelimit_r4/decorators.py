@@ -79,6 +79,7 @@ __all__ = [
     "bulkhead",
     "circuitbreaker",
     "ratelimit",
+    "referenced_names",
     "request_of",
     "resilient",
     "retry",
@@ -101,6 +102,26 @@ _RERAISE = object()
 _PK_SALT_PREFIX = b"django-ratelimit-r4:pk:"
 _KEYED_ENTRIES_MAX = 1024  # per plan: the keyed fast path's cached clients, cleared when full
 _SLOT_MAX_LEN = 256  # longer cache slots (REMOTE_ADDR text or key) are computed, never cached
+# One attribute per name a decorator uses, e.g. "_r4_uses:ratelimiters:api": functools.wraps and
+# method_decorator copy a function's __dict__ with dict.update(), so distinct keys add up across stacked
+# decorators and a method_decorator list, where one shared attribute would keep only the last decorator's.
+_USES_PREFIX = "_r4_uses:"
+
+
+def referenced_names(fn: object) -> set[tuple[str, str]]:
+    """``(kind, name)`` of every instance the decorators on ``fn`` use (read by ``manage.py check``)."""
+    found: set[tuple[str, str]] = set()
+    seen = 0
+    while fn is not None and seen < 32:  # follow __wrapped__ through decorators that do not copy __dict__
+        attrs = getattr(fn, "__dict__", None)
+        if isinstance(attrs, dict):
+            for attr in attrs:
+                if isinstance(attr, str) and attr.startswith(_USES_PREFIX):
+                    kind, _, name = attr[len(_USES_PREFIX) :].partition(":")
+                    found.add((kind, name))
+        fn = getattr(fn, "__wrapped__", None)
+        seen += 1
+    return found
 
 
 def request_of(args: tuple[Any, ...]) -> Any | None:
@@ -913,6 +934,14 @@ class _Resilience:
         )
         self._state: tuple[int, tuple[Any, ...]] = (-1, ())
         self._lock = threading.Lock()
+        uses = [
+            ("retries", retry),
+            ("circuitbreakers", circuitbreaker),
+            ("timelimiters", timelimiter),
+            ("bulkheads", bulkhead),
+            *(("ratelimiters", n) for n in (self.gate.names if self.gate is not None else ())),
+        ]
+        self.uses = tuple(f"{_USES_PREFIX}{kind}:{name}" for kind, name in uses if name)
 
     def instances(self) -> tuple[Any, Any, Any, Any, int]:
         """``(retry, circuit breaker, time limiter, bulkhead, bulkhead retry_after ns)`` for now."""
@@ -958,6 +987,8 @@ class _Resilience:
         self, fn: Callable[..., Any], exc: BaseException, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         """Fallback, own 429/503 on a view, or ``_RERAISE``. May return an awaitable (async fallback)."""
+        if isinstance(exc, ImproperlyConfigured):  # an unknown or broken name: never a fallback's business
+            return _RERAISE
         if self.fallback is not None and isinstance(exc, self.fallback_types):
             fb_args, fb_kwargs = _fallback_args(fn, args, kwargs)
             return self.fallback(*fb_args, exc, **fb_kwargs)
@@ -971,6 +1002,8 @@ class _Resilience:
         self, fn: Callable[..., Any], exc: BaseException, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         """Async twin of :meth:`handle`: awaits an async fallback and builds the 429 without blocking."""
+        if isinstance(exc, ImproperlyConfigured):
+            return _RERAISE
         if self.fallback is not None and isinstance(exc, self.fallback_types):
             fb_args, fb_kwargs = _fallback_args(fn, args, kwargs)
             outcome = self.fallback(*fb_args, exc, **fb_kwargs)
@@ -1001,8 +1034,10 @@ class _Resilience:
             and self.timelimiter is None
             and self.bulkhead is None
         )
-        wrapper = (self._async_wrapper if is_async else self._sync_wrapper)(fn, only_gate)
-        return functools.wraps(fn)(wrapper)  # type: ignore[return-value]
+        wrapper = functools.wraps(fn)((self._async_wrapper if is_async else self._sync_wrapper)(fn, only_gate))
+        for use in self.uses:  # what manage.py check reads (referenced_names); fn's own came with wraps
+            wrapper.__dict__[use] = True
+        return wrapper  # type: ignore[return-value]
 
     def _sync_wrapper(self, fn: Callable[..., Any], only_gate: bool) -> Callable[..., Any]:
         gate = self.gate

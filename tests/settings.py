@@ -25,6 +25,11 @@ RATELIMIT_R4 = {
         "instances": {
             "api": {"limit_for_period": 10},
             "slow": {"limit_for_period": 10, "limit_refresh_period": "60s"},
+            # Used by views in tests/urls.py (`manage.py check` checks the names routed views use).
+            "per_ip": {"limit_for_period": 2, "key": "ip"},
+            "burst": {"limit_for_period": 2},
+            "burst3": {"limit_for_period": 3},
+            "sustained": {"limit_for_period": 3, "limit_refresh_period": "60s"},
         },
     },
     "bulkheads": {"instances": {"acquirer": {"max_concurrent_calls": 2}}},

@@ -118,6 +118,10 @@ def test_summary_of_every_type(fresh: Any) -> None:
     assert text.split("; ") == [
         "ratelimiter api: 10/10 available",
         "ratelimiter slow: 10/10 available",
+        "ratelimiter per_ip: per client, 2/1s, 0 keys",
+        "ratelimiter burst: 2/2 available",
+        "ratelimiter burst3: 3/3 available",
+        "ratelimiter sustained: 3/3 available",
         "bulkhead acquirer: 0/2 in use",
         "circuitbreaker acquirer: CLOSED",
         "retry acquirer: 0 failed after retries",

@@ -71,7 +71,7 @@ def test_a_worker_under_several_processes_warns_once_in_its_log() -> None:
     assert len({r["pid"] for r in records}) == 2
     # The parent's first limiter was built under other settings; the child names what it inherited.
     for record, names in zip(
-        records, ["rate limiters 'other' keep", "rate limiters 'api', 'slow' keep"], strict=True
+        records, ["rate limiters 'other' keep", "rate limiters 'api', 'slow', 'per_ip', 'burst', 'burst3', 'sustained' keep"], strict=True
     ):
         assert (record["name"], record["level"]) == ("django_ratelimit_r4", "WARNING")
         message = record["message"]
@@ -124,7 +124,7 @@ def test_the_warning_names_the_limiters_and_the_fix(first_use: None, caplog: Any
     ours = [r for r in caplog.records if r.name == "django_ratelimit_r4"]
     assert len(ours) == 1 and ours[0].levelno == logging.WARNING
     text = ours[0].getMessage()
-    assert "rate limiters 'api', 'slow' keep their state in this process's memory" in text
+    assert "rate limiters 'api', 'slow', 'per_ip', 'burst', 'burst3', 'sustained' keep their state in this process's memory" in text
     assert "a limit of 10 becomes 10 x N workers" in text and "WEB_CONCURRENCY=4" in text
 
 

@@ -247,6 +247,10 @@ def test_iteration_covers_every_configured_instance_by_kind() -> None:
     assert items == [
         ("ratelimiters", "api"),
         ("ratelimiters", "slow"),
+        ("ratelimiters", "per_ip"),
+        ("ratelimiters", "burst"),
+        ("ratelimiters", "burst3"),
+        ("ratelimiters", "sustained"),
         ("bulkheads", "acquirer"),
         ("circuitbreakers", "acquirer"),
         ("retries", "acquirer"),
@@ -255,7 +259,7 @@ def test_iteration_covers_every_configured_instance_by_kind() -> None:
     for kind, name, instance in registry.iter_instances():
         assert instance.name == name
         assert registry.lookup(kind, name)[1] is instance
-    assert registry.names("ratelimiters") == ("api", "slow")
+    assert registry.names("ratelimiters") == ("api", "slow", "per_ip", "burst", "burst3", "sustained")
 
 
 def test_install_clock_resets_built_instances_and_reaches_future_ones() -> None:
@@ -371,7 +375,7 @@ def test_keyed_limiters_are_per_key_and_share_the_instance_config() -> None:
         assert b.acquire_permission()  # its own budget
         keyed = registry.get_keyed_rate_limiter("api")
         assert len(keyed) == 2
-        assert [name for name, _ in registry.keyed_rate_limiters()] == ["api"]
+        assert [name for name, _ in registry.keyed_rate_limiters()] == ["api", "per_ip"]  # per_ip: key "ip"
         # install_clock reaches keyed limiters: reset, fresh budgets on the new clock.
         other = FakeClock(start_ns=77 * S)
         registry.install_clock(other)

@@ -156,9 +156,9 @@ def test_user_drop_in_keys_users_by_pk_and_anonymous_clients_by_ip(settings: Any
 
 def test_a_drop_in_subclass_reads_its_own_scope(settings: Any, r4_clock: Any) -> None:
     class BurstRateThrottle(UserRateThrottle):
-        scope = "burst"
+        scope = "user_burst"
 
-    settings.REST_FRAMEWORK = drf(burst="1/s", user="100/day")
+    settings.REST_FRAMEWORK = drf(user_burst="1/s", user="100/day")
     settings.ROOT_URLCONF = _urls(burst=_view([BurstRateThrottle, UserRateThrottle]))
     client = Client()
     assert codes(client, "/burst/", 2) == [200, 429]

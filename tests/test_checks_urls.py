@@ -1,0 +1,296 @@
+"""`manage.py check` knows the instance names routed views use: decorators, method_decorator on class-based
+views, DRF throttles on APIViews and ViewSets. Unknown names are errors with a did-you-mean, found before the
+first request; the first request itself raises a clear ImproperlyConfigured, never a fallback or a 500 that
+hides the cause."""
+
+from __future__ import annotations
+
+import io
+import re
+import sys
+import types
+from typing import Any
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+from django.http import HttpRequest, HttpResponse
+from django.test import Client
+from django.urls import URLResolver, include, path
+from django.urls.resolvers import RoutePattern
+from django.utils.decorators import method_decorator
+from django.views import View
+from rest_framework import routers, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from django_ratelimit_r4.checks import check_url_names
+from django_ratelimit_r4.decorators import bulkhead, circuitbreaker, ratelimit, resilient, retry, timelimiter
+from django_ratelimit_r4.rest_framework import AnonRateThrottle, RateLimiterThrottle
+
+pytestmark = pytest.mark.django_db(databases=[])
+
+
+def ok(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+@ratelimit("apii")
+def typo_view(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("never")
+
+
+@ratelimit("apii", fallback=lambda request, exc: HttpResponse("fallback"))
+def typo_with_fallback(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("never")
+
+
+@bulkhead("acquier")
+def bulkhead_typo(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("never")
+
+
+@circuitbreaker("acquirre")
+def breaker_typo(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("never")
+
+
+@retry("acquirer")
+@ratelimit(["api", "slwo"])
+def stacked_typo(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("never")
+
+
+@timelimiter("acquire")
+async def timelimiter_typo(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("never")
+
+
+@resilient(retry="acquirer", circuitbreaker="payments", ratelimiter="api", bulkhead="acquirer")
+def resilient_typo(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("never")
+
+
+@ratelimit("api")
+@circuitbreaker("acquirer")
+def all_known(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+@method_decorator(ratelimit("dispatch_typo"), name="dispatch")
+class DispatchTypo(View):
+    def get(self, request: HttpRequest) -> HttpResponse:
+        return HttpResponse("never")
+
+
+class MethodTypo(View):
+    @method_decorator([ratelimit("list_typo_a"), bulkhead("list_typo_b")])
+    def get(self, request: HttpRequest) -> HttpResponse:
+        return HttpResponse("never")
+
+
+class DrfNamed(APIView):
+    throttle_classes = [RateLimiterThrottle]
+    rate_limiter = "apii"
+
+    def get(self, request: Any) -> Response:
+        return Response({})
+
+
+class DrfScopeTypo(APIView):
+    throttle_classes = [RateLimiterThrottle]
+    throttle_scope = "slwo"
+
+    def get(self, request: Any) -> Response:
+        return Response({})
+
+
+class DrfAnonWithoutRate(APIView):
+    throttle_classes = [AnonRateThrottle]
+
+    def get(self, request: Any) -> Response:
+        return Response({})
+
+
+class DrfMethodDecorated(APIView):
+    @method_decorator(circuitbreaker("drf_breaker_typo"))
+    def get(self, request: Any) -> Response:
+        return Response({})
+
+
+class Things(viewsets.ViewSet):
+    throttle_classes = [RateLimiterThrottle]
+    rate_limiter = "api"
+
+    def list(self, request: Any) -> Response:
+        return Response([])
+
+    @action(detail=False, throttle_classes=[RateLimiterThrottle], rate_limiter="viewset_action_typo")
+    def recent(self, request: Any) -> Response:
+        return Response([])
+
+
+class OddPattern:
+    """Something in urlpatterns that is neither a URLPattern nor a URLResolver."""
+
+    pattern = "odd/"
+
+
+def urlconf(*patterns: Any) -> types.ModuleType:
+    module = types.ModuleType("names_check_urls")
+    module.urlpatterns = list(patterns)  # type: ignore[attr-defined]
+    return module
+
+
+def everything() -> types.ModuleType:
+    router = routers.SimpleRouter()
+    router.register("things", Things, basename="things")
+    nested = urlconf(path("typo/", typo_view), path("fine/", all_known))
+    return urlconf(
+        path("ok/", ok),
+        path("bulkhead/", bulkhead_typo),
+        path("breaker/", breaker_typo),
+        path("stacked/", stacked_typo),
+        path("timelimiter/", timelimiter_typo),
+        path("resilient/", resilient_typo),
+        path("dispatch/", DispatchTypo.as_view()),
+        path("method/", MethodTypo.as_view()),
+        path("drf-named/", DrfNamed.as_view()),
+        path("drf-scope/", DrfScopeTypo.as_view()),
+        path("drf-anon/", DrfAnonWithoutRate.as_view()),
+        path("drf-method/", DrfMethodDecorated.as_view()),
+        path("api/", include(router.urls)),
+        path("nested/", include(nested)),
+        path("again/", typo_view),  # the same name twice: one message naming both places
+    )
+
+
+def messages_for(settings: Any, module: types.ModuleType) -> dict[str, Any]:
+    settings.ROOT_URLCONF = module
+    return {m.msg: m for m in check_url_names()}
+
+
+def test_every_unknown_name_is_reported_once_with_where_and_did_you_mean(settings: Any) -> None:
+    found = messages_for(settings, everything())
+    name_re = re.compile(r"(?:uses \w+|throttle_scope) '([^']+)'")
+    by_name = {name_re.search(msg).group(1): m for msg, m in found.items() if m.is_serious()}
+    expected_errors = {
+        "apii": ("ratelimiter", "Did you mean 'api'?"),
+        "acquier": ("bulkhead", "Did you mean 'acquirer'?"),
+        "acquirre": ("circuitbreaker", "Did you mean 'acquirer'?"),
+        "slwo": ("ratelimiter", "Did you mean 'slow'?"),
+        "acquire": ("timelimiter", "Did you mean 'acquirer'?"),
+        "payments": ("circuitbreaker", None),
+        "dispatch_typo": ("ratelimiter", None),
+        "list_typo_a": ("ratelimiter", None),
+        "list_typo_b": ("bulkhead", None),
+        "drf_breaker_typo": ("circuitbreaker", None),
+        "viewset_action_typo": ("ratelimiter", None),
+        "anon": ("ratelimiter", None),
+    }
+    errors = by_name
+    assert set(errors) == set(expected_errors), sorted(by_name)
+    for name, (type_name, hint) in expected_errors.items():
+        message = errors[name]
+        assert message.id == "ratelimit_r4.E024", message
+        assert f"uses {type_name} '{name}'" in message.msg
+        if hint:
+            assert hint in message.hint
+    # Where: the view's dotted name and its route, every place once.
+    apii = errors["apii"].msg
+    for place in ("DrfNamed", "typo_view", "nested/typo/", "again/"):
+        assert place in apii
+    assert "test_checks_urls.Things" in errors["viewset_action_typo"].msg
+    assert errors["dispatch_typo"].msg.count("DispatchTypo") == 1 and "as_view" not in errors["dispatch_typo"].msg
+    assert "DEFAULT_THROTTLE_RATES" in errors["anon"].hint
+    # The scope typo alone (no rate_limiter, so RateLimiterThrottle would just not limit): a warning.
+    scope = [m for m in found.values() if m.id == "ratelimit_r4.W004"]
+    assert len(scope) == 1 and "throttle_scope 'slwo'" in scope[0].msg
+    assert "Did you mean 'slow'?" in scope[0].hint
+    assert "acquirer" not in by_name and "api" not in by_name  # known names are never reported
+
+
+def test_manage_py_check_fails_before_the_first_request(settings: Any) -> None:
+    settings.ROOT_URLCONF = urlconf(path("typo/", typo_view))
+    with pytest.raises(SystemCheckError) as info:
+        call_command("check")
+    output = str(info.value)
+    assert "(ratelimit_r4.E024)" in output
+    assert "uses ratelimiter 'apii'" in output and "Did you mean 'api'?" in output
+
+
+def test_a_drf_scope_and_a_none_rate_are_known_names(settings: Any) -> None:
+    settings.REST_FRAMEWORK = {"DEFAULT_THROTTLE_RATES": {"slwo": "5/min", "anon": None}}
+    settings.ROOT_URLCONF = urlconf(path("scope/", DrfScopeTypo.as_view()), path("anon/", DrfAnonWithoutRate.as_view()))
+    assert check_url_names() == []
+
+
+def test_unimportable_views_and_odd_resolvers_do_not_crash_the_check(settings: Any) -> None:
+    broken = types.ModuleType("names_check_broken_urls")  # no urlpatterns at all
+    sys.modules["names_check_broken_urls"] = broken
+    try:
+        settings.ROOT_URLCONF = urlconf(
+            path("typo/", typo_view),
+            URLResolver(RoutePattern("missing/"), "names_check_module_that_does_not_exist"),  # imported lazily
+            path("broken/", include("names_check_broken_urls")),
+            OddPattern(),
+        )
+        found = check_url_names()
+    finally:
+        del sys.modules["names_check_broken_urls"]
+    assert [m.id for m in found] == ["ratelimit_r4.E024"]
+    settings.ROOT_URLCONF = "names_check_module_that_does_not_exist"
+    assert check_url_names() == []  # Django's own URL checks report that
+
+
+def test_the_test_project_and_a_clean_urlconf_pass(settings: Any) -> None:
+    assert check_url_names() == []
+    settings.ROOT_URLCONF = urlconf(path("fine/", all_known), path("ok/", ok))
+    assert check_url_names() == []
+    out = io.StringIO()
+    call_command("check", stdout=out, stderr=out)
+    assert "ratelimit_r4" not in out.getvalue()
+
+
+def test_a_broken_setting_is_reported_once_not_as_every_name(settings: Any) -> None:
+    settings.RATELIMIT_R4 = ["not", "a", "dict"]
+    assert check_url_names() == []  # check_settings reports it (E001), not every name the views use
+    settings.RATELIMIT_R4 = {"ratelimiters": ["not", "a", "dict"], "bulkheads": {"instances": {"acquirer": {}}}}
+    settings.ROOT_URLCONF = urlconf(path("typo/", typo_view), path("bulkhead/", bulkhead_typo))
+    assert [m.msg.split("uses ")[1][:20] for m in check_url_names()] == ["bulkhead 'acquier', "]
+
+
+# ------------------------------------------------------------------------------------------- first use
+
+
+def test_first_use_raises_improperly_configured_naming_the_closest_name(settings: Any) -> None:
+    settings.ROOT_URLCONF = urlconf(path("typo/", typo_view), path("drf-named/", DrfNamed.as_view()))
+    for url in ("/typo/", "/drf-named/"):
+        with pytest.raises(ImproperlyConfigured, match=r"no ratelimiter named 'apii'.*Did you mean 'api'\?"):
+            Client().get(url)
+
+
+def test_a_fallback_never_hides_a_configuration_error(settings: Any) -> None:
+    settings.ROOT_URLCONF = urlconf(path("typo/", typo_with_fallback), path("breaker/", breaker_typo))
+    with pytest.raises(ImproperlyConfigured, match="Did you mean 'api'"):
+        Client().get("/typo/")
+    with pytest.raises(ImproperlyConfigured, match="Did you mean 'acquirer'"):
+        Client().get("/breaker/")
+
+
+def test_the_documented_output_is_what_check_prints(settings: Any) -> None:
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "configuration.md").read_text(encoding="utf-8")
+    (shown,) = re.findall(r"```text\n(\?: \(ratelimit_r4\.E024\).*?)```", text, re.S)
+
+    def orders(request: HttpRequest) -> HttpResponse:
+        return HttpResponse("never")
+
+    orders.__module__, orders.__qualname__ = "shop.views", "orders"
+    settings.RATELIMIT_R4 = {"ratelimiters": {"instances": {"api": {}, "search": {}}}}
+    settings.ROOT_URLCONF = urlconf(path("orders/", ratelimit("apii")(orders)))
+    (message,) = check_url_names()
+    assert f"?: ({message.id}) {message.msg}\n\tHINT: {message.hint}\n" == shown
