@@ -22,8 +22,10 @@ import pytest
 from django.core import checks
 from django.test import Client, override_settings
 from django.urls import path
+from django.utils.module_loading import import_string
 
 from django_ratelimit_r4 import conf, get_circuit_breaker, get_rate_limiter
+from django_ratelimit_r4.checks import check_url_names
 from django_ratelimit_r4.core.durations import parse_duration
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -422,3 +424,119 @@ def test_configuration_predicate_examples_run_and_pass_the_checks(monkeypatch: p
     assert module.upstream_retry_after(2, ValueError()) == timedelta(milliseconds=400)
     setting = run(block("docs/configuration.md", '"record_exception": "myapp.resilience'), "docs/configuration.md")
     assert r4_problems(setting["RATELIMIT_R4"]) == []
+
+
+# ------------------------------------------------------------------------------------------------ migrating.md
+
+MIGRATING = "docs/migrating.md"
+DRF_BEFORE = "# settings.py (before: DRF throttling)"
+DRF_AFTER = "# settings.py (after: django-ratelimit-r4 reads DRF's rates)"
+
+
+def _checks(**overrides: Any) -> list[str]:
+    """``manage.py check``'s messages of this app under ``overrides`` (W001 depends on the environment)."""
+    with override_settings(**overrides):
+        messages = checks.run_checks(tags=["ratelimit_r4"])
+    return [str(m) for m in messages if m.id != "ratelimit_r4.W001"]
+
+
+def test_migrating_from_drf_keeps_the_rates_and_passes_the_checks() -> None:
+    before = settings_block(MIGRATING, DRF_BEFORE)["REST_FRAMEWORK"]
+    after_ns = settings_block(MIGRATING, DRF_AFTER)
+    after = after_ns["REST_FRAMEWORK"]
+    assert after["DEFAULT_THROTTLE_RATES"] == before["DEFAULT_THROTTLE_RATES"]  # "unchanged"
+    assert "django_ratelimit_r4" in after_ns["INSTALLED_APPS"]
+    for dotted in (*before["DEFAULT_THROTTLE_CLASSES"], *after["DEFAULT_THROTTLE_CLASSES"]):
+        import_string(dotted)
+    assert _checks(REST_FRAMEWORK=after) == []
+    step2 = settings_block(MIGRATING, "# settings.py (step 2")["RATELIMIT_R4"]
+    assert _checks(REST_FRAMEWORK=after, RATELIMIT_R4=step2) == []
+
+
+@pytest.mark.parametrize("which", ["before", "after", "step 2"])
+def test_migrating_from_drf_the_unchanged_view_is_limited_the_same(
+    which: str, client: Any, settings: Any, r4_clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.core.cache import cache
+    from rest_framework.throttling import SimpleRateThrottle
+
+    drf = settings_block(MIGRATING, DRF_BEFORE if which == "before" else DRF_AFTER)["REST_FRAMEWORK"]
+    settings.REST_FRAMEWORK = drf
+    if which == "step 2":
+        settings.RATELIMIT_R4 = settings_block(MIGRATING, "# settings.py (step 2")["RATELIMIT_R4"]
+    # DRF binds its throttle settings when rest_framework is imported; do what a settings file gives it.
+    monkeypatch.setattr(SimpleRateThrottle, "THROTTLE_RATES", drf["DEFAULT_THROTTLE_RATES"])
+    cache.clear()
+    view = run(block(MIGRATING, "class UploadView(APIView)"), MIGRATING)["UploadView"]
+    view.throttle_classes = [import_string(c) for c in drf["DEFAULT_THROTTLE_CLASSES"]]
+    settings.ROOT_URLCONF = urlconf(upload=view.as_view())
+    assert [client.post("/upload/").status_code for _ in range(4)] == [201, 201, 201, 429]  # "3 per minute"
+    if which != "before":
+        r4_clock.advance(20)
+        rejected = client.post("/upload/")
+        assert (rejected.status_code, rejected["Retry-After"]) == (429, "40")  # the real wait
+        assert '"uploads";q=3;w=60' in rejected["RateLimit-Policy"]
+        r4_clock.advance(40)
+        assert client.post("/upload/").status_code == 201
+        assert check_url_names() == []
+
+
+_DJANGO_RATELIMIT_ALL = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT")
+
+
+def _django_ratelimit_stand_in() -> types.ModuleType:
+    """django-ratelimit's decorator signature (4.x), when the package is not installed: the block must bind."""
+    module = types.ModuleType("django_ratelimit.decorators")
+
+    def ratelimit(
+        group: Any = None, key: Any = None, rate: Any = None, method: Any = _DJANGO_RATELIMIT_ALL, block: bool = True
+    ) -> Any:
+        assert key is not None and rate is not None
+        return lambda fn: fn
+
+    module.ratelimit = ratelimit  # type: ignore[attr-defined]
+    return module
+
+
+def test_migrating_from_django_ratelimit_before_blocks_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = settings_block(MIGRATING, "# settings.py (before: django-ratelimit)")
+    assert before["RATELIMIT_ENABLE"] is True and before["RATELIMIT_IPV6_MASK"] == 64
+    try:
+        import django_ratelimit.decorators  # noqa: F401
+    except ImportError:
+        package = types.ModuleType("django_ratelimit")
+        monkeypatch.setitem(sys.modules, "django_ratelimit", package)
+        monkeypatch.setitem(sys.modules, "django_ratelimit.decorators", _django_ratelimit_stand_in())
+    ns = run(block(MIGRATING, "from django_ratelimit.decorators import ratelimit"), MIGRATING)
+    assert callable(ns["login"]) and callable(ns["search"])
+
+
+def test_migrating_from_django_ratelimit_after(client: Any, settings: Any, r4_clock: Any) -> None:
+    setting = settings_block(MIGRATING, "# settings.py (after: django-ratelimit-r4)")["RATELIMIT_R4"]
+    assert setting["enabled"] is True
+    assert _checks(RATELIMIT_R4=setting) == []
+    settings.RATELIMIT_R4 = setting
+    ns = run(block(MIGRATING, "# views.py (after: django-ratelimit-r4)"), MIGRATING)
+    settings.ROOT_URLCONF = urlconf(login=ns["login"], search=ns["search"])
+    assert check_url_names() == []
+    assert [client.get("/login/").status_code for _ in range(10)] == [200] * 10  # "a GET ... is not counted"
+    assert [client.post("/login/").status_code for _ in range(6)] == [200] * 5 + [429]  # "5/m" per IP
+    r4_clock.advance(15)
+    assert client.post("/login/")["Retry-After"] == "45"
+    assert client.post("/login/", REMOTE_ADDR="198.51.100.2").status_code == 200
+    keyed = client.get("/search/", HTTP_X_API_KEY="k1")
+    assert keyed.status_code == 200 and keyed["RateLimit-Policy"].startswith('"search";q=100;w=3600;pk=')
+    assert [client.get("/search/").status_code for _ in range(3)] == [200] * 3
+    assert "RateLimit" not in client.get("/search/")  # "without X-Api-Key is not limited by this instance"
+    from django_ratelimit_r4.decorators import UNSAFE_METHODS  # named in the table
+
+    assert "POST" in UNSAFE_METHODS
+
+
+def test_migrating_a_typo_is_a_check_error_with_the_closest_name(settings: Any) -> None:
+    settings.RATELIMIT_R4 = settings_block(MIGRATING, "# settings.py (after: django-ratelimit-r4)")["RATELIMIT_R4"]
+    source = block(MIGRATING, "# views.py (after: django-ratelimit-r4)").replace('ratelimit("login"', 'ratelimit("logn"')
+    ns = run(source, MIGRATING)
+    settings.ROOT_URLCONF = urlconf(login=ns["login"])
+    (message,) = check_url_names()
+    assert message.id == "ratelimit_r4.E024" and "Did you mean 'login'?" in message.hint
