@@ -719,7 +719,7 @@ def disabled(r4_clock):
 
 def test_disabled_decorators_are_pass_throughs_no_permit_no_headers(disabled) -> None:
     client = Client()
-    for path in ("/api/", "/multi/", "/per-ip/", "/class/", "/stacked/", "/drf/"):
+    for path in ("/api/", "/multi/", "/per-ip/", "/class/", "/stacked/", "/drf/", "/drf-scoped/", "/drf-keyed/"):
         responses = [client.get(path) for _ in range(15)]
         assert [r.status_code for r in responses] == [200] * 15, path
         assert not any(h.lower().startswith("ratelimit") for r in responses for h in r.headers), path

@@ -833,7 +833,8 @@ class CircuitBreaker:
             base = self._wait_ns // _NS_PER_MS
             delta = self._rand_factor * base
             low = base - delta
-            return int(low + random.random() * (base + delta - low + 1)) * _NS_PER_MS
+            # IntervalFunctionCompanion.randomize: at least 1.0 ms (a factor of 1 could otherwise draw 0).
+            return int(max(1.0, low + random.random() * (base + delta - low + 1))) * _NS_PER_MS
         return self._wait_ns
 
     def _custom_open_wait_ns(self, attempts: int) -> int:

@@ -886,3 +886,11 @@ def test_wait_interval_function_in_open_state_config_errors() -> None:
         CircuitBreakerConfig(wait_interval_function_in_open_state=lambda a: "1s", enable_exponential_backoff=True)
     with pytest.raises(ConfigurationError, match=r"wait_interval_function_in_open_state.*cannot import"):
         CircuitBreakerConfig(wait_interval_function_in_open_state="tests.views.nope")
+
+
+def test_randomized_open_time_is_floored_at_one_millisecond(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Resilience4j's randomize() returns Math.max(1.0, ...): factor 1 and a zero draw still wait 1 ms.
+    monkeypatch.setattr(cbmod.random, "random", lambda: 0.0)
+    cb, _ = make(wait_duration_in_open_state="10ms", enable_randomized_wait=True, randomized_wait_factor=1.0)
+    cb.transition_to_open_state()
+    assert cb.remaining_open_ns() == MS
