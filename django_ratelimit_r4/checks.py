@@ -247,6 +247,73 @@ def _view_names(callback: Any) -> Iterator[tuple[str, str, bool, str]]:
         yield "ratelimiters", name, explicit, where
 
 
+def _drf_permits(cls: type, initkwargs: Mapping[str, Any]) -> Iterator[tuple[str, int]]:
+    """``(rate limiter name, rate_limiter_permits)`` of the view's RateLimiterThrottle classes, when above 1."""
+    try:
+        from .rest_framework import RateLimiterThrottle, _ScopeThrottle
+    except ImportError:
+        return
+    view = _ViewAttrs(cls, initkwargs)
+    permits = getattr(view, "rate_limiter_permits", 1)
+    throttles = getattr(view, "throttle_classes", None) or ()
+    if not isinstance(permits, int) or permits <= 1 or isinstance(throttles, str | bytes):
+        return
+    if not isinstance(throttles, Iterable):
+        return
+    for throttle in throttles:
+        # The drop-ins (AnonRateThrottle, ...) always take 1 permit; only RateLimiterThrottle reads the view's.
+        if (
+            isinstance(throttle, type)
+            and issubclass(throttle, RateLimiterThrottle)
+            and not issubclass(throttle, _ScopeThrottle)
+        ):
+            for name, _ in throttle.referenced_names(view):
+                yield name, permits
+
+
+def _view_permits(callback: Any) -> Iterator[tuple[str, int, str]]:
+    """``(rate limiter name, permits per request, view)`` of every demand above 1 permit a routed view makes."""
+    from .decorators import permit_demands
+
+    cls = getattr(callback, "view_class", None) or getattr(callback, "cls", None)
+    if not isinstance(cls, type):
+        cls = None
+    where = _qualname(cls if cls is not None else callback)
+    for name, permits in permit_demands(callback):
+        yield name, permits, where
+    if cls is None:
+        return
+    for fn in _class_functions(cls):
+        for name, permits in permit_demands(fn):
+            yield name, permits, where
+    initkwargs = getattr(callback, "initkwargs", None)
+    for name, permits in _drf_permits(cls, initkwargs if isinstance(initkwargs, Mapping) else {}):
+        yield name, permits, where
+
+
+def _permits_messages(analysis: conf.Analysis, demands: dict[tuple[str, int], list[str]]) -> list[CheckMessage]:
+    """E025 for every view asking for more permits per request than its limiter's cycle holds."""
+    messages: list[CheckMessage] = []
+    for (name, permits), places in demands.items():
+        spec = analysis.specs["ratelimiters"].get(name)
+        if spec is None:
+            continue  # an unknown or broken limiter is reported as such
+        limit = int(spec.config.limit_for_period)
+        if permits <= limit:
+            continue
+        where = spec.origins.get("limit_for_period", f'{spec.path}["limit_for_period"]')
+        messages.append(
+            Error(
+                f"{_places(places)}: asks for {permits} permits per request, but rate limiter {name!r} allows only "
+                f"{limit} per period ({where}): no request could ever be admitted, and every 429 would promise "
+                "a Retry-After that never comes true",
+                hint=f"Lower permits= (or rate_limiter_permits) to at most {limit}, or raise {where}.",
+                id=Code.PERMITS_ABOVE_LIMIT.check_id,
+            )
+        )
+    return messages
+
+
 def _places(places: list[str]) -> str:
     shown = ", ".join(places[:_SHOWN_PLACES])
     more = len(places) - _SHOWN_PLACES
@@ -299,11 +366,17 @@ def check_url_names(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
         return []
     analysis = conf.analyse(conf.raw_setting(), conf.drf_throttle_rates())
     uses: dict[tuple[str, str, bool], list[str]] = {}
+    demands: dict[tuple[str, int], list[str]] = {}
     for route, callback in _routed_views(patterns):
         try:
             names = list(_view_names(callback))
+            permits = list(_view_permits(callback))
         except Exception:  # an exotic callable: never crash the check
             continue
+        for name, count, view in permits:
+            places = demands.setdefault((name, count), [])
+            if f"{view} (URL '{route}')" not in places:
+                places.append(f"{view} (URL '{route}')")
         for kind, name, explicit, view in names:
             places = uses.setdefault((kind, name, explicit), [])
             place = f"{view} (URL '{route}')"
@@ -317,4 +390,6 @@ def check_url_names(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
         if name in known or (kind == "ratelimiters" and name in analysis.unthrottled_scopes):
             continue
         messages.append(_unknown_name_message(analysis, kind, name, explicit, places, known))
+    if not analysis.section_problems["ratelimiters"]:
+        messages.extend(_permits_messages(analysis, demands))
     return messages

@@ -139,6 +139,10 @@ class Code(enum.Enum):
         "E024",
         "a decorator or DRF throttle on a routed view uses an instance name that is not configured",
     )
+    PERMITS_ABOVE_LIMIT = (
+        "E025",
+        "a routed view asks for more permits per request than its rate limiter's limit_for_period",
+    )
     MEMORY_MULTIPROCESS = ("W001", "in-memory rate limiters in a deployment that looks multi-process")
     METRICS_WITHOUT_PROMETHEUS = ("W002", "metrics is True but prometheus_client is not installed")
     SHORT_TOKEN = ("W003", "state_endpoint_token is shorter than 32 characters")

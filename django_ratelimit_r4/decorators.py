@@ -78,6 +78,7 @@ __all__ = [
     "RateLimitGate",
     "bulkhead",
     "circuitbreaker",
+    "permit_demands",
     "ratelimit",
     "referenced_names",
     "request_of",
@@ -106,6 +107,7 @@ _SLOT_MAX_LEN = 256  # longer cache slots (REMOTE_ADDR text or key) are computed
 # method_decorator copy a function's __dict__ with dict.update(), so distinct keys add up across stacked
 # decorators and a method_decorator list, where one shared attribute would keep only the last decorator's.
 _USES_PREFIX = "_r4_uses:"
+_PERMITS_PREFIX = "_r4_permits:"
 
 
 def referenced_names(fn: object) -> set[tuple[str, str]]:
@@ -119,6 +121,22 @@ def referenced_names(fn: object) -> set[tuple[str, str]]:
                 if isinstance(attr, str) and attr.startswith(_USES_PREFIX):
                     kind, _, name = attr[len(_USES_PREFIX) :].partition(":")
                     found.add((kind, name))
+        fn = getattr(fn, "__wrapped__", None)
+        seen += 1
+    return found
+
+
+def permit_demands(fn: object) -> set[tuple[str, int]]:
+    """``(rate limiter name, permits)`` of every decorator on ``fn`` that asks for more than 1 permit (for checks)."""
+    found: set[tuple[str, int]] = set()
+    seen = 0
+    while fn is not None and seen < 32:  # as referenced_names: follow __wrapped__
+        attrs = getattr(fn, "__dict__", None)
+        if isinstance(attrs, dict):
+            for attr in attrs:
+                if isinstance(attr, str) and attr.startswith(_PERMITS_PREFIX):
+                    name, _, permits = attr[len(_PERMITS_PREFIX) :].rpartition(":")
+                    found.add((name, int(permits)))
         fn = getattr(fn, "__wrapped__", None)
         seen += 1
     return found
@@ -942,6 +960,8 @@ class _Resilience:
             *(("ratelimiters", n) for n in (self.gate.names if self.gate is not None else ())),
         ]
         self.uses = tuple(f"{_USES_PREFIX}{kind}:{name}" for kind, name in uses if name)
+        if self.gate is not None and permits > 1:  # what manage.py check compares with limit_for_period
+            self.uses += tuple(f"{_PERMITS_PREFIX}{name}:{permits}" for name in self.gate.names)
 
     def instances(self) -> tuple[Any, Any, Any, Any, int]:
         """``(retry, circuit breaker, time limiter, bulkhead, bulkhead retry_after ns)`` for now."""

@@ -935,7 +935,7 @@ def test_ids_are_unique_stable_and_documented() -> None:
 
 
 def test_every_error_id_has_a_test_case() -> None:
-    tested = {p.values[1] for p in CASES} | {"E010", "E022", "E024", "W001", "W002", "W004"}  # E024, W004: test_checks_urls.py
+    tested = {p.values[1] for p in CASES} | {"E010", "E022", "E024", "E025", "W001", "W002", "W004"}  # E024, E025, W004: test_checks_urls.py
     assert tested == {c.value for c in Code}
 
 

@@ -294,3 +294,57 @@ def test_the_documented_output_is_what_check_prints(settings: Any) -> None:
     settings.ROOT_URLCONF = urlconf(path("orders/", ratelimit("apii")(orders)))
     (message,) = check_url_names()
     assert f"?: ({message.id}) {message.msg}\n\tHINT: {message.hint}\n" == shown
+
+
+# ------------------------------------------------------------------ permits above the limit (issue 8, item 7)
+
+
+@ratelimit("api", permits=11)  # tests.settings: api allows 10 per second
+def too_greedy(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("never")
+
+
+@ratelimit("api", permits=10)
+def whole_budget(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+class DrfTooGreedy(APIView):
+    throttle_classes = [RateLimiterThrottle]
+    rate_limiter = "slow"
+    rate_limiter_permits = 20
+
+    def get(self, request: Any) -> Response:
+        return Response({})
+
+
+class MethodTooGreedy(View):
+    @method_decorator(resilient(ratelimiter=["api", "slow"], permits=12))
+    def get(self, request: HttpRequest) -> HttpResponse:
+        return HttpResponse("never")
+
+
+def test_permits_above_a_limit_are_check_errors_naming_the_setting(settings: Any) -> None:
+    settings.ROOT_URLCONF = urlconf(
+        path("greedy/", too_greedy),
+        path("greedy-again/", too_greedy),
+        path("whole/", whole_budget),
+        path("drf/", DrfTooGreedy.as_view()),
+        path("method/", MethodTooGreedy.as_view()),
+    )
+    found = check_url_names()
+    assert {m.id for m in found} == {"ratelimit_r4.E025"}
+    assert all("Lower permits=" in m.hint for m in found)
+    messages = sorted(m.msg for m in found)
+    assert len(messages) == 4, messages  # greedy (both URLs in one message), drf, method: api and slow
+    greedy = next(m for m in messages if "too_greedy" in m)
+    assert "URL 'greedy/'" in greedy and "URL 'greedy-again/'" in greedy
+    assert (
+        "asks for 11 permits per request, but rate limiter 'api' allows only 10 per period "
+        '(RATELIMIT_R4["ratelimiters"]["instances"]["api"]["limit_for_period"])' in greedy
+    )
+    assert any("DrfTooGreedy" in m and "20 permits" in m and "'slow'" in m for m in messages)
+    assert sum("MethodTooGreedy" in m and "12 permits" in m for m in messages) == 2
+    assert all("whole_budget" not in m for m in messages)  # the whole budget at once is fine
+    with pytest.raises(SystemCheckError, match=r"ratelimit_r4\.E025"):
+        call_command("check")
