@@ -325,6 +325,7 @@ class _RatePlan:
         "keyed_entries",
         "keyed_key_func",
         "limits",
+        "loads_session",
         "remote",
         "salt",
         "single",
@@ -376,6 +377,8 @@ class _RatePlan:
             fast.keyed.acquire_quota if fast is not None else None  # type: ignore[union-attr]
         )
         self.keyed_key_func: KeyFunc | None = fast.key_func if fast is not None else None
+        #: A key function reads the session store ("session"): async calls load it off the loop first.
+        self.loads_session = any(getattr(limit.key_func, "reads_session", False) for limit in limits)
 
     def keyed_entry(self, request: Any) -> _KeyedEntry | None:
         """``fast_keyed``'s cached constants for ``request``'s client; None when its key function exempts it.
@@ -410,6 +413,14 @@ class _RatePlan:
                 cache.clear()
             cache[slot] = entry
         return entry
+
+
+async def _aload_session(request: Any) -> None:
+    """Load ``request.session`` with the engine's async API, so the "session" key function reads it from
+    its cache instead of querying the store from the event loop (Django refuses sync ORM calls there)."""
+    session = getattr(request, "session", None)
+    if session is not None and session.session_key:
+        await session.akeys()
 
 
 _STALE_PLAN = _RatePlan.__new__(_RatePlan)
@@ -700,6 +711,8 @@ class RateLimitGate:
         plan = self._plan
         if plan.generation != registry.generation:
             plan = self._refresh()
+        if plan.loads_session and request is not None:
+            await _aload_session(request)
         single = plan.single
         keyed = plan.single_keyed
         key: Any = None

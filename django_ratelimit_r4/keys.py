@@ -7,7 +7,9 @@ Specs, and the key each one stores (every key is namespaced by its kind, see bel
 * ``"user_or_ip"``: ``"user:<pk>"`` when authenticated, else ``"ip:<address>"``: the same keys as ``"user"``
   and ``"ip"`` (one client, one budget, whichever spec a view uses), never each other's.
 * ``"session"``: ``"session:<session key>"`` for a session the session store knows; a request without a
-  session, or whose session id the store does not know (a made-up cookie), is keyed like ``"ip"``.
+  session, or whose session id the store does not know (a made-up cookie), is keyed like ``"ip"``
+  (``"ip:<address>"``, the same resolver). Knowing costs one read of the store per request that sends a
+  session cookie (the read the view would make anyway; none without a cookie).
 * ``"header:<Name>"``: ``"header:<name>:<value>"`` (the name lower-cased); ``None`` when absent or empty.
 * a dotted path to (or the object itself) ``callable(request) -> str | None``: ``"<dotted.path>:<value>"``.
 
@@ -94,12 +96,21 @@ def _make_user_or_ip(resolver: ClientIPResolver) -> KeyFunc:
 
 
 def _make_session(resolver: ClientIPResolver) -> KeyFunc:
-    def session_key(request: Any) -> str | None:
+    client_ip = resolver.as_function(prefix=_IP)
+
+    def session_key(request: Any) -> str:
         session = getattr(request, "session", None)
         if session is None or not session.session_key:
-            return None
-        return _SESSION + bound_key(session.session_key)
+            return client_ip(request)  # no cookie: no read of the session store
+        # Reading the data loads the session once (cached on request.session: a view that reads it later
+        # pays nothing more). Every engine loads an id it does not know (made up, expired, badly signed) as
+        # empty, and the db, cache and file engines also drop its key; Django never stores an empty session.
+        if not session.keys():
+            return client_ip(request)
+        key = session.session_key
+        return _SESSION + bound_key(key) if key else client_ip(request)
 
+    session_key.reads_session = True  # type: ignore[attr-defined]  # async views load it off the loop first
     return session_key
 
 

@@ -65,11 +65,17 @@ class TestBuiltins:
         r = make_request(user=AnonymousUser(), remote="10.0.0.1", HTTP_X_FORWARDED_FOR="198.51.100.5")
         assert fn(r) == "ip:198.51.100.5"
 
+    @pytest.mark.django_db
     def test_session(self):
         fn = compile_key("session")
-        assert fn(make_request(session_key="abcdefgh12345678")) == "session:abcdefgh12345678"
-        assert fn(make_request(session_key=None)) is None  # session not created yet
-        assert fn(make_request(session_key=False)) is None  # no session middleware
+        known = SessionStore()
+        known["cart"] = [1]
+        known.save()
+        assert fn(make_request(session_key=known.session_key)) == f"session:{known.session_key}"
+        # Unknown to the store, not created yet, no session middleware: keyed as the client IP.
+        assert fn(make_request(session_key="abcdefgh12345678")) == "ip:203.0.113.7"
+        assert fn(make_request(session_key=None)) == "ip:203.0.113.7"
+        assert fn(make_request(session_key=False)) == "ip:203.0.113.7"
 
     def test_header(self):
         fn = compile_key("header:X-Api-Key")

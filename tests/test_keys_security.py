@@ -60,8 +60,26 @@ def shared_by_tenant(request: HttpRequest) -> HttpResponse:
     return HttpResponse("ok")
 
 
+@ratelimit("per_session")
+def per_session(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+@ratelimit("per_session")
+def per_session_reads(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(str(request.session.get("cart")))
+
+
+@ratelimit("per_session")
+async def per_session_async(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
 urlpatterns = [
     path("per-ip/", per_ip),
+    path("per-session/", per_session),
+    path("per-session-async/", per_session_async),
+    path("per-session-reads/", per_session_reads),
     path("shared/ip/", shared_by_ip),
     path("shared/header/", shared_by_header),
     path("shared/user/", shared_by_user),
@@ -77,6 +95,7 @@ def r4(**top: Any) -> dict[str, Any]:
         {
             "per_ip": {"limit_for_period": 2, "key": "ip"},
             "shared": {"limit_for_period": 2, "key": "ip"},
+            "per_session": {"limit_for_period": 2, "key": "session"},
         }
     )
     value.update(top)
@@ -261,3 +280,110 @@ def test_the_ratelimit_pk_is_the_salted_hash_of_the_namespaced_key(r4_clock) -> 
         by_header = client.get("/shared/header/", HTTP_X_API_KEY=IP)
     assert by_ip["RateLimit"] == f'"shared";r=1;t=1;pk={partition_key("ip:" + IP, _secret_salt())}'
     assert by_header["RateLimit"].endswith(f";pk={partition_key('header:x-api-key:' + IP, _secret_salt())}")
+
+
+# ------------------------------------------------------ item 2: a session the store does not know is an IP
+
+ENGINES = [
+    "django.contrib.sessions.backends.db",
+    "django.contrib.sessions.backends.cache",
+    "django.contrib.sessions.backends.signed_cookies",
+]
+
+
+def real_session(client: Client) -> str:
+    """Create a session in the configured store (as a login would) and give its cookie to ``client``."""
+    from importlib import import_module
+
+    store = import_module(settings.SESSION_ENGINE).SessionStore()
+    store["cart"] = [id(client)]  # distinct data: a signed-cookie session's key is its signed data
+    store.save()
+    client.cookies[settings.SESSION_COOKIE_NAME] = store.session_key
+    return str(store.session_key)
+
+
+def with_cookie(value: str) -> Client:
+    client = Client()
+    client.cookies[settings.SESSION_COOKIE_NAME] = value
+    return client
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("engine", ENGINES)
+def test_no_session_cookie_is_keyed_by_ip_not_unlimited(r4_clock, engine: str) -> None:
+    with app(), override_settings(SESSION_ENGINE=engine):
+        assert get(Client(), "/per-session/", 3, REMOTE_ADDR=IP) == [200, 200, 429]
+        assert get(Client(), "/per-session/", 1, REMOTE_ADDR="192.0.2.1") == [200]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("engine", ENGINES)
+def test_made_up_session_ids_share_the_ip_budget(r4_clock, engine: str) -> None:
+    with app(), override_settings(SESSION_ENGINE=engine):
+        forged = [f"madeup{n:04d}" + "x" * 20 for n in range(3)]
+        codes = [get(with_cookie(value), "/per-session/", 1, REMOTE_ADDR=IP)[0] for value in forged]
+        assert codes == [200, 200, 429]
+        # ... the same budget as a client sending no cookie from that address
+        assert get(Client(), "/per-session/", 1, REMOTE_ADDR=IP) == [429]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_known_session_has_its_own_budget(r4_clock, engine: str) -> None:
+    from django_ratelimit_r4 import get_rate_limiter
+
+    with app(), override_settings(SESSION_ENGINE=engine):
+        alice, bob = Client(), Client()
+        alice_key = real_session(alice)
+        real_session(bob)
+        assert get(alice, "/per-session/", 3, REMOTE_ADDR=IP) == [200, 200, 429]
+        assert get(bob, "/per-session/", 2, REMOTE_ADDR=IP) == [200, 200]  # same address, own session
+        assert get(Client(), "/per-session/", 2, REMOTE_ADDR=IP) == [200, 200]  # the address's own budget
+        stored = get_rate_limiter("per_session", key="session:" + alice_key)
+        assert stored.metrics.available_permissions == 0
+
+
+@pytest.mark.django_db
+def test_the_db_engine_costs_one_query_per_request_with_a_cookie_shared_with_the_view(
+    r4_clock, django_assert_num_queries: Any
+) -> None:
+    with app():
+        with django_assert_num_queries(0):  # no cookie: the store is not read
+            assert get(Client(), "/per-session/", 1, REMOTE_ADDR=IP) == [200]
+        client = Client()
+        real_session(client)
+        with django_assert_num_queries(1):  # the key's read of the session ...
+            assert get(client, "/per-session/", 1) == [200]
+        with django_assert_num_queries(1):  # ... is the read the view makes anyway
+            response = client.get("/per-session-reads/")
+        assert response.status_code == 200 and response.content == str([id(client)]).encode()
+        with django_assert_num_queries(1):  # a made-up id: one query finds nothing, the IP decides
+            assert get(with_cookie("q" * 32), "/per-session/", 1) == [200]
+
+
+@pytest.mark.django_db
+def test_a_session_through_trusted_proxies_falls_back_to_the_resolved_client(r4_clock) -> None:
+    with app(trusted_proxies=1):
+        proxy = {"REMOTE_ADDR": "10.0.0.1"}
+        assert get(Client(), "/per-session/", 2, HTTP_X_FORWARDED_FOR=IP, **proxy) == [200, 200]
+        assert get(with_cookie("f" * 32), "/per-session/", 1, HTTP_X_FORWARDED_FOR=IP, **proxy) == [429]
+        assert get(Client(), "/per-session/", 1, HTTP_X_FORWARDED_FOR="192.0.2.9", **proxy) == [200]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_async_views_key_by_the_session_without_blocking_the_loop(r4_clock) -> None:
+    from asgiref.sync import sync_to_async
+    from django.test import AsyncClient
+
+    with app():
+        alice = AsyncClient()
+        key = await sync_to_async(real_session)(alice)  # type: ignore[arg-type]
+        assert key
+        codes = [(await alice.get("/per-session-async/", REMOTE_ADDR=IP)).status_code for _ in range(3)]
+        assert codes == [200, 200, 429]
+        # No cookie, then a made-up one, from one address: one budget, the address's.
+        codes = [(await AsyncClient().get("/per-session-async/", REMOTE_ADDR=IP)).status_code for _ in range(2)]
+        assert codes == [200, 200]
+        forged = AsyncClient()
+        forged.cookies[settings.SESSION_COOKIE_NAME] = "z" * 32
+        assert (await forged.get("/per-session-async/", REMOTE_ADDR=IP)).status_code == 429
