@@ -20,18 +20,49 @@ from typing import Protocol, runtime_checkable
 from ..core.clock import Clock
 
 __all__ = [
+    "MAX_NS_PERIOD",
+    "MAX_PERIOD_NS",
     "REDIS_MAX_PERIOD_NS",
     "BackendFactory",
     "RateLimiterBackend",
     "decide",
     "div_ceil",
     "nanos_to_wait",
+    "redis_period_error",
     "refresh",
 ]
 
-#: Longest ``limit_refresh_period`` the Redis scripts compute exactly (period * 10 < 2**53): ~10.4 days.
-#: Here, not in ``backends.redis``, so ``manage.py check`` can enforce it without importing ``redis``.
-REDIS_MAX_PERIOD_NS = (2**53 - 1) // 10
+# Here, not in ``backends.redis``, so ``manage.py check`` can enforce them without importing ``redis``.
+#: Longest ``limit_refresh_period`` the Redis script counts in nanoseconds (period * 10 < 2**53): ~10.4 days.
+MAX_NS_PERIOD = (2**53 - 1) // 10
+#: Longest ``limit_refresh_period`` on Redis at all: longer than MAX_NS_PERIOD, periods are counted in whole
+#: microseconds (period_us * 10 < 2**53): ~28.5 years (the configs stop at 366 days anyway).
+MAX_PERIOD_NS = MAX_NS_PERIOD * 1000
+REDIS_MAX_PERIOD_NS = MAX_PERIOD_NS
+
+
+def redis_period_error(period_ns: int) -> str | None:
+    """Why the Redis backend cannot keep ``limit_refresh_period`` exact, or None when it can.
+
+    Lua numbers are doubles (integers exact below 2**53). Periods up to :data:`MAX_NS_PERIOD` (~10.4 days)
+    are counted in nanoseconds; longer ones, up to :data:`MAX_PERIOD_NS`, in microseconds, so they must be
+    whole microseconds (every duration written in ms, s, m, h or d is).
+    """
+    if period_ns < 1:
+        return f"limit_refresh_period must be at least 1 ns, got {period_ns} ns"
+    if period_ns <= MAX_NS_PERIOD:
+        return None
+    if period_ns > MAX_PERIOD_NS:
+        return (
+            f"the Redis backend supports limit_refresh_period up to {MAX_PERIOD_NS} ns (~28.5 years), "
+            f"got {period_ns} ns"
+        )
+    if period_ns % 1000:
+        return (
+            f"a limit_refresh_period over {MAX_NS_PERIOD} ns (~10.4 days) is counted in microseconds by the "
+            f"Redis backend and must be a whole number of them, got {period_ns} ns"
+        )
+    return None
 
 
 def div_ceil(x: int, y: int) -> int:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import math
 import os
 import threading
 import time
@@ -63,24 +64,27 @@ from ..core.ratelimiter import (
 )
 from ..core.waiting import Waiters
 from ..keyed import KeyedRateLimiterMetrics
-from .base import REDIS_MAX_PERIOD_NS, RateLimiterBackend
+from .base import MAX_NS_PERIOD, MAX_PERIOD_NS, RateLimiterBackend, redis_period_error
 
 if TYPE_CHECKING:
     from ..keyed import KeyedRateLimiterView
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
+    "DEADLINE_MARGIN_US",
     "DEFAULT_PREFIX",
     "FAULT_COOLDOWN_S",
     "FAULT_LOG_INTERVAL_S",
     "FAULT_POLICIES",
     "FAULT_RETRY_AFTER_NS",
     "MAX_CONNECTIONS",
+    "MAX_NS_PERIOD",
     "MAX_PERIOD_NS",
     "POOL_TIMEOUT_S",
     "SCRIPT",
     "SCRIPT_SHA",
     "SOCKET_TIMEOUT_S",
+    "TIME_RESYNC_S",
     "RedisBackend",
     "RedisConnection",
     "RedisKeyedRateLimiter",
@@ -90,6 +94,7 @@ __all__ = [
     "close_connections",
     "connection",
     "redis_backend",
+    "redis_period_error",
 ]
 
 logger = logging.getLogger("django_ratelimit_r4.redis")
@@ -115,24 +120,21 @@ MAX_CONNECTIONS = 16
 #: Commands take well under a millisecond, so a long wait means this process is starved of CPU: callers then
 #: wait their turn rather than flip to the fault policy (a command that times out still frees its slot).
 POOL_TIMEOUT_S = 5.0
-#: Longest ``limit_refresh_period`` the script's exact arithmetic supports (period * 10 < 2**53): ~10 days.
-MAX_PERIOD_NS = REDIS_MAX_PERIOD_NS
+#: A decision carries the server time after which its caller has given up (its socket timeout, plus this
+#: margin and the error of the learned server-time offset); a later execution changes nothing.
+DEADLINE_MARGIN_US = 2_000
+#: The server-time offset is learned again (from one exact slow-path reply) at least this often.
+TIME_RESYNC_S = 60.0
 
 _NS_PER_S = 1_000_000_000
-# TTL margin after a state is full again: 1 ms of rounding with server time; with a client clock (tests)
-# fake time and real time are unrelated, so keep states an hour longer than their fake life.
-_SERVER_SLACK_MS = b"1"
-_CLIENT_SLACK_MS = b"3600000"
 _FAULTS = (RedisError, OSError)
 _TIMEOUTS = (redis.exceptions.TimeoutError, TimeoutError)
 
 
 def _load_script() -> str:
     lua = resources.files(__package__) / "lua"
-    return (
-        (lua / "decide.lua").read_text(encoding="utf-8")
-        + "\n"
-        + (lua / "ratelimiter.lua").read_text(encoding="utf-8")
+    return "\n".join(
+        (lua / name).read_text(encoding="utf-8") for name in ("fast.lua", "decide.lua", "ratelimiter.lua")
     )
 
 
@@ -185,6 +187,14 @@ class RedisConnection:
         self.server_faults = 0
         #: ``"<what>: <ExceptionType>: <message>"`` of the latest fault (server's or this process's), or None.
         self.last_error: str | None = None
+        # Deadlines: server microseconds = local monotonic microseconds + offset, learned from the server time
+        # in exact slow-path replies (error: half that round trip). _shift_us is offset + error + the time a
+        # caller waits for a reply (socket timeout + DEADLINE_MARGIN_US); None until learned.
+        self._shift_us: int | None = None
+        self._offset_err_us = 0
+        self._resync_ns = 0
+        timeout = self.sync.connection_pool.connection_kwargs.get("socket_timeout") or socket_timeout
+        self._wait_us = int(float(timeout) * 1_000_000)
         self._logged_at = -FAULT_LOG_INTERVAL_S
         self._lock = threading.Lock()
 
@@ -227,6 +237,9 @@ class RedisConnection:
         if _pool_exhausted(exc):
             self._log(exc, what, "every pooled connection stayed busy; the fault policy decided this call")
             return
+        if isinstance(exc, _Late):
+            self._log(exc, what, "the call reached Redis after its deadline; the fault policy decided it")
+            return
         if isinstance(exc, _TIMEOUTS) and replies_before is not None and self.replies != replies_before:
             self._log(exc, what, "other calls got replies meanwhile; the fault policy decided this call")
             return
@@ -259,6 +272,37 @@ class RedisConnection:
             self.outage_since = None
         logger.warning("Redis at %s answers again after %.1fs of outage", _redact(self.url), time.time() - since)
 
+    def deadline(self, started_ns: int) -> Any:
+        """The server time (µs) after which a call started at ``started_ns`` has been given up; ``b""`` when
+        the server time is not known yet or due to be learned again (the call then takes the slow path)."""
+        shift = self._shift_us
+        if shift is None or started_ns > self._resync_ns:
+            return b""
+        return started_ns // 1000 + shift
+
+    def learn_time(self, server_us: int, sent_ns: int, received_ns: int) -> None:
+        """Learn the server-time offset from a reply carrying the server's time (taken between send and receive).
+
+        A reply that took less time than the one the offset came from is more precise and replaces it; once
+        :data:`TIME_RESYNC_S` has passed any reply does (the two clocks drift apart slowly).
+        """
+        error_us = (received_ns - sent_ns) // 2000 + 1
+        if self._shift_us is not None and error_us > self._offset_err_us and received_ns <= self._resync_ns:
+            return
+        offset_us = server_us - (sent_ns + received_ns) // 2000
+        self._offset_err_us = error_us
+        self._shift_us = offset_us + error_us + self._wait_us + DEADLINE_MARGIN_US
+        self._resync_ns = received_ns + int(TIME_RESYNC_S * 1e9)
+
+    def was_late(self, started_ns: int) -> bool:
+        """A LATE reply to a call started at ``started_ns``: True if it really was (this process held it past
+        its socket timeout, e.g. waiting for a pooled connection); else the learned offset is wrong and is
+        forgotten, so the next call learns it again."""
+        if time.monotonic_ns() - started_ns > self._wait_us * 1000:
+            return True
+        self._shift_us = None
+        return False
+
     def recovered(self) -> None:
         """End the cool-down now: a call just got its reply (``reset`` and the management calls use this)."""
         self.answered()
@@ -284,35 +328,86 @@ class RedisConnection:
         logger.warning(
             "Redis at %s: %s during %s (%s: %s); %s",
             _redact(self.url),
-            "no reply in time" if isinstance(exc, _TIMEOUTS) else "no free connection",
+            "no reply in time"
+            if isinstance(exc, _TIMEOUTS)
+            else ("a reply after the deadline" if isinstance(exc, _Late) else "no free connection"),
             what,
             type(exc).__name__,
             exc,
             outcome,
         )
 
-    def call(self, numkeys: int, args: Sequence[Any]) -> Any:
-        """One EVALSHA of :data:`SCRIPT` (EVAL once if this server does not know it yet)."""
-        client = self.sync
-        try:
-            reply = client.execute_command("EVALSHA", SCRIPT_SHA, numkeys, *args)  # type: ignore[no-untyped-call]
-        except NoScriptError:
-            reply = client.execute_command("EVAL", SCRIPT, numkeys, *args)  # type: ignore[no-untyped-call]
-        self.replies += 1
-        if self.outage_since is not None:
-            self.answered()
-        return reply
+    def call(
+        self, numkeys: int, args: list[Any], deadline_at: int | None = None, tokens: Sequence[int] = ()
+    ) -> Any:
+        """One EVALSHA of :data:`SCRIPT` (EVAL once if this server does not know it yet) on a pooled connection.
 
-    async def acall(self, numkeys: int, args: Sequence[Any]) -> Any:
-        """Async twin of :meth:`call`, on this loop's ``redis.asyncio`` client."""
-        client = self.aio()
+        With ``deadline_at``, ``args[deadline_at]`` becomes :meth:`deadline` taken once the connection is held
+        (waiting for the pool does not eat the budget), and when that is unknown the ``tokens`` indexes are
+        blanked (the slow path answers with the server time). A reply carrying the server time teaches it;
+        a LATE reply raises :class:`_Late`.
+        """
+        pool = self.sync.connection_pool
+        conn = pool.get_connection()
         try:
-            reply = await client.execute_command("EVALSHA", SCRIPT_SHA, numkeys, *args)  # type: ignore[no-untyped-call]
-        except NoScriptError:
-            reply = await client.execute_command("EVAL", SCRIPT, numkeys, *args)  # type: ignore[no-untyped-call]
+            started = time.monotonic_ns()
+            if deadline_at is not None:
+                args[deadline_at] = deadline = self.deadline(started)
+                if deadline == b"":
+                    for at in tokens:
+                        args[at] = b""
+            try:
+                conn.send_command("EVALSHA", SCRIPT_SHA, numkeys, *args)  # type: ignore[no-untyped-call]
+                reply = conn.read_response()
+            except NoScriptError:
+                conn.send_command("EVAL", SCRIPT, numkeys, *args)  # type: ignore[no-untyped-call]
+                reply = conn.read_response()
+        except BaseException:
+            conn.disconnect()  # type: ignore[no-untyped-call]
+            raise
+        finally:
+            pool.release(conn)
         self.replies += 1
         if self.outage_since is not None:
             self.answered()
+        return self._timed(reply, started)
+
+    async def acall(
+        self, numkeys: int, args: list[Any], deadline_at: int | None = None, tokens: Sequence[int] = ()
+    ) -> Any:
+        """Async twin of :meth:`call`, on this loop's ``redis.asyncio`` client."""
+        pool = self.aio().connection_pool
+        conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+        try:
+            started = time.monotonic_ns()
+            if deadline_at is not None:
+                args[deadline_at] = deadline = self.deadline(started)
+                if deadline == b"":
+                    for at in tokens:
+                        args[at] = b""
+            try:
+                await conn.send_command("EVALSHA", SCRIPT_SHA, numkeys, *args)
+                reply = await conn.read_response()
+            except NoScriptError:
+                await conn.send_command("EVAL", SCRIPT, numkeys, *args)
+                reply = await conn.read_response()
+        except BaseException:
+            await conn.disconnect()
+            raise
+        finally:
+            await pool.release(conn)
+        self.replies += 1
+        if self.outage_since is not None:
+            self.answered()
+        return self._timed(reply, started)
+
+    def _timed(self, reply: Any, started_ns: int) -> Any:
+        # A stale reply ({reply, {now_us, ...}}) carries the server time; LATE means the deadline passed.
+        if type(reply) is list and len(reply) == 2 and type(reply[1]) is list:
+            if reply[1][0]:
+                self.learn_time(reply[1][0], started_ns, time.monotonic_ns())
+        elif type(reply) is bytes:
+            raise _Late(self.was_late(started_ns))
         return reply
 
     def close(self) -> None:
@@ -321,6 +416,15 @@ class RedisConnection:
         self._aio.clear()
         self.down_until = 0.0
         self.outage_since = None
+        self._shift_us = None
+
+
+class _Late(RedisError):
+    """The script refused to act because the call reached Redis after its deadline (nothing was changed)."""
+
+    def __init__(self, really: bool) -> None:
+        super().__init__("the decision reached Redis after its deadline")
+        self.really = really
 
 
 def _pool_exhausted(exc: BaseException) -> bool:
@@ -390,20 +494,24 @@ def client_key_digest(key: object) -> str:
 
 
 def _check_period(period_ns: int) -> None:
-    if period_ns > MAX_PERIOD_NS:
-        raise ValueError(
-            f"the Redis backend supports limit_refresh_period up to {MAX_PERIOD_NS} ns (~10 days), "
-            f"got {period_ns} ns"
-        )
+    error = redis_period_error(period_ns)
+    if error is not None:
+        raise ValueError(error)
 
 
 class _Clocked:
-    """Shared by the Redis limiters: clock mode, connection, one-key decisions, counters and fault handling."""
+    """Shared by the Redis limiters: clock mode, anchor cache, one-key decisions, counters and fault handling.
+
+    The anchor cache: the anchor value last seen in Redis (the token the script compares), and a base
+    instant ``anchor + K * period`` (K a cycle the server reported), computed exactly here, so the script's
+    elapsed time stays below 2^53 units and one divmod replaces its long division. The script checks the
+    token on every call; when another process reset the limiter (or the base is too old), it decides on the
+    exact slow path and its reply refreshes the cache.
+    """
 
     _url: str
     _conn: RedisConnection
     _now: Any
-    _slack: bytes
     _limit: int
     _period: int
     _fault_wait: int
@@ -413,19 +521,70 @@ class _Clocked:
     faults: int
     successful_calls: int
     failed_calls: int
+    # Time unit (ns per unit), units per microsecond (script argument), period in units, K alignment.
+    _unit: int
+    _m: bytes
+    _period_u: int
+    _align: int
+    _fast_ok: bool
+    # (token, base instant in ns, K) of the anchor cache; _lim: the script's six limiter arguments.
+    _cache: tuple[bytes, int, int]
+    _lim: list[Any]
+
+    def _use_period(self, period_ns: int) -> None:
+        _check_period(period_ns)
+        self._period = period_ns
+        self._unit = 1 if period_ns <= MAX_NS_PERIOD else 1000
+        self._m = b"1000" if self._unit == 1 else b"1"
+        self._period_u = period_ns // self._unit
+        # With server time the base is sent in whole microseconds: K is a multiple of _align, so that
+        # K * period is; the fast path needs _align periods to fit well below 2^53 units.
+        self._align = 1 if period_ns % 1000 == 0 else 1000 // math.gcd(period_ns, 1000)
+        self._fast_ok = self._unit == 1000 or self._align * period_ns < 2**50
+        self._cache = (b"", 0, 0)
 
     def _use_clock(self, clock: Clock) -> None:
         # The system clock is per host (monotonic), so decisions use Redis TIME; any other clock (FakeClock)
         # is the caller's time line and is sent with each call.
         self._now = None if isinstance(clock, MonotonicClock) else clock.now_ns
-        self._slack = _SERVER_SLACK_MS if self._now is None else _CLIENT_SLACK_MS
+        self._cache = (b"", 0, 0)
+        self._build_lim()
 
-    def _time_args(self) -> tuple[Any, Any]:
+    def _build_lim(self) -> None:
+        token, base_ns, k = self._cache
+        # Server time: the base in absolute microseconds. Client time: filled in per call (elapsed units).
+        self._lim = [token, base_ns // 1000, k, self._limit, self._period_u, self._m]
+
+    def _refresh(self, anchor: bytes, cycle: int) -> None:
+        """Cache ``anchor`` (as stored in Redis) with a base at ``cycle``, as the script reported them."""
+        try:
+            seconds, nanos = anchor.split()
+            anchor_ns = int(seconds) * _NS_PER_S + int(nanos)
+        except ValueError:
+            self._cache = (b"", 0, 0)
+        else:
+            k = int(cycle)
+            if self._now is None:
+                k -= k % self._align
+            base_ns = anchor_ns + k * self._period
+            usable = self._now is not None or (self._fast_ok and base_ns % 1000 == 0)
+            self._cache = (anchor if usable else b"", base_ns, k)
+        self._build_lim()
+
+    def _limiter_args(self) -> list[Any]:
+        """The script's six arguments for this limiter at the current time (see ratelimiter.lua)."""
+        if self._now is None:
+            return self._lim
+        lim = list(self._lim)
+        lim[1] = (self._now() - self._cache[1]) // self._unit
+        return lim
+
+    def _client_now(self) -> list[Any]:
+        """ARGV tail of the client-time mode: ``now_s, now_ns`` (nothing with server time)."""
         now = self._now
         if now is None:
-            return b"", b"0"
-        seconds, nanos = divmod(int(now()), _NS_PER_S)
-        return seconds, nanos
+            return []
+        return list(divmod(int(now()), _NS_PER_S))
 
     def _connection(self) -> RedisConnection:
         conn = self._conn
@@ -454,20 +613,51 @@ class _Clocked:
             **self._connection().health(),
         }
 
-    def _key_args(self, state_key: str, op: bytes, permits: int, timeout_ns: int) -> list[Any]:
-        now_s, now_ns = self._time_args()
+    def _one_args(self, state_key: str, op: bytes, permits: int, timeout_ns: int) -> list[Any]:
         return [
             self.anchor_key,
             state_key,
             op,
-            now_s,
-            now_ns,
+            *self._limiter_args(),
             permits,
-            timeout_ns,
-            self._slack,
-            self._limit,
-            self._period,
+            timeout_ns // self._unit,
+            b"",  # deadline: set by RedisConnection.call once a connection is held (server time only)
+            *self._client_now(),
         ]
+
+    @staticmethod
+    def _settle(reply: Any, owners: Sequence[Any]) -> Any:
+        """The script's plain reply; a stale one first refreshes the anchor caches of the limiters it names."""
+        if type(reply) is list and len(reply) == 2 and type(reply[1]) is list:
+            reply, stale = reply
+            for at in range(1, len(stale), 3):
+                owners[stale[at] - 1]._refresh(stale[at + 1], stale[at + 2])
+        return reply
+
+    def _roundtrip(self, state_key: str, op: bytes, permits: int, timeout_ns: int) -> Any:
+        """One script call for this limiter; a LATE reply (nothing changed) retries once, then is a fault."""
+        conn = self._connection()
+        args = self._one_args(state_key, op, permits, timeout_ns)
+        at = None if self._now is not None else len(args) - 1
+        try:
+            return self._settle(conn.call(2, args, at, _ONE_TOKEN), (self,))
+        except _Late:
+            pass  # nothing was changed: once more with a fresh deadline (and the server time learned again)
+        return self._settle(
+            conn.call(2, self._one_args(state_key, op, permits, timeout_ns), at, _ONE_TOKEN), (self,)
+        )
+
+    async def _aroundtrip(self, state_key: str, op: bytes, permits: int, timeout_ns: int) -> Any:
+        """Async twin of :meth:`_roundtrip` on ``redis.asyncio``."""
+        conn = self._connection()
+        args = self._one_args(state_key, op, permits, timeout_ns)
+        at = None if self._now is not None else len(args) - 1
+        try:
+            return self._settle(await conn.acall(2, args, at, _ONE_TOKEN), (self,))
+        except _Late:
+            pass  # nothing was changed: once more with a fresh deadline (and the server time learned again)
+        args = self._one_args(state_key, op, permits, timeout_ns)
+        return self._settle(await conn.acall(2, args, at, _ONE_TOKEN), (self,))
 
     def _count(self, wait: int) -> int:
         with self._counter_lock:
@@ -487,11 +677,11 @@ class _Clocked:
             return self._fault_wait
         replies = conn.replies
         try:
-            wait = conn.call(2, self._key_args(state_key, b"acquire", permits, timeout_ns))
+            wait = self._roundtrip(state_key, b"a", permits, timeout_ns)
         except _FAULTS as exc:
             self._fault(conn, exc, "acquire", replies)
             return self._fault_wait
-        return self._count(wait)
+        return self._count(wait * self._unit)
 
     async def _aacquire_at(self, state_key: str, permits: int, timeout_ns: int) -> int:
         """Async twin of :meth:`_acquire_at` on ``redis.asyncio``: never blocks the event loop."""
@@ -503,11 +693,16 @@ class _Clocked:
             return self._fault_wait
         replies = conn.replies
         try:
-            wait = await conn.acall(2, self._key_args(state_key, b"acquire", permits, timeout_ns))
+            wait = await self._aroundtrip(state_key, b"a", permits, timeout_ns)
         except _FAULTS as exc:
             self._fault(conn, exc, "acquire", replies)
             return self._fault_wait
-        return self._count(wait)
+        return self._count(wait * self._unit)
+
+    def _state_reply(self, reply: Any) -> tuple[int, int, int, int]:
+        cycle, permissions, wait, to_next = reply
+        unit = self._unit
+        return cycle, permissions, wait * unit, to_next * unit
 
     def _state_at(self, state_key: str) -> tuple[int, int, int, int]:
         """``(cycle, permissions, nanos_to_wait for 1, ns to the next cycle)``; on a fault, the policy's view."""
@@ -515,8 +710,7 @@ class _Clocked:
         if not conn.is_down():
             replies = conn.replies
             try:
-                cycle, permissions, wait, to_next = conn.call(2, self._key_args(state_key, b"state", 1, 0))
-                return cycle, permissions, wait, to_next
+                return self._state_reply(self._roundtrip(state_key, b"s", 1, 0))
             except _FAULTS as exc:
                 conn.fault(exc, "state", replies)
         return self._fault_state()
@@ -527,9 +721,7 @@ class _Clocked:
         if not conn.is_down():
             replies = conn.replies
             try:
-                reply = await conn.acall(2, self._key_args(state_key, b"state", 1, 0))
-                cycle, permissions, wait, to_next = reply
-                return cycle, permissions, wait, to_next
+                return self._state_reply(await self._aroundtrip(state_key, b"s", 1, 0))
             except _FAULTS as exc:
                 conn.fault(exc, "state", replies)
         return self._fault_state()
@@ -544,10 +736,19 @@ class _Clocked:
         """Drain ``state_key``'s refreshed permissions to 0 (debt kept); how many were drained, 0 on a fault."""
         conn = self._connection()
         try:
-            return int(conn.call(2, self._key_args(state_key, b"drain", 1, 0)))
+            return int(self._roundtrip(state_key, b"d", 1, 0))
         except _FAULTS as exc:
             self._fault(conn, exc, "drain")
             return 0
+
+    def _reset_call(self, conn: RedisConnection, keys: Sequence[Any]) -> None:
+        """Anchor := now and ``keys[1:]`` deleted, in one script call; caches the new anchor."""
+        anchor, _ = conn.call(len(keys), [*keys, b"r", b"", *self._client_now()])
+        self._refresh(anchor, 0)
+
+
+# The token's index in a one-limiter call's arguments (anchor key, state key, op, token, ...).
+_ONE_TOKEN = (3,)
 
 
 # ------------------------------------------------------------------------------------------- unkeyed backend
@@ -575,7 +776,6 @@ class RedisBackend(_Clocked):
     ) -> None:
         if fault_policy not in FAULT_POLICIES:
             raise ValueError(f"fault_policy must be 'open' or 'closed', got {fault_policy!r}")
-        _check_period(int(limit_refresh_period_ns))
         self.name = name
         self.fault_policy = fault_policy
         self._url = url
@@ -584,7 +784,7 @@ class RedisBackend(_Clocked):
         self.anchor_key = base + ":anchor"
         self.state_key = base + ":state"
         self._limit = int(limit_for_period)
-        self._period = int(limit_refresh_period_ns)
+        self._use_period(int(limit_refresh_period_ns))
         self._counter_lock = threading.Lock()
         self.successful_calls = 0
         self.failed_calls = 0
@@ -635,6 +835,7 @@ class RedisBackend(_Clocked):
     def change_limit(self, limit_for_period: int) -> None:
         """Use ``limit_for_period`` from the next decision on (it travels with every call)."""
         self._limit = int(limit_for_period)
+        self._build_lim()
 
     def reset(self, clock: Clock) -> None:
         """Cycle 0 starts now (per ``clock``'s mode) and the state is full; this process's counters reset.
@@ -646,10 +847,9 @@ class RedisBackend(_Clocked):
             self.successful_calls = 0
             self.failed_calls = 0
             self.faults = 0
-        now_s, now_ns = self._time_args()
         conn = self._connection()
         try:
-            conn.call(2, [self.anchor_key, self.state_key, b"reset", now_s, now_ns, 0, 0, self._slack])
+            self._reset_call(conn, [self.anchor_key, self.state_key])
             conn.recovered()
         except _FAULTS as exc:
             self._fault(conn, exc, "reset")
@@ -680,16 +880,15 @@ def _quota(state4: tuple[int, int, int, int]) -> tuple[int, int]:
 
 
 class _Member:
-    """One entry of an all-or-nothing decision: the object counting it and its two Redis keys."""
+    """One entry of an all-or-nothing decision: the limiter deciding it (its counters and anchor cache) and
+    its two Redis keys."""
 
-    __slots__ = ("anchor", "counter", "limit", "period", "state")
+    __slots__ = ("anchor", "counter", "state")
 
-    def __init__(self, counter: Any, anchor: str, state: str, limit: int, period: int) -> None:
+    def __init__(self, counter: Any, anchor: str, state: str) -> None:
         self.counter = counter
         self.anchor = anchor
         self.state = state
-        self.limit = limit
-        self.period = period
 
 
 def _many_members(leader: _Clocked, entries: Sequence[tuple[Any, str | None]], permits: int) -> list[_Member]:
@@ -698,15 +897,11 @@ def _many_members(leader: _Clocked, entries: Sequence[tuple[Any, str | None]], p
     members: list[_Member] = []
     for target, key in entries:
         if isinstance(target, RedisBackend):
-            members.append(
-                _Member(target, target.anchor_key, target.state_key, target._limit, target._period)
-            )
+            members.append(_Member(target, target.anchor_key, target.state_key))
         elif isinstance(target, RedisKeyedRateLimiter):
             if key is None:
                 raise ValueError(f"keyed rate limiter {target.name!r} needs a key")
-            members.append(
-                _Member(target, target.anchor_key, target._state_key(key), target._limit, target._period)
-            )
+            members.append(_Member(target, target.anchor_key, target._state_key(key)))
         else:
             raise TypeError(f"cannot combine {type(target).__name__} with Redis limiters in one decision")
         if target._url != leader._url:
@@ -717,19 +912,50 @@ def _many_members(leader: _Clocked, entries: Sequence[tuple[Any, str | None]], p
 
 
 def _many_args(leader: _Clocked, members: list[_Member], permits: int) -> list[Any]:
-    now_s, now_ns = leader._time_args()
     args: list[Any] = []
     for m in members:
         args.append(m.anchor)
         args.append(m.state)
-    args += [b"many", now_s, now_ns, permits, 0, leader._slack]
+    args += [b"m", permits, len(members)]
     for m in members:
-        args.append(m.limit)
-        args.append(m.period)
-    return args
+        args += m.counter._limiter_args()
+    args.append(b"")  # the deadline: set by RedisConnection.call once a connection is held
+    return args + leader._client_now()
 
 
 _FAULT = object()
+
+
+def _many_where(leader: _Clocked, n: int) -> tuple[int | None, range]:
+    """Index of the deadline and of every token in a many-call of ``n`` limiters (no deadline on a client clock)."""
+    if leader._now is not None:
+        return None, range(0)
+    return 8 * n + 3, range(2 * n + 3, 8 * n + 3, 6)
+
+
+def _many_call(conn: RedisConnection, leader: _Clocked, members: list[_Member], permits: int) -> Any:
+    owners = [m.counter for m in members]
+    at, tokens = _many_where(leader, len(members))
+    try:
+        return leader._settle(
+            conn.call(2 * len(members), _many_args(leader, members, permits), at, tokens), owners
+        )
+    except _Late:
+        pass  # nothing was changed: once more with a fresh deadline
+    args = _many_args(leader, members, permits)
+    return leader._settle(conn.call(2 * len(members), args, at, tokens), owners)
+
+
+async def _amany_call(conn: RedisConnection, leader: _Clocked, members: list[_Member], permits: int) -> Any:
+    owners = [m.counter for m in members]
+    at, tokens = _many_where(leader, len(members))
+    try:
+        args = _many_args(leader, members, permits)
+        return leader._settle(await conn.acall(2 * len(members), args, at, tokens), owners)
+    except _Late:
+        pass  # nothing was changed: once more with a fresh deadline
+    args = _many_args(leader, members, permits)
+    return leader._settle(await conn.acall(2 * len(members), args, at, tokens), owners)
 
 
 def _sync_many(leader: _Clocked, members: list[_Member], permits: int) -> Any:
@@ -739,7 +965,7 @@ def _sync_many(leader: _Clocked, members: list[_Member], permits: int) -> Any:
         return _FAULT
     replies = conn.replies
     try:
-        return conn.call(2 * len(members), _many_args(leader, members, permits))
+        return _many_call(conn, leader, members, permits)
     except _FAULTS as exc:
         leader._fault(conn, exc, "acquire_many", replies)
         return _FAULT
@@ -752,7 +978,7 @@ async def _async_many(leader: _Clocked, members: list[_Member], permits: int) ->
         return _FAULT
     replies = conn.replies
     try:
-        return await conn.acall(2 * len(members), _many_args(leader, members, permits))
+        return await _amany_call(conn, leader, members, permits)
     except _FAULTS as exc:
         leader._fault(conn, exc, "acquire_many", replies)
         return _FAULT
@@ -779,7 +1005,7 @@ def _many_result(members: list[_Member], reply: Any) -> tuple[int, int] | None:
         return None
     for index in reply[2:]:
         _bump(members[index - 1].counter, False)
-    return reply[0] - 1, reply[1]
+    return reply[0] - 1, reply[1] * members[reply[0] - 1].counter._unit
 
 
 def redis_backend(url: str, *, prefix: str = DEFAULT_PREFIX, fault_policy: str = "open") -> Any:
@@ -868,8 +1094,7 @@ class RedisKeyedRateLimiter(_Clocked):
         self.events = RateLimiterEvents()
         self.metrics = RedisKeyedRateLimiterMetrics(self)
         self._limit = int(self.config.limit_for_period)
-        self._period = int(self.config.limit_refresh_period)
-        _check_period(self._period)
+        self._use_period(int(self.config.limit_refresh_period))
         self._timeout_ns = int(self.config.timeout_duration)
         self._url = url
         self._conn = connection(url)
@@ -1024,21 +1249,8 @@ class RedisKeyedRateLimiter(_Clocked):
                 self.failed_calls = 0
                 self.faults = 0
             states = self._scan_keys()
-            now_s, now_ns = self._time_args()
             for start in range(0, max(len(states), 1), 500):
-                conn.call(
-                    1 + len(states[start : start + 500]),
-                    [
-                        self.anchor_key,
-                        *states[start : start + 500],
-                        b"reset",
-                        now_s,
-                        now_ns,
-                        0,
-                        0,
-                        self._slack,
-                    ],
-                )
+                self._reset_call(conn, [self.anchor_key, *states[start : start + 500]])
             conn.recovered()
         except _FAULTS as exc:
             self._fault(conn, exc, "reset")

@@ -28,7 +28,13 @@ from django_ratelimit_r4.backends import redis as rb
 from django_ratelimit_r4.backends.memory import MemoryBackend
 from django_ratelimit_r4.core.clock import SYSTEM_CLOCK, FakeClock
 from django_ratelimit_r4.core.exceptions import RequestNotPermitted
-from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig, aacquire_all, acquire_all
+from django_ratelimit_r4.core.ratelimiter import (
+    RateLimiter,
+    RateLimiterConfig,
+    aacquire_all,
+    acquire_all,
+    most_grantable,
+)
 from tests.noblock import forbid_blocking
 
 redis = pytest.importorskip("redis")
@@ -66,7 +72,7 @@ def limiter(
 # ------------------------------------------------------------------------------------------- exact math
 
 
-PERIODS = [1, 7, 500, 999_999_937, S, 3600 * S, rb.MAX_PERIOD_NS]
+PERIODS = [1, 7, 500, 999_999_937, S, 3600 * S, rb.MAX_NS_PERIOD]
 STARTS = [0, 10**12, 1_700_000_000_123_456_789, 2**62 + 12_345, -(10**15) - 3]
 
 
@@ -116,6 +122,87 @@ def test_script_matches_memory_backend_exactly(redis_url: str, prefix: str, scen
         memory.failed_calls,
         0,
     )
+
+
+@st.composite
+def keyed_scenarios(draw: st.DrawFn) -> tuple[int, int, int, int, list[tuple[str, int, int]]]:
+    period, limit, start, ops = draw(scenarios())
+    timeout = draw(st.sampled_from([0, period // 2, 3 * period]))
+    keyed_ops = [(op, a, draw(st.integers(0, 2))) if op != "advance" else (op, a, 0) for op, a, _ in ops]
+    return period, limit, start, timeout, keyed_ops
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(scenario=keyed_scenarios())
+def test_keyed_script_matches_memory_backends_exactly(redis_url: str, prefix: str, scenario) -> None:
+    """The same replay through RedisKeyedRateLimiter: three client keys, each equal to its own MemoryBackend."""
+    period, limit, start, timeout, ops = scenario
+    clock = FakeClock(start)
+    config = RateLimiterConfig(
+        limit_for_period=limit, limit_refresh_period=f"{period}ns", timeout_duration=f"{timeout}ns"
+    )
+    keyed = rb.RedisKeyedRateLimiter(uuid.uuid4().hex, config, clock=clock, url=redis_url, prefix=prefix)
+    memory = [MemoryBackend("m", limit, period, clock) for _ in range(3)]
+    for op, a, key in ops:
+        if op == "acquire" and a > most_grantable(config, timeout):
+            with pytest.raises(ValueError, match="can never grant"):  # refused before any round trip
+                keyed.reserve_permission(f"client-{key}", a)
+        elif op == "acquire":
+            wait = memory[key].acquire(a, timeout)
+            assert keyed.reserve_permission(f"client-{key}", a) == (wait if wait >= 0 else -1), (op, a, key)
+        elif op == "advance":
+            clock.advance_ns(a)
+        else:
+            assert keyed.drain_permissions(f"client-{key}") == memory[key].drain()
+        for k in range(3):
+            assert keyed.state(f"client-{k}") == memory[k].state()
+    assert keyed.faults == 0
+
+
+def test_the_client_caches_the_anchor_and_the_script_takes_the_fast_path(
+    redis_url: str, prefix: str, raw
+) -> None:
+    """After one decision the limiter holds the anchor it saw; the script then proves it without reading it."""
+    rl = limiter(redis_url, prefix, 5, "60s", clock=SYSTEM_CLOCK, name="cached")
+    backend = rl.backend
+    assert isinstance(backend, rb.RedisBackend)
+    assert rl.acquire_permission()
+    anchor = raw.get(backend.anchor_key)
+    assert backend._cache[0] == anchor  # the token the script compares
+    state = raw.get(backend.state_key)
+    assert state.endswith(b" " + anchor)  # the state names the anchor it was written under
+    calls: list[bytes] = []
+    real = rb.RedisConnection.call
+
+    def spy(self, numkeys, args, *more):
+        calls.append(args[3])
+        return real(self, numkeys, args, *more)
+
+    rb.RedisConnection.call = spy  # type: ignore[method-assign]
+    try:
+        assert all(rl.acquire_permission() for _ in range(4)) and not rl.acquire_permission()
+    finally:
+        rb.RedisConnection.call = real  # type: ignore[method-assign]
+    assert calls == [anchor] * 5
+
+
+@pytest.mark.parametrize("clock_mode", ["server", "client"])
+def test_a_reset_by_another_process_takes_effect_for_a_cached_limiter(
+    redis_url: str, prefix: str, clock_mode: str
+) -> None:
+    """A's cached anchor is stale once B resets: A's next decision is exact on the new anchor, and A learns it."""
+    clock = SYSTEM_CLOCK if clock_mode == "server" else FakeClock(10**12)
+    a = limiter(redis_url, prefix, 3, "60s", clock=clock, name="shared")
+    assert all(a.acquire_permission() for _ in range(3)) and not a.acquire_permission()
+    old = a.backend._cache[0]  # type: ignore[attr-defined]
+    if clock_mode == "client":
+        clock.advance(7)  # type: ignore[attr-defined]
+    b = limiter(redis_url, prefix, 3, "60s", clock=clock, name="shared")
+    b.reset()  # another process (same name, same Redis): full again, cycle 0 starts now
+    assert a.acquire_permission()  # A sees the reset at once
+    assert a.backend._cache[0] == b.backend._cache[0] != old  # type: ignore[attr-defined]
+    assert a.metrics.available_permissions == 2 and b.metrics.available_permissions == 2
+    assert a.metrics.nanos_to_wait == 0
 
 
 def test_large_values_stay_exact(redis_url: str, prefix: str) -> None:
@@ -567,9 +654,9 @@ async def test_aquota_equals_quota_in_every_state(
     calls: list[bytes] = []
     real_acall = rb.RedisConnection.acall
 
-    async def counting_acall(self, numkeys, args):
+    async def counting_acall(self, numkeys, args, *more):
         calls.append(args[2])
-        return await real_acall(self, numkeys, args)
+        return await real_acall(self, numkeys, args, *more)
 
     seen = []
     for step in range(6):  # full, 2 left, 1 left, 0 left, 1 in debt (reserved), next cycle
@@ -579,7 +666,7 @@ async def test_aquota_equals_quota_in_every_state(
             patch.setattr(rb.RedisConnection, "call", _no_sync_call)
             calls.clear()
             async_answers = (await backend.aquota(), await keyed.aquota("c"), await keyed.aquota("other"))
-            assert calls == [b"state", b"state", b"state"]  # one round trip each, read-only op
+            assert calls == [b"s", b"s", b"s"]  # one round trip each, read-only op
         assert async_answers == sync_answers, step
         seen.append(async_answers[0])
         if step < 4:

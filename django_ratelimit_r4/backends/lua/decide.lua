@@ -1,14 +1,16 @@
 -- decide.lua: backends/base.py's pure decision, line by line, in Lua 5.1 (Redis scripting).
 --
--- Precision. Lua numbers are IEEE doubles: integers are exact only below 2^53 (about 9.007e15), and a
--- nanosecond Unix timestamp (about 1.7e18) is NOT. So no absolute nanosecond value is ever formed here:
--- time is a pair (seconds, nanoseconds within the second), and the elapsed time since the anchor is turned
--- into (cycle, offset within the cycle) by exact long division (cycle_of). Every value the decision then
--- touches is small: offsets and waits are below the period (or a few periods), cycles are counts.
--- Limits: limit_refresh_period * 10 < 2^53 (periods up to ~10 days) and cycle numbers below 2^53 (e.g.
--- 104 days of 1 ns cycles, 142 years of 500 ns cycles); redis.py checks the first when a limiter is built.
+-- Precision. Lua numbers are IEEE doubles: integers are exact only below 2^53 (about 9.007e15). Time is
+-- counted in a limiter's UNIT: nanoseconds for periods up to MAX_NS_PERIOD (~10.4 days), microseconds for
+-- longer ones (the period must then be whole microseconds). Every value a decision touches is kept below
+-- 2^53 units: on the fast path the client sends a base instant (the anchor plus K whole periods, computed
+-- exactly in Python) so the time elapsed since it is small and one divmod gives (cycle, offset); on the slow
+-- path the elapsed time is a pair (seconds, units within the second) turned into (cycle, offset) by exact
+-- long division (cycle_of). Absolute microseconds since the epoch (~1.8e15) are exact, absolute
+-- nanoseconds are not, so no absolute nanosecond value is ever formed.
 
 local NS_PER_S = 1000000000
+local EXACT = 9007199254740992 -- 2^53
 
 -- Exact floor division with remainder for integers |a| < 2^53, b > 0 (a / b is rounded: correct it).
 local function divmod(a, b)
@@ -42,35 +44,35 @@ local function refresh(cycle, permissions, current_cycle, limit)
   return math.min(permissions + (current_cycle - cycle) * limit, limit)
 end
 
--- base.nanos_to_wait, with (current_cycle + 1) * period_ns - now_ns written as period_ns - offset_ns
--- (offset_ns = now_ns - current_cycle * period_ns, the time since the current cycle began): same value,
--- small numbers.
-local function nanos_to_wait(permissions, permits, offset_ns, period_ns, limit)
+-- base.nanos_to_wait, with (current_cycle + 1) * period - now written as period - offset (offset = the time
+-- since the current cycle began): same value, small numbers. In the limiter's unit.
+local function nanos_to_wait(permissions, permits, offset, period, limit)
   if permissions >= permits then
     return 0
   end
-  local to_next_cycle = period_ns - offset_ns
-  return to_next_cycle + div_ceil(permits - (permissions + limit), limit) * period_ns
+  local to_next_cycle = period - offset
+  return to_next_cycle + div_ceil(permits - (permissions + limit), limit) * period
 end
 
--- (cycle, offset_ns) of the instant elapsed_s * 1e9 + elapsed_ns after the anchor: floor division by the
--- period done digit by digit (nine times ten = 1e9), so no intermediate reaches 2^53.
-local function cycle_of(elapsed_s, elapsed_ns, period_ns)
-  local q, r = divmod(elapsed_s, period_ns)
-  for _ = 1, 9 do
-    local q2, r2 = divmod(r * 10, period_ns)
+-- (cycle, offset) of the instant elapsed_s seconds + elapsed_sub units after the anchor, for a period in
+-- units where one second is 10^digits units: floor division by the period done digit by digit, so no
+-- intermediate reaches 2^53 (needs period * 10 < 2^53).
+local function cycle_of(elapsed_s, elapsed_sub, period, digits)
+  local q, r = divmod(elapsed_s, period)
+  for _ = 1, digits do
+    local q2, r2 = divmod(r * 10, period)
     q = q * 10 + q2
     r = r2
   end
-  local q3, r3 = divmod(r + elapsed_ns, period_ns)
+  local q3, r3 = divmod(r + elapsed_sub, period)
   return q + q3, r3
 end
 
--- base.decide over (cycle, offset) instead of now_ns: (new_cycle, new_permissions, wait, granted).
-local function decide(cycle, permissions, permits, timeout_ns, current_cycle, offset_ns, period_ns, limit)
+-- base.decide over (cycle, offset) instead of now: (new_cycle, new_permissions, wait, granted).
+local function decide(cycle, permissions, permits, timeout, current_cycle, offset, period, limit)
   permissions = refresh(cycle, permissions, current_cycle, limit)
-  local wait = nanos_to_wait(permissions, permits, offset_ns, period_ns, limit)
-  local granted = timeout_ns >= wait
+  local wait = nanos_to_wait(permissions, permits, offset, period, limit)
+  local granted = timeout >= wait
   if granted then
     permissions = permissions - permits
   end

@@ -1,100 +1,162 @@
--- ratelimiter.lua: every Redis rate-limiter operation, appended to decide.lua and loaded as ONE script.
+-- ratelimiter.lua: every Redis rate-limiter operation; the script is fast.lua + decide.lua + this file.
 --
 -- KEYS: per limiter i, KEYS[2i-1] = its anchor ("<s> <ns>": when cycle 0 began, shared by all its client
---   keys) and KEYS[2i] = its state ("<cycle> <permissions>"; absent means full). "reset" takes the anchor
---   then any number of state keys to delete.
--- ARGV: op, now_s, now_ns (now_s "" = use Redis server TIME), permits, timeout_ns, ttl_slack_ms,
---   then per limiter i: limit_for_period, limit_refresh_period_ns.
--- ops: "acquire" (one limiter: wait >= 0 granted and reserved, -wait rejected), "many" (all-or-nothing:
---   {0} granted everywhere, else {worst index, its wait, every rejecting index...}, nothing reserved),
---   "state" ({cycle, permissions, wait for 1, ns to the next cycle}; writes nothing), "drain" (drained
---   count), "reset" (anchor := now, states deleted).
+--   keys) and KEYS[2i] = its state ("<cycle> <permissions> <anchor>": the anchor it was written under;
+--   absent means full). "r" takes the anchor then any number of state keys to delete.
+-- Time: Redis server TIME, unless the caller runs on its own clock (a FakeClock in tests): then it appends
+--   now_s, now_ns to ARGV (their presence is how the script tells the two modes apart).
+-- L, six arguments per limiter: token (the anchor value the client cached, '' for none), base (server time:
+--   the client's base instant, the anchor plus K whole periods, in absolute microseconds; client time: the
+--   units elapsed since that instant), K, limit_for_period, period (in units), m (units per microsecond:
+--   1000 for nanosecond limiters, 1 for microsecond ones). When the token is the anchor in Redis and the
+--   elapsed time is below 2^53 units, one divmod gives (cycle, offset): the fast path. Otherwise the exact
+--   slow path reads the anchor itself, and the reply carries {now_us, i, anchor, cycle} so the client
+--   refreshes its cache (a reset by another process takes effect at once).
+-- ops (waits in the limiter's unit; a stale reply is {reply, {now_us, i, anchor, cycle, ...}}, now_us 0 on
+-- a client clock):
+--   "a" acquire: 'a', L, permits, timeout, deadline_us -> wait >= 0 granted and reserved, -wait rejected.
+--   "s" state:   'a''s layout -> {cycle, permissions, wait for permits, units to the next cycle}; no write.
+--   "d" drain:   'a''s layout -> the drained count.
+--   "m" many:    'm', permits, n, L1 .. Ln, deadline_us (timeout 0, all-or-nothing) -> {0} granted
+--                everywhere, else {worst index, its wait, every rejecting index...} with nothing reserved.
+--   "r" reset:   'r', '' -> {anchor, now_us}: anchor := now, the listed states deleted.
+-- deadline_us ('' for none): server time after which the caller has given up; a later execution changes
+--   nothing and returns the status reply LATE (no ghost charges after a client timeout). fast.lua checks it.
 
-local op = ARGV[1]
-local now_s, now_ns
-if ARGV[2] == '' then
-  local t = redis.call('TIME')
-  now_s = tonumber(t[1])
-  now_ns = tonumber(t[2]) * 1000
-else
-  now_s = tonumber(ARGV[2])
-  now_ns = tonumber(ARGV[3])
-end
-local permits = tonumber(ARGV[4])
-local timeout_ns = tonumber(ARGV[5])
-local slack_ms = tonumber(ARGV[6])
-local MAX_TTL_MS = 1e15
-
-local function fmt(x)
-  return string.format('%.0f', x)
-end
-
--- One limiter's state refreshed to now (nothing written unless create_anchor and the anchor was missing).
-local function load(i, create_anchor)
-  local e = {limit = tonumber(ARGV[5 + 2 * i]), period = tonumber(ARGV[6 + 2 * i]), key = KEYS[2 * i]}
-  local a_s, a_ns = now_s, now_ns
-  local anchor = redis.call('GET', KEYS[2 * i - 1])
-  if anchor then
-    local s, ns = string.match(anchor, '^(%-?%d+) (%d+)$')
-    a_s, a_ns = tonumber(s), tonumber(ns)
-  elseif create_anchor then
-    -- First use by any process: cycle 0 starts now.
-    redis.call('SET', KEYS[2 * i - 1], fmt(now_s) .. ' ' .. fmt(now_ns))
-  end
-  local es, ens = now_s - a_s, now_ns - a_ns
-  if ens < 0 then
-    es = es - 1
-    ens = ens + NS_PER_S
-  end
-  e.current, e.offset = cycle_of(es, ens, e.period)
-  -- An absent key reads as (current cycle, limit): full, exactly like a key never seen.
-  e.cycle, e.permissions = e.current, e.limit
-  local state = redis.call('GET', e.key)
+-- Everything about limiter i (its L at ARGV[j]) now: current cycle, offset, the stored (cycle, permissions)
+-- (absent or stale: full), and the anchor to report to the client (nil when its cache is right).
+local function locate(i, j, create_anchor)
+  local e = {limit = tonumber(ARGV[j + 3]), period = tonumber(ARGV[j + 4]), m = tonumber(ARGV[j + 5])}
+  local token = ARGV[j]
+  local c, p, a
+  local state = redis.call('GET', KEYS[2 * i])
   if state then
-    local c, p = string.match(state, '^(%-?%d+) (%-?%d+)$')
-    c, p = tonumber(c), tonumber(p)
-    -- A state from a later cycle means the anchor was replaced (evicted, flushed) or the server clock
-    -- stepped back: it is ignored (full) rather than blocking the key until time catches up.
-    if c <= e.current then
-      e.cycle, e.permissions = c, p
+    c, p, a = string.match(state, '^(%-?%d+) (%-?%d+) (.*)$')
+  end
+  local anchor = a
+  if token == '' or a ~= token then
+    anchor = redis.call('GET', KEYS[2 * i - 1])
+  end
+  if anchor and anchor == token then
+    local elapsed
+    if now_us then
+      elapsed = (now_us - ARGV[j + 1]) * e.m
+    else
+      elapsed = tonumber(ARGV[j + 1])
+    end
+    if elapsed >= 0 and elapsed < EXACT / 2 then
+      local q, r = divmod(elapsed, e.period)
+      e.current, e.offset = ARGV[j + 2] + q, r
     end
   end
+  if not e.current then
+    -- The exact slow path, from the anchor in Redis.
+    if not anchor then
+      -- First use by any process: cycle 0 starts now.
+      anchor = string.format('%.0f %.0f', now_s, now_ns)
+      if create_anchor then
+        redis.call('SET', KEYS[2 * i - 1], anchor)
+        e.report = anchor
+      end
+    else
+      e.report = anchor
+    end
+    local s, ns = string.match(anchor, '^(%-?%d+) (%d+)$')
+    local es, ens = now_s - tonumber(s), now_ns - tonumber(ns)
+    if ens < 0 then
+      es = es - 1
+      ens = ens + NS_PER_S
+    end
+    if e.m == 1 then
+      e.current, e.offset = cycle_of(es, math.floor(ens / 1000), e.period, 6)
+    else
+      e.current, e.offset = cycle_of(es, ens, e.period, 9)
+    end
+  end
+  e.anchor = anchor
+  e.cycle, e.permissions = e.current, e.limit
+  -- A state of another anchor (replaced, evicted, flushed) or from a later cycle (the server clock stepped
+  -- back) is ignored (full) rather than blocking the key until time catches up.
+  if a == anchor then
+    c = tonumber(c)
+    if c <= e.current then
+      e.cycle, e.permissions = c, tonumber(p)
+    end
+  end
+  -- Its expiry is the end of this cycle while it is of this cycle and not in debt (see store).
+  e.keep = e.cycle == e.current and a == anchor and e.permissions >= 0
   return e
 end
 
 -- Write (cycle, permissions); a full state is deleted, any other expires once lazily refreshed to full.
-local function store(e, cycle, permissions)
+local function store(e, permissions)
   if permissions >= e.limit then
-    redis.call('DEL', e.key)
+    redis.call('DEL', KEYS[2 * e.i])
     return
   end
-  local cycles_to_full = div_ceil(e.limit - permissions, e.limit)
-  local ms = math.ceil((cycles_to_full * e.period - e.offset) / 1000000) + slack_ms
-  redis.call('SET', e.key, fmt(cycle) .. ' ' .. fmt(permissions), 'PX', fmt(math.min(ms, MAX_TTL_MS)))
-end
-
-if op == 'acquire' then
-  local e = load(1, true)
-  local cycle, permissions, wait, granted =
-    decide(e.cycle, e.permissions, permits, timeout_ns, e.current, e.offset, e.period, e.limit)
-  if granted then
-    store(e, cycle, permissions)
-    return wait
+  local value = string.format('%.0f %.0f ', e.current, permissions) .. e.anchor
+  if e.keep and permissions >= 0 then
+    redis.call('SET', KEYS[2 * e.i], value, 'KEEPTTL')
+    return
   end
-  return -wait
+  local ms = math.ceil((div_ceil(e.limit - permissions, e.limit) * e.period - e.offset) / (1000 * e.m)) + slack
+  redis.call('SET', KEYS[2 * e.i], value, 'PX', math.min(ms, 1e15))
 end
 
-if op == 'many' then
-  local n = #KEYS / 2
-  local entries, decisions = {}, {}
+local function stale_reply(reply, stale)
+  if stale then
+    table.insert(stale, 1, now_us or 0)
+    return {reply, stale}
+  end
+  return reply
+end
+
+if op == 'a' or op == 's' or op == 'd' then
+  local e = locate(1, 2, op ~= 's')
+  e.i = 1
+  local stale = e.report and {1, e.report, e.current}
+  if op == 'a' then
+    local _, left, wait, granted = decide(
+      e.cycle, e.permissions, tonumber(ARGV[8]), tonumber(ARGV[9]), e.current, e.offset, e.period, e.limit
+    )
+    if granted then
+      store(e, left)
+      return stale_reply(wait, stale)
+    end
+    return stale_reply(-wait, stale)
+  end
+  local permissions = refresh(e.cycle, e.permissions, e.current, e.limit)
+  if op == 's' then
+    local wait = nanos_to_wait(permissions, tonumber(ARGV[8]), e.offset, e.period, e.limit)
+    return stale_reply({e.current, permissions, wait, e.period - e.offset}, stale)
+  end
+  local drained = 0
+  if permissions > 0 then
+    drained = permissions
+  end
+  store(e, permissions - drained)
+  return stale_reply(drained, stale)
+end
+
+if op == 'm' then
+  local permits, n = tonumber(ARGV[2]), tonumber(ARGV[3])
+  local entries = {}
   local worst, worst_wait = 0, -1
   local rejecting = {}
+  local stale
   for i = 1, n do
-    local e = load(i, true)
-    local cycle, permissions, wait, granted =
-      decide(e.cycle, e.permissions, permits, timeout_ns, e.current, e.offset, e.period, e.limit)
+    local e = locate(i, 4 + 6 * (i - 1), true)
+    e.i = i
+    if e.report then
+      stale = stale or {}
+      stale[#stale + 1] = i
+      stale[#stale + 1] = e.report
+      stale[#stale + 1] = e.current
+    end
+    local _, left, wait, granted =
+      decide(e.cycle, e.permissions, permits, 0, e.current, e.offset, e.period, e.limit)
+    e.left = left
     entries[i] = e
-    decisions[i] = {cycle, permissions}
     if not granted then
       rejecting[#rejecting + 1] = i
       if wait > worst_wait then
@@ -107,37 +169,21 @@ if op == 'many' then
     for _, i in ipairs(rejecting) do
       reply[#reply + 1] = i
     end
-    return reply
+    return stale_reply(reply, stale)
   end
   for i = 1, n do
-    store(entries[i], decisions[i][1], decisions[i][2])
+    store(entries[i], entries[i].left)
   end
-  return {0}
+  return stale_reply({0}, stale)
 end
 
-if op == 'state' then
-  local e = load(1, false)
-  local permissions = refresh(e.cycle, e.permissions, e.current, e.limit)
-  return {e.current, permissions, nanos_to_wait(permissions, 1, e.offset, e.period, e.limit), e.period - e.offset}
-end
-
-if op == 'drain' then
-  local e = load(1, true)
-  local permissions = refresh(e.cycle, e.permissions, e.current, e.limit)
-  local drained = 0
-  if permissions > 0 then
-    drained = permissions
-  end
-  store(e, e.current, permissions - drained)
-  return drained
-end
-
-if op == 'reset' then
-  redis.call('SET', KEYS[1], fmt(now_s) .. ' ' .. fmt(now_ns))
+if op == 'r' then
+  local anchor = string.format('%.0f %.0f', now_s, now_ns)
+  redis.call('SET', KEYS[1], anchor)
   for i = 2, #KEYS do
     redis.call('DEL', KEYS[i])
   end
-  return 0
+  return {anchor, now_us or 0}
 end
 
 return redis.error_reply('ratelimiter.lua: unknown op ' .. tostring(op))

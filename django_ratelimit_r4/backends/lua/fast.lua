@@ -1,0 +1,123 @@
+-- fast.lua: the start of the ONE rate-limiter script (then decide.lua, then ratelimiter.lua, which documents
+-- every argument and reply). It reads the time, refuses a late call, and decides the common acquire inline.
+--
+-- Redis CPU is the capacity of every cluster-wide quota, so this part creates no closure (each `local
+-- function` is a new closure on every call), reads the state before the anchor (a state stores the anchor
+-- it was written under, so a state written under the anchor the client cached proves that anchor without a
+-- GET), and writes with KEEPTTL when the expiry cannot have changed. Anything unusual (no cached anchor, a
+-- base too far back, a state from another anchor) falls through to ratelimiter.lua's exact general path.
+-- The decision is backends/base.py's decide(), inlined; the property test replays it against the memory
+-- backend through this path and the general one.
+
+local op = ARGV[1]
+-- ARGV[at], ARGV[at + 1]: now_s, now_ns of a caller on its own clock (absent: server TIME); ARGV[at - 1]:
+-- the deadline in server microseconds ('' for none).
+local at = 11
+if op == 'm' then
+  at = 5 + 6 * ARGV[3]
+elseif op == 'r' then
+  at = 3
+end
+local now_us, now_s, now_ns, slack
+if ARGV[at] then
+  now_s, now_ns, slack = ARGV[at] + 0, ARGV[at + 1] + 0, 3600000
+else
+  -- (x + 0 turns a numeric string into a number like tonumber(x), without a function call.)
+  local t = redis.call('TIME')
+  now_s, slack = t[1] + 0, 1
+  now_us = now_s * 1000000 + t[2]
+  now_ns = t[2] * 1000
+  local deadline = ARGV[at - 1]
+  if deadline ~= '' and now_us > deadline + 0 then
+    -- The caller has given up (its socket timeout passed): change nothing.
+    return redis.status_reply('LATE')
+  end
+end
+
+if op == 'a' and ARGV[2] ~= '' then
+  local token = ARGV[2]
+  local state = redis.call('GET', KEYS[2])
+  local c, p, a
+  if state then
+    c, p, a = string.match(state, '^(%-?%d+) (%-?%d+) (.*)$')
+  end
+  local valid = a == token
+  if not valid and redis.call('GET', KEYS[1]) == token then
+    valid, c = true, nil -- the cached anchor is current; a state of another anchor is stale (full)
+  end
+  local elapsed
+  if valid then
+    if now_us then
+      elapsed = (now_us - ARGV[3]) * ARGV[7]
+    else
+      elapsed = ARGV[3] + 0
+    end
+  end
+  if valid and elapsed >= 0 and elapsed < 4503599627370496 then -- 2^52: elapsed + period stays exact
+    local limit, period, permits = ARGV[5] + 0, ARGV[6] + 0, ARGV[8] + 0
+    -- (cycle, offset) = divmod(elapsed, period), exact below 2^53: Lua's % rounds a / b, so the remainder
+    -- may be one period off; elapsed - offset is then an exact multiple of the period.
+    local offset = elapsed % period
+    if offset < 0 then
+      offset = offset + period
+    elseif offset >= period then
+      offset = offset - period
+    end
+    local current = ARGV[4] + (elapsed - offset) / period
+    -- base.refresh; keep: the stored state is of this cycle and not in debt, so its expiry (the end of
+    -- this cycle) stays right as long as the new permissions are not in debt either.
+    local keep = false
+    if c then
+      c, p = c + 0, p + 0
+      if c > current then
+        p = limit -- a state from a later cycle (the server clock stepped back): full, as ratelimiter.lua
+      elseif c ~= current then
+        p = math.min(p + (current - c) * limit, limit)
+      else
+        keep = p >= 0
+      end
+    else
+      p = limit
+    end
+    -- base.nanos_to_wait: the time to the next cycle plus div_ceil(deficit, limit) whole periods.
+    local wait = 0
+    if p < permits then
+      wait = period - offset
+      local n = permits - (p + limit) + limit - 1
+      if n >= limit then -- div_ceil is 0 for every n < limit reached here (n > -1 since p < permits)
+        local d = math.floor(n / limit)
+        if d * limit > n then
+          d = d - 1
+        elseif (d + 1) * limit <= n then
+          d = d + 1
+        end
+        wait = wait + d * period
+      end
+    end
+    if ARGV[9] + 0 < wait then
+      return -wait
+    end
+    p = p - permits
+    local value
+    if current < 1e14 and current > -1e14 and p < 1e14 and p > -1e14 then
+      value = current .. ' ' .. p .. ' ' .. token -- integers below 1e14 print exactly (%.14g)
+    else
+      value = string.format('%.0f %.0f ', current, p) .. token
+    end
+    if keep and p >= 0 then
+      redis.call('SET', KEYS[2], value, 'KEEPTTL')
+    else
+      -- Expires when lazily refreshed to full: after div_ceil(limit - p, limit) cycles from this one.
+      local n = limit - p + limit - 1
+      local d = math.floor(n / limit)
+      if d * limit > n then
+        d = d - 1
+      elseif (d + 1) * limit <= n then
+        d = d + 1
+      end
+      local ms = math.ceil((d * period - offset) / (1000 * ARGV[7])) + slack
+      redis.call('SET', KEYS[2], value, 'PX', math.min(ms, 1e15))
+    end
+    return wait
+  end
+end
