@@ -1078,21 +1078,27 @@ def analyse(raw: object, drf_rates: object = None) -> Analysis:
 
 
 def _check_redis_periods(analysis: Analysis) -> None:
-    """With the Redis backend, periods longer than its scripts compute exactly are errors (found at check time)."""
+    """With the Redis backend, a period its script cannot keep exact is an error (found at check time).
+
+    Periods up to ~10.4 days are counted in nanoseconds, longer ones (monthly, yearly quotas) in whole
+    microseconds. Only that instance breaks: it raises on use, while the others and ``r4 status`` work.
+    """
     if analysis.options is None or analysis.options.backend != "redis":
         return
-    from .backends.base import REDIS_MAX_PERIOD_NS
+    from .backends.base import MAX_NS_PERIOD, redis_period_error
 
     specs = analysis.specs["ratelimiters"]
     for name, spec in list(specs.items()):
-        period = int(spec.config.limit_refresh_period)
-        if period > REDIS_MAX_PERIOD_NS:
+        error = redis_period_error(int(spec.config.limit_refresh_period))
+        if error is not None:
             problem = Problem(
                 Code.INVALID_FIELD,
                 spec.origins.get("limit_refresh_period", f'{spec.path}["limit_refresh_period"]'),
-                f"the redis backend computes periods up to {format_duration(REDIS_MAX_PERIOD_NS)} (~10 days) "
-                f"exactly, got {format_duration(period)}",
-                "Use a shorter period (e.g. '1d'), or the memory backend for this limit.",
+                error,
+                f"Write it in whole microseconds (ms, s, m, h or d), e.g. '30d'; periods up to "
+                f"{format_duration(MAX_NS_PERIOD)} are exact to the nanosecond."
+                if "microseconds" in error
+                else "Use a shorter period, or the memory backend for this limit.",
             )
             if problem not in analysis.problems:
                 analysis.problems.append(problem)

@@ -40,6 +40,9 @@ def summarize(items: list[dict[str, Any]]) -> str:
     for item in items:
         s = item["state"]
         kind = item["type"]
+        if s is None:  # could not be read: information, like the rest (the others are still summarised)
+            parts.append(f"{kind} {item['name']}: unreadable ({item.get('error')})")
+            continue
         if kind == "ratelimiter":
             if item["config"].get("key") is not None:  # one budget per client: no single "available"
                 text = f"per client, {item['config']['limit_for_period']}/{item['config']['limit_refresh_period']}"

@@ -27,12 +27,17 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import logging
 from collections.abc import Callable, Iterable
 from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
 
 from . import registry
 from .core.durations import Nanos, format_duration
 from .core.exceptions import IllegalStateTransition
+
+logger = logging.getLogger("django_ratelimit_r4.state")
 
 __all__ = [
     "MAX_LISTED_KEYS",
@@ -240,32 +245,74 @@ def snapshot(names: Iterable[str] | None = None, *, include_keys: bool = False) 
     """One dict per configured instance (``type``, ``name``, ``config``, ``state``), in setting order.
 
     ``names`` keeps only those instances (bare or ``"type:name"``); an unknown one raises
-    :class:`UnknownName`. Misconfigured instances are skipped (``manage.py check`` reports them).
-    Reading changes nothing, except that instances not used yet are built (fresh and full).
+    :class:`UnknownName`. Misconfigured instances are skipped (``manage.py check`` reports them). An instance
+    that fails while being built or read is listed with ``"state": null`` and an ``"error"``: one instance
+    never hides the others. Reading changes nothing, except that instances not used yet are built (fresh
+    and full).
     """
     wanted = None if names is None else [_parse(n) for n in names]
-    keyed_by_name = dict(registry.keyed_rate_limiters())
+    keyed, keyed_failures = _keyed_stores()
     out: list[dict[str, Any]] = []
     matched: set[tuple[str | None, str]] = set()
-    for kind, name, instance in registry.iter_instances():
-        if wanted is not None:
-            hits = [w for w in wanted if w[1] == name and w[0] in (None, kind)]
-            if not hits:
-                continue
-            matched.update(hits)
-        if kind == "ratelimiters":
-            state = _ratelimiter_state(instance, keyed_by_name.get(name), include_keys)
-        else:
-            state = _READERS[kind](instance)
-        out.append(
-            {"type": TYPES[kind], "name": name, "config": _config(instance, kind, name), "state": state}
-        )
+    for kind in registry.KINDS:
+        for name in registry.names(kind):
+            if wanted is not None:
+                hits = [w for w in wanted if w[1] == name and w[0] in (None, kind)]
+                if not hits:
+                    continue
+            try:
+                instance = registry.lookup(kind, name)[1]
+            except ImproperlyConfigured:
+                continue  # misconfigured: manage.py check reports it
+            except Exception as exc:
+                instance = None
+                failure: Exception | None = exc
+            else:
+                failure = keyed_failures.get(name) if kind == "ratelimiters" else None
+            if wanted is not None:
+                matched.update(hits)
+            out.append(_item(kind, name, instance, failure, keyed.get(name), include_keys))
     if wanted is not None:
         missing = [w for w in wanted if w not in matched]
         if missing:
             missing_kind, missing_name = missing[0]
             raise UnknownName(_unknown_message(missing_name, missing_kind, None))
     return out
+
+
+def _keyed_stores() -> tuple[dict[str, Any], dict[str, Exception]]:
+    """The keyed stores in use by name, and the error of any that cannot be built (its entry shows it)."""
+    try:
+        return dict(registry.keyed_rate_limiters()), {}
+    except Exception:  # one store failed: build the others one by one, keeping each failure for its entry
+        stores: dict[str, Any] = {}
+        failures: dict[str, Exception] = {}
+        for name in registry.names("ratelimiters"):
+            try:
+                if registry.instance_options("ratelimiters", name)["key"] is not None:
+                    stores[name] = registry.get_keyed_rate_limiter(name)
+            except ImproperlyConfigured:
+                continue
+            except Exception as exc:
+                failures[name] = exc
+        return stores, failures
+
+
+def _item(
+    kind: str, name: str, instance: Any, failure: Exception | None, keyed: Any, include_keys: bool
+) -> dict[str, Any]:
+    """One snapshot entry; an instance that cannot be built or read gets ``"error"`` instead of a state."""
+    try:
+        if failure is not None:
+            raise failure
+        if kind == "ratelimiters":
+            state = _ratelimiter_state(instance, keyed, include_keys)
+        else:
+            state = _READERS[kind](instance)
+        return {"type": TYPES[kind], "name": name, "config": _config(instance, kind, name), "state": state}
+    except Exception as exc:  # reported in the entry; the other instances are still read
+        logger.warning("r4 state of %s %r failed: %r", TYPES[kind], name, exc)
+        return {"type": TYPES[kind], "name": name, "config": None, "state": None, "error": repr(exc)}
 
 
 # ------------------------------------------------------------------------------------------- actions

@@ -597,13 +597,16 @@ CASES = [
         {
             "backend": "redis",
             "redis_url": "redis://127.0.0.1:6379/15",
-            "ratelimiters": {"configs": {"default": {"limit_refresh_period": "30d"}}, "instances": {"api": {}}},
+            "ratelimiters": {
+                "configs": {"default": {"limit_refresh_period": "1000000000000001ns"}},
+                "instances": {"api": {}},
+            },
         },
         "E004",
         f'{RL}["configs"]["default"]["limit_refresh_period"]',
-        "the redis backend computes periods up to",
-        "memory backend",
-        id="E004-redis-period",
+        "counted in microseconds by the Redis backend and must be a whole number of them",
+        "whole microseconds",
+        id="E004-redis-long-period-not-whole-microseconds",
     ),
     pytest.param(
         {"enabled": "false"},

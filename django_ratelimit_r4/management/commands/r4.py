@@ -96,8 +96,10 @@ def _table(headers: Sequence[str], rows: list[list[str]]) -> list[str]:
     return [line(headers), *(line(r) for r in rows)]
 
 
-def _row(item: dict[str, Any]) -> list[str]:
+def _row(item: dict[str, Any], width: int) -> list[str]:
     c, s, kind = item["config"], item["state"], item["type"]
+    if s is None:  # this instance could not be read (the snapshot has its error); the others still show
+        return [item["name"], "ERROR", *[""] * (width - 2)]
     if kind == "ratelimiter":
         keyed = s.get("keyed") or {}
         # A per-client limiter (a `key` spec) has one budget per client: its row adds up the clients'
@@ -183,8 +185,11 @@ def render_table(items: list[dict[str, Any]]) -> str:
         of_kind = [i for i in items if i["type"] == kind]
         if not of_kind:
             continue
-        lines = [title, *_table(headers, [_row(i) for i in of_kind])]
+        lines = [title, *_table(headers, [_row(i, len(headers)) for i in of_kind])]
         for item in of_kind:
+            if item["state"] is None:
+                lines.append(f"  {item['name']}: cannot be read: {item.get('error')}")
+                continue
             backend = item["state"].get("backend")
             if backend is not None and backend["degraded"]:
                 lines.append(
