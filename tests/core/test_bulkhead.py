@@ -73,67 +73,52 @@ class InFlight:
 # -- seed 002: the article's BulkheadSimples ---------------------------------------------------------
 
 
-async def _seed_002_async_trial() -> tuple[int, int, bool]:
-    """One run of the article's scenario; returns (peak, rejected, timing_held).
+async def test_seed_002_thousand_tasks_through_a_bulkhead_of_100() -> None:
+    """The article's scenario on the fake clock: 1000 calls of 300 ms, 100 slots, a 200 ms wait.
 
-    ``timing_held`` says the machine kept the article's premise: every waiter's 200 ms budget ran out
-    before the first 300 ms call ended, so no slot could be handed on in time.
+    No slot frees before 300 ms, so every waiter's budget runs out first: exactly 900 are refused. The calls
+    end when the test's clock reaches 300 ms, not when a loaded machine gets round to it.
     """
-    b = make(100, "200ms")
+    clock = FakeClock()
+    b = make(100, "200ms", clock=clock)
     flight = InFlight()
+    calls_end = asyncio.Event()
     rejected = 0
-    loop = asyncio.get_running_loop()
-    start = asyncio.Event()
-    first_release = float("inf")
-    last_waiter_start = 0.0
 
     async def capture() -> None:
-        nonlocal rejected, first_release, last_waiter_start
-        await start.wait()  # all 1000 arrive together, as the article's executor submits them
-        began = loop.time()
+        nonlocal rejected
         try:
             async with b:
                 flight.enter()
                 try:
-                    await asyncio.sleep(0.3)
+                    await calls_end.wait()  # the 300 ms call
                 finally:
                     flight.exit()
-                    first_release = min(first_release, loop.time())
         except BulkheadFull:
             rejected += 1
-            last_waiter_start = max(last_waiter_start, began)
 
-    tasks = [asyncio.ensure_future(capture()) for _ in range(1000)]
-    await asyncio.sleep(0)
-    start.set()
+    tasks = [asyncio.ensure_future(capture()) for _ in range(1000)]  # all arrive together
+    await auntil(lambda: b.metrics.concurrent_calls == 100 and b.metrics.waiting_calls + rejected == 900)
+    clock.advance(0.2)  # t = 200 ms: every waiter's budget is spent, every slot still held
+    await auntil(lambda: rejected == 900)
+    assert b.metrics.concurrent_calls == 100
+    clock.advance(0.1)  # t = 300 ms: the calls end
+    calls_end.set()
     await asyncio.gather(*tasks)
+    assert (flight.peak, rejected) == (100, 900)
     assert_all_free(b)
     m = b.metrics
-    assert (m.permitted_calls + m.rejected_calls, m.finished_calls) == (1000, m.permitted_calls)
-    return flight.peak, rejected, last_waiter_start + 0.2 < first_release
-
-
-async def test_seed_002_thousand_tasks_through_a_bulkhead_of_100() -> None:
-    # 1000 calls of 300 ms, 100 slots, 200 ms wait: no slot frees before 300 ms, so 900 are refused.
-    # Real time is the subject here; a trial where a loaded machine broke the premise is run again.
-    exact = 0
-    for _ in range(6):
-        peak, rejected, timing_held = await _seed_002_async_trial()
-        assert peak == 100
-        if timing_held:
-            assert rejected == 900
-            exact += 1
-            if exact == 3:
-                return
-    assert exact >= 1, "the machine never kept the 300 ms vs 200 ms premise in 6 trials"
+    assert (m.permitted_calls, m.rejected_calls, m.finished_calls) == (100, 900, 100)
 
 
 @pytest.mark.parametrize("trial", range(2))
 def test_seed_002_with_threads(trial: int) -> None:
-    # Hold 500 ms against a 100 ms budget: a 400 ms margin for a loaded machine.
-    b = make(10, "100ms")
+    """40 threads released together on 10 slots with a 100 ms wait; the calls end when the fake clock says."""
+    clock = FakeClock()
+    b = make(10, "100ms", clock=clock)
     flight = InFlight()
     barrier = threading.Barrier(40)
+    calls_end = threading.Event()
     rejected: list[int] = []
 
     def capture() -> None:
@@ -142,7 +127,7 @@ def test_seed_002_with_threads(trial: int) -> None:
             with b:
                 flight.enter()
                 try:
-                    time.sleep(0.5)
+                    calls_end.wait(30)
                 finally:
                     flight.exit()
         except BulkheadFull:
@@ -151,6 +136,10 @@ def test_seed_002_with_threads(trial: int) -> None:
     threads = [threading.Thread(target=capture) for _ in range(40)]
     for t in threads:
         t.start()
+    until(lambda: b.metrics.concurrent_calls == 10 and b.metrics.waiting_calls + len(rejected) == 30)
+    clock.advance(0.1)  # every waiter's budget is spent while all 10 slots are held
+    until(lambda: len(rejected) == 30)
+    calls_end.set()
     for t in threads:
         t.join()
     assert flight.peak == 10
