@@ -241,7 +241,7 @@ def test_async_waiter_on_another_thread_loop_is_woken_by_a_thread_release() -> N
     b.on_complete()
     t.join(5)
     assert got == [True]
-    assert time.monotonic() - started < 1.0  # woken, not timed out
+    assert time.monotonic() - started < 3.0  # woken, not timed out (the budget is 5 s)
     b.on_complete()
     assert_all_free(b)
 
@@ -590,7 +590,7 @@ def test_real_time_wait_budget_runs_out_for_threads() -> None:
     with pytest.raises(BulkheadFull) as info:
         b.acquire_permission()
     elapsed = time.monotonic() - started
-    assert 0.045 <= elapsed < 1.0
+    assert 0.045 <= elapsed < 2.5  # the budget, not a hang (bound wide for a loaded CI)
     assert info.value.bulkhead is b and info.value.name == "test" and info.value.wait_ns == 0
     assert isinstance(info.value, ResilienceError)
     assert b.metrics.waiting_calls == 0
@@ -605,7 +605,7 @@ async def test_real_time_wait_budget_runs_out_for_tasks() -> None:
     with pytest.raises(BulkheadFull):
         async with b:
             pass
-    assert 0.045 <= time.monotonic() - started < 1.0
+    assert 0.045 <= time.monotonic() - started < 2.5  # the budget, not a hang (bound wide for a loaded CI)
     b.on_complete()
     assert_all_free(b)
 
@@ -663,7 +663,7 @@ def test_forgotten_fake_clock_never_waits_longer_than_the_real_budget() -> None:
     b.acquire_permission()
     started = time.monotonic()
     assert b.try_acquire_permission() is False
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 2.5  # the 50 ms real budget, never the fake clock's forever
 
 
 # -- max_concurrent_calls = 0 ----------------------------------------------------------------------
@@ -679,7 +679,7 @@ async def test_zero_max_concurrent_calls_rejects_everything_at_once() -> None:
     with pytest.raises(BulkheadFull):
         async with b:
             pass
-    assert time.monotonic() - started < 1.0  # no wait for a slot that cannot come
+    assert time.monotonic() - started < 3.0  # no wait for a slot that cannot come (the budget is 10 s)
     assert b.metrics.rejected_calls == 4
     assert b.metrics.permitted_calls == 0
     assert b.metrics.available_concurrent_calls == 0

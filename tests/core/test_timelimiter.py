@@ -100,7 +100,7 @@ async def test_timeout_raises_and_cancels_the_running_call() -> None:
     assert isinstance(info.value, TimeoutError) and isinstance(info.value, ResilienceError)
     assert info.value.time_limiter is tl and info.value.name == "tl"
     assert str(info.value) == "TimeLimiter 'tl' recorded a timeout exception."
-    assert 0.025 <= elapsed < 1.0
+    assert 0.025 <= elapsed < 2.5  # the 30 ms timeout, not the hanging call (bound wide for a loaded CI)
     # The cancellation has landed before acall() raised.
     assert hanging.started and hanging.cancelled and not hanging.finished
     assert counts(tl) == (0, 0, 1)
