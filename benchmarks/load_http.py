@@ -5,7 +5,9 @@ so nearly every request is a 429: the denied path), with 32 connections for ``--
 
 * requests/s and wrk's latency percentiles (p50, p90, p99);
 * the latency of ``GET /metrics`` scraped every 0.25 s *while the load runs* (and idle, before it), since a
-  scrape that stalls under load hides the very incident it should show.
+  scrape that stalls under load hides the very incident it should show;
+* a control row, ``GET /healthz/live`` (no limiter at all) under the same load, which tells the scrape's
+  share of plain CPU contention from anything the limiters hold.
 
 Run: ``python benchmarks/load_http.py [--seconds 10] [--connections 32] [--workers 4]`` (needs ``wrk`` from
 Debian's packages, gunicorn from the ``demo`` extra, and Redis on 127.0.0.1:6379 for the redis row: db 14).
@@ -105,21 +107,21 @@ def parse_wrk(text: str) -> dict[str, float]:
     return row
 
 
-def run(backend: str, args: argparse.Namespace, tmp: Path) -> dict[str, float]:
+def run(backend: str, path: str, method: str, args: argparse.Namespace, tmp: Path) -> dict[str, float]:
     with demo(backend, args.workers, tmp / f"{backend}.log") as url:
         idle = [get(url + "/metrics") for _ in range(5)]
         for _ in range(50):  # warm every worker (imports, connections, first scrape)
             with contextlib.suppress(OSError):
                 get(url + "/healthz/live")
-        script = tmp / "post.lua"
-        script.write_text(POST_LUA)
+        script = tmp / "method.lua"
+        script.write_text(POST_LUA if method == "POST" else 'wrk.method = "GET"\n')
         stop, busy = threading.Event(), []
         scraper = threading.Thread(target=scrape_while, args=(url, stop, busy))
         scraper.start()
         try:
             result = subprocess.run(
                 ["wrk", "-t", "2", "-c", str(args.connections), "-d", f"{args.seconds}s", "--latency",
-                 "-s", str(script), url + "/authorize"],
+                 "-s", str(script), url + path],
                 capture_output=True, text=True, check=True,
             )
         finally:
@@ -138,18 +140,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--backends", default="memory,redis")
+    parser.add_argument("--no-control", action="store_true", help="skip the GET /healthz/live control row")
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None:
         print("load_http.py needs wrk (apt-get install wrk)", file=sys.stderr)
         return 2
     print(f"wrk -c {args.connections} -d {args.seconds}s POST /authorize, gunicorn {args.workers} workers "
           f"(gthread, 8 threads), one client: nearly every answer is a 429")
-    print(f"{'backend':8} {'req/s':>8} {'429 share':>9} {'p50 ms':>7} {'p90 ms':>7} {'p99 ms':>7} "
+    print(f"{'row':28} {'req/s':>8} {'non-2xx':>8} {'p50 ms':>7} {'p90 ms':>7} {'p99 ms':>7} "
           f"{'scrape idle':>11} {'scrape load p50':>15} {'max':>6}")
+    rows = [(b, "POST", "/authorize") for b in args.backends.split(",")]
+    if not args.no_control:
+        rows.append(("memory", "GET", "/healthz/live"))
     with tempfile.TemporaryDirectory(prefix="r4-load-") as tmp:
-        for backend in args.backends.split(","):
-            r = run(backend, args, Path(tmp))
-            print(f"{backend:8} {r['rps']:8.0f} {r['denied_share']:9.1%} {r['p50']:7.1f} {r['p90']:7.1f} "
+        for backend, method, path in rows:
+            r = run(backend, path, method, args, Path(tmp))
+            label = f"{backend} {method} {path}"
+            print(f"{label:28} {r['rps']:8.0f} {r['denied_share']:8.1%} {r['p50']:7.1f} {r['p90']:7.1f} "
                   f"{r['p99']:7.1f} {r['scrape_idle_ms']:9.1f}ms {r['scrape_load_p50_ms']:13.1f}ms "
                   f"{r['scrape_load_max_ms']:4.0f}ms")
     return 0
