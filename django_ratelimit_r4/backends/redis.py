@@ -120,8 +120,9 @@ MAX_CONNECTIONS = 16
 #: Commands take well under a millisecond, so a long wait means this process is starved of CPU: callers then
 #: wait their turn rather than flip to the fault policy (a command that times out still frees its slot).
 POOL_TIMEOUT_S = 5.0
-#: A decision carries the server time after which its caller has given up (its socket timeout, plus this
-#: margin and the error of the learned server-time offset); a later execution changes nothing.
+#: A decision carries the server time after which its caller may have given up: its socket timeout, minus
+#: the error of the learned server-time offset and this margin (clock drift between two learnings), so the
+#: deadline is never later than the give-up; a later execution changes nothing.
 DEADLINE_MARGIN_US = 2_000
 #: The server-time offset is learned again (from one exact slow-path reply) at least this often.
 TIME_RESYNC_S = 60.0
@@ -188,8 +189,9 @@ class RedisConnection:
         #: ``"<what>: <ExceptionType>: <message>"`` of the latest fault (server's or this process's), or None.
         self.last_error: str | None = None
         # Deadlines: server microseconds = local monotonic microseconds + offset, learned from the server time
-        # in exact slow-path replies (error: half that round trip). _shift_us is offset + error + the time a
-        # caller waits for a reply (socket timeout + DEADLINE_MARGIN_US); None until learned.
+        # in exact slow-path replies (error: half that round trip). _shift_us is offset - error + the time a
+        # caller waits for a reply (socket timeout) - DEADLINE_MARGIN_US: the earliest server time at which
+        # the caller may have given up. None until learned.
         self._shift_us: int | None = None
         self._offset_err_us = 0
         self._resync_ns = 0
@@ -273,8 +275,9 @@ class RedisConnection:
         logger.warning("Redis at %s answers again after %.1fs of outage", _redact(self.url), time.time() - since)
 
     def deadline(self, started_ns: int) -> Any:
-        """The server time (µs) after which a call started at ``started_ns`` has been given up; ``b""`` when
-        the server time is not known yet or due to be learned again (the call then takes the slow path)."""
+        """The server time (µs) after which a call started at ``started_ns`` may have been given up (never
+        later than its socket timeout, whatever the offset's error); ``b""`` when the server time is not known
+        yet or due to be learned again (the call then takes the slow path, whose reply carries it)."""
         shift = self._shift_us
         if shift is None or started_ns > self._resync_ns:
             return b""
@@ -291,7 +294,7 @@ class RedisConnection:
             return
         offset_us = server_us - (sent_ns + received_ns) // 2000
         self._offset_err_us = error_us
-        self._shift_us = offset_us + error_us + self._wait_us + DEADLINE_MARGIN_US
+        self._shift_us = offset_us - error_us + self._wait_us - DEADLINE_MARGIN_US
         self._resync_ns = received_ns + int(TIME_RESYNC_S * 1e9)
 
     def was_late(self, started_ns: int) -> bool:

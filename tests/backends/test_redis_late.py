@@ -1,0 +1,153 @@
+"""No ghost charges: a decision that reaches Redis after its caller gave up changes nothing.
+
+These tests use their own ``redis-server`` (the ``redis_server`` fixture: the machine's must never be paused)
+and freeze it with SIGSTOP
+while requests time out, as a stalled or overloaded Redis host would. Without deadlines the commands queued
+in the frozen server's sockets all ran on SIGCONT and spent the permits of requests that had long been
+answered by the fault policy (measured: after 48 rejected requests, 1 of 5 permits was left).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from django_ratelimit_r4.backends import redis as rb
+from django_ratelimit_r4.core.clock import SYSTEM_CLOCK
+from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig
+
+redis = pytest.importorskip("redis")
+
+TIMEOUT_S = 0.2  # each command's socket timeout in these tests
+
+
+def _evalsha_calls(url: str) -> int:
+    client = redis.Redis.from_url(url.split("?")[0])
+    try:
+        stats = client.info("commandstats")
+    finally:
+        client.close()
+    return sum(stats.get(k, {}).get("calls", 0) for k in ("cmdstat_evalsha", "cmdstat_eval"))
+
+
+def _wait_for_calls(url: str, at_least: int) -> int:
+    """Poll until the resumed server has run ``at_least`` scripts (the queued ones); bounded."""
+    deadline = time.monotonic() + 20
+    calls = _evalsha_calls(url)
+    while calls < at_least and time.monotonic() < deadline:
+        time.sleep(0.02)
+        calls = _evalsha_calls(url)
+    return calls
+
+
+def _limiter(url: str, name: str) -> RateLimiter:
+    config = RateLimiterConfig(limit_for_period=5, limit_refresh_period="60s")
+    return RateLimiter(
+        name, config, clock=SYSTEM_CLOCK, backend=rb.redis_backend(url, prefix="r4late", fault_policy="closed")
+    )
+
+
+def _round(rl: RateLimiter, threads: int) -> list[bool]:
+    """``threads`` decisions released together (each on its own pooled connection)."""
+    barrier = threading.Barrier(threads)
+    results: list[bool] = []
+
+    def work() -> None:
+        barrier.wait()
+        results.append(rl.acquire_permission())
+
+    pool = [threading.Thread(target=work) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    return results
+
+
+QUEUED = 8  # decisions of each path (sync, async) that reach the frozen server on open connections
+
+
+def _open_connections(pool, n: int) -> None:
+    """Make the pool hold ``n`` open connections (opened before the freeze: a new one cannot be set up then)."""
+    held = [pool.get_connection() for _ in range(n)]
+    for connection in held:
+        pool.release(connection)
+
+
+async def _aopen_connections(pool, n: int) -> None:
+    held = [await pool.get_connection() for _ in range(n)]
+    for connection in held:
+        await pool.release(connection)
+
+
+async def _frozen_async_burst(server, rl: RateLimiter, url: str) -> int:
+    """Freeze the server, send 8 sync and 8 async decisions that time out, then 32 more in the cool-down.
+
+    Returns how many decisions reached the frozen server; every one of the 48 is rejected (closed policy).
+    """
+    conn = rb.connection(url)
+    _open_connections(conn.sync.connection_pool, QUEUED)
+    await _aopen_connections(conn.aio().connection_pool, QUEUED)
+    server.pause()
+    try:
+        assert await asyncio.to_thread(_round, rl, QUEUED) == [False] * QUEUED
+        conn.answered()  # end the cool-down: the async burst reaches the frozen server too
+        assert await asyncio.gather(*(rl.aacquire_permission() for _ in range(QUEUED))) == [False] * QUEUED
+        assert conn.is_down()
+        assert [rl.acquire_permission() for _ in range(48 - 2 * QUEUED)] == [False] * (48 - 2 * QUEUED)
+    finally:
+        server.resume()
+    return 2 * QUEUED
+
+
+def _freeze_and_resume(server, url: str, rl: RateLimiter) -> float:
+    """48 rejected decisions while the server is frozen, 16 of them queued in it; wait until it ran them."""
+    before = _evalsha_calls(url)
+    started = time.monotonic()
+    queued = asyncio.run(_frozen_async_burst(server, rl, url))
+    ran = _wait_for_calls(url, before + queued)
+    assert ran >= before + queued  # every queued decision did run once the server resumed
+    rb.connection(url).answered()  # end the cool-down now rather than sleeping it out
+    return time.monotonic() - started
+
+
+def test_decisions_that_time_out_while_redis_is_frozen_charge_nothing_when_it_resumes(redis_server) -> None:
+    url = f"{redis_server.url}?socket_timeout={TIMEOUT_S}"
+    rl = _limiter(url, "frozen")
+    assert rl.acquire_permission()  # 4 of 5 left; the client now knows the anchor and the server time
+    took = _freeze_and_resume(redis_server, url, rl)
+    assert rl.metrics.available_permissions == 4  # the budget is intact
+    assert rl.backend.faults == 48  # type: ignore[attr-defined]  # the fault policy answered all 48
+    assert [rl.acquire_permission() for _ in range(5)] == [True] * 4 + [False]
+    assert took < 15  # two 0.2 s timeouts and the resume: bounded (generous for a loaded machine)
+
+
+def test_without_deadlines_the_same_pause_spends_the_budget(redis_server, monkeypatch) -> None:
+    """The control: the same scenario with the deadline disabled loses the budget (what this guards)."""
+    url = f"{redis_server.url}?socket_timeout={TIMEOUT_S}"
+    rl = _limiter(url, "ghosts")
+    assert rl.acquire_permission()
+    monkeypatch.setattr(rb.RedisConnection, "deadline", lambda self, started_ns: b"")
+    _freeze_and_resume(redis_server, url, rl)
+    assert rl.backend.state()[1] == 0  # type: ignore[attr-defined]  # ghost charges took the 4 permits left
+    assert rl.backend.faults == 48  # type: ignore[attr-defined]  # while all 48 callers were told "no"
+
+
+def test_a_wrong_server_time_offset_costs_one_retry_never_a_decision(redis_url: str, prefix: str) -> None:
+    """Clock skew cannot make every decision look late: a LATE reply that came back in time relearns the time."""
+    config = RateLimiterConfig(limit_for_period=3, limit_refresh_period="60s")
+    rl = RateLimiter("skew", config, clock=SYSTEM_CLOCK, backend=rb.redis_backend(redis_url, prefix=prefix))
+    assert rl.acquire_permission()
+    conn = rb.connection(redis_url)
+    assert conn._shift_us is not None
+    # As if this host's idea of the server's time were an hour behind (a stepped server clock, a bad sync):
+    # every deadline it computes is already past on the server.
+    conn._shift_us -= 3_600_000_000
+    assert rl.acquire_permission() and rl.acquire_permission() and not rl.acquire_permission()
+    assert rl.backend.faults == 0  # type: ignore[attr-defined]
+    assert conn.deadline(time.monotonic_ns()) != b""  # learned again from the retry's reply
+    seconds, micros = redis.Redis.from_url(redis_url).time()
+    assert abs(conn.deadline(time.monotonic_ns()) - (seconds * 1_000_000 + micros)) < 10_000_000
