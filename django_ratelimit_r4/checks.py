@@ -339,6 +339,11 @@ def _unknown_name_message(
     if kind == "ratelimiters":
         hint += f" or give it a rate in {conf.drf_scope_path(None)}"
     hint += f", or fix the name (configured: {listing})."
+    if kind == "ratelimiters" and conf._is_rate(name):
+        hint = (
+            f"{name!r} is a rate, not a name: declare an instance with it, e.g. "
+            f'{conf.setting_path(kind, "instances", "api")} = {{"rate": "{name}"}}, and use that name.'
+        )
     return Error(
         f"{_places(places)}: uses {kind_info.type_name} {name!r}, which is not configured in {where}; "
         "the first request would fail with ImproperlyConfigured",

@@ -348,3 +348,16 @@ def test_permits_above_a_limit_are_check_errors_naming_the_setting(settings: Any
     assert all("whole_budget" not in m for m in messages)  # the whole budget at once is fine
     with pytest.raises(SystemCheckError, match=r"ratelimit_r4\.E025"):
         call_command("check")
+
+
+@ratelimit("5/m")
+def rate_as_name(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("never")
+
+
+def test_a_rate_written_as_a_limiter_name_gets_the_right_spelling(settings: Any) -> None:
+    settings.ROOT_URLCONF = urlconf(path("rate/", rate_as_name))
+    (message,) = check_url_names()
+    assert message.id == "ratelimit_r4.E024"
+    assert "'5/m' is a rate, not a name" in message.hint
+    assert '["instances"]["api"] = {"rate": "5/m"}' in message.hint
