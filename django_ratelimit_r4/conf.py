@@ -34,6 +34,7 @@ from .core.exceptions import ConfigurationError
 from .core.ratelimiter import RateLimiterConfig
 from .core.rates import RateError, parse_rate
 from .core.retry import RetryConfig
+from .core.retrybudget import RetryBudgetConfig
 from .core.timelimiter import TimeLimiterConfig
 from .headers import DRAFT_6, DRAFT_10
 from .ip import UNIX_PEER
@@ -143,6 +144,10 @@ class Code(enum.Enum):
         "E025",
         "a routed view asks for more permits per request than its rate limiter's limit_for_period",
     )
+    UNKNOWN_RETRY_BUDGET = (
+        "E026",
+        "a retry's budget is not the name of a valid entry of retry_budgets",
+    )
     MEMORY_MULTIPROCESS = ("W001", "in-memory rate limiters in a deployment that looks multi-process")
     METRICS_WITHOUT_PROMETHEUS = ("W002", "metrics is True but prometheus_client is not installed")
     SHORT_TOKEN = ("W003", "state_endpoint_token is shorter than 32 characters")
@@ -223,7 +228,14 @@ KINDS: dict[str, Kind] = {
             "django_ratelimit_r4.core.circuitbreaker.CircuitBreaker",
             "get_circuit_breaker",
         ),
-        Kind("retries", "retry", RetryConfig, "django_ratelimit_r4.core.retry.Retry", "get_retry"),
+        Kind(
+            "retries",
+            "retry",
+            RetryConfig,
+            "django_ratelimit_r4.core.retry.Retry",
+            "get_retry",
+            ("budget",),
+        ),
         Kind(
             "timelimiters",
             "timelimiter",
@@ -254,6 +266,8 @@ _OPTION_KEYS = (
     "metrics",
     "enabled",
 )
+#: Top-level option holding the named retry budgets (``{name: RetryBudgetConfig fields}``).
+RETRY_BUDGETS = "retry_budgets"
 _BACKENDS = ("memory", "redis")
 _FAULT_POLICIES = ("open", "closed")
 _HEADER_STYLES = (DRAFT_10, DRAFT_6)
@@ -344,6 +358,10 @@ class Analysis:
     drf_scopes: set[str] = field(default_factory=set)
     #: DRF scopes whose rate is ``None``: DRF's way of saying "not throttled".
     unthrottled_scopes: set[str] = field(default_factory=set)
+    #: Valid entries of ``RATELIMIT_R4["retry_budgets"]``, by name.
+    retry_budgets: dict[str, RetryBudgetConfig] = field(default_factory=dict)
+    #: Entries of ``retry_budgets`` that are misconfigured, with their problems.
+    broken_retry_budgets: dict[str, list[Problem]] = field(default_factory=dict)
 
     def names(self, kind: str) -> tuple[str, ...]:
         """Every configured instance name of ``kind``, valid or broken, in setting order."""
@@ -442,12 +460,24 @@ def _parse_idle_timeout(value: object) -> Nanos | None:
     return None if value is None else _parse_positive_duration(value)
 
 
+def _parse_budget_name(value: object) -> str | None:
+    # Only the type here: whether the name exists is checked once every budget is read (_check_retry_budgets).
+    if value is None or (isinstance(value, str) and value):
+        return value
+    raise _Invalid(
+        f"must be the name of an entry of {setting_path(RETRY_BUDGETS)} or None, got {value!r}",
+        f'Declare the budget once, e.g. {setting_path(RETRY_BUDGETS)} = {{"payments": {{"percent_can_retry": 0.1}}}}, '
+        'and write "budget": "payments" in every retry that calls that dependency.',
+    )
+
+
 # (parser, default, problem code) of every extra option
 _EXTRAS: dict[str, tuple[Callable[[Any], Any], Any, Code]] = {
     "key": (_parse_key, None, Code.INVALID_KEY),
     "max_keys": (_parse_max_keys, DEFAULT_MAX_KEYS, Code.INVALID_INSTANCE_OPTION),
     "key_idle_timeout": (_parse_idle_timeout, None, Code.INVALID_INSTANCE_OPTION),
     "retry_after": (_parse_retry_after, DEFAULT_BULKHEAD_RETRY_AFTER, Code.INVALID_INSTANCE_OPTION),
+    "budget": (_parse_budget_name, None, Code.UNKNOWN_RETRY_BUDGET),
 }
 
 
@@ -1055,7 +1085,7 @@ def analyse(raw: object, drf_rates: object = None) -> Analysis:
         for section in KINDS:
             analysis.section_problems[section].append(problem)
         return analysis
-    allowed = (*KINDS, *_OPTION_KEYS)
+    allowed = (*KINDS, RETRY_BUDGETS, *_OPTION_KEYS)
     for key in raw:
         if key not in allowed:
             analysis.problems.append(
@@ -1072,9 +1102,94 @@ def analyse(raw: object, drf_rates: object = None) -> Analysis:
         if kind.section in raw:
             _Section(kind, raw[kind.section], analysis).run()
     _parse_options(raw, analysis)
+    _parse_retry_budgets(raw.get(RETRY_BUDGETS), analysis)
+    _check_retry_budgets(analysis)
     _add_drf_scopes(drf_rates, analysis)
     _check_redis_periods(analysis)
     return analysis
+
+
+def _parse_retry_budgets(value: object, analysis: Analysis) -> None:
+    """Read ``RATELIMIT_R4["retry_budgets"]``: ``{name: {ttl, min_retries_per_second, percent_can_retry}}``."""
+    if value is None:
+        return
+    where = setting_path(RETRY_BUDGETS)
+    if not isinstance(value, Mapping):
+        analysis.problems.append(
+            Problem(
+                Code.WRONG_CONTAINER,
+                where,
+                f"must be a dict of name -> budget options, got {type(value).__name__}",
+                'Write it as {"payments": {"percent_can_retry": 0.1, "min_retries_per_second": 5}}.',
+            )
+        )
+        return
+    fields = field_names(RetryBudgetConfig)
+    for name, entry in value.items():
+        if not isinstance(name, str) or not name:
+            analysis.problems.append(
+                Problem(Code.WRONG_CONTAINER, setting_path(RETRY_BUDGETS, name), f"names must be non-empty strings, got {name!r}")
+            )
+            continue
+        problems: list[Problem] = []
+        if not isinstance(entry, Mapping):
+            problems.append(
+                Problem(
+                    Code.WRONG_CONTAINER,
+                    setting_path(RETRY_BUDGETS, name),
+                    f"must be a dict of options, got {type(entry).__name__}",
+                    "Write {} for Finagle's defaults (10s window, 10 retries/s, 20 % of calls).",
+                )
+            )
+            entry = {}
+        for key in entry:
+            if key not in fields:
+                problems.append(
+                    Problem(
+                        Code.UNKNOWN_KEY,
+                        setting_path(RETRY_BUDGETS, name, key),
+                        f"unknown option {key!r} for a retry budget",
+                        _did_you_mean(key, fields) or f"Known options: {_known(fields)}.",
+                    )
+                )
+        try:
+            config = RetryBudgetConfig(**{k: v for k, v in entry.items() if k in fields})
+        except ConfigurationError as exc:
+            problems.extend(
+                Problem(Code.INVALID_FIELD, setting_path(RETRY_BUDGETS, name, e.field), e.message, e.hint)
+                for e in exc.errors
+            )
+        analysis.problems.extend(problems)
+        if problems:
+            analysis.broken_retry_budgets[name] = problems
+        else:
+            analysis.retry_budgets[name] = config
+
+
+def _check_retry_budgets(analysis: Analysis) -> None:
+    """A retry whose ``budget`` names no valid retry budget is broken (E026), the other retries work."""
+    specs = analysis.specs["retries"]
+    for name, spec in list(specs.items()):
+        budget = spec.options.get("budget")
+        if budget is None or budget in analysis.retry_budgets:
+            continue
+        at = spec.origins.get("budget", f'{spec.path}["budget"]')
+        if budget in analysis.broken_retry_budgets:
+            message = f"names retry budget {budget!r}, which is misconfigured"
+            hint = f"Fix {setting_path(RETRY_BUDGETS, budget)} (its problems are listed with it)."
+        else:
+            message = f"names retry budget {budget!r}, which is not in {setting_path(RETRY_BUDGETS)}"
+            known = tuple(analysis.retry_budgets) + tuple(analysis.broken_retry_budgets)
+            hint = _did_you_mean(budget, known) or (
+                f"Configured budgets: {_known(known)}."
+                if known
+                else f'Declare it: {setting_path(RETRY_BUDGETS)} = {{"{budget}": {{"percent_can_retry": 0.1}}}}.'
+            )
+        problem = Problem(Code.UNKNOWN_RETRY_BUDGET, at, message, hint)
+        if problem not in analysis.problems:
+            analysis.problems.append(problem)
+        del specs[name]
+        analysis.broken["retries"][name] = [problem]
 
 
 def _check_redis_periods(analysis: Analysis) -> None:

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from .core.circuitbreaker import CircuitBreaker
     from .core.ratelimiter import RateLimiter
     from .core.retry import Retry
+    from .core.retrybudget import RetryBudget
     from .core.timelimiter import TimeLimiter
     from .keyed import KeyedRateLimiter, KeyedRateLimiterView
 
@@ -53,6 +54,7 @@ __all__ = [
     "get_keyed_rate_limiter",
     "get_rate_limiter",
     "get_retry",
+    "get_retry_budget",
     "get_time_limiter",
     "install_clock",
     "instance_options",
@@ -64,6 +66,7 @@ __all__ = [
     "names",
     "reset_all",
     "restore_clock",
+    "retry_budgets",
     "unthrottled_scopes",
 ]
 
@@ -190,13 +193,15 @@ class MisconfiguredInstance(ImproperlyConfigured):
 class _State:
     """Instances of one generation of the setting."""
 
-    __slots__ = ("analysis", "generation", "instances", "keyed")
+    __slots__ = ("analysis", "budgets", "generation", "instances", "keyed")
 
     def __init__(self, analysis: conf.Analysis, generation: int) -> None:
         self.analysis = analysis
         self.generation = generation
         self.instances: dict[str, dict[str, Any]] = {kind: {} for kind in KINDS}
         self.keyed: dict[str, KeyedRateLimiter] = {}
+        #: Retry budgets by name, built with the first retry that uses one (shared by every such retry).
+        self.budgets: dict[str, RetryBudget] = {}
 
 
 def _current_state() -> _State:
@@ -270,7 +275,13 @@ def _build(state: _State, kind: str, name: str) -> Any:
             if redis_options is None:
                 if kind == "ratelimiters":
                     _warn_if_multiprocess(state)
-                instance = _primitive_class(kind)(name, spec.config, clock=_clock)
+                budget = spec.options.get("budget") if kind == "retries" else None
+                if budget is not None:
+                    instance = _primitive_class(kind)(
+                        name, spec.config, clock=_clock, budget=_retry_budget(state, budget)
+                    )
+                else:
+                    instance = _primitive_class(kind)(name, spec.config, clock=_clock)
             else:
                 from .backends.redis import redis_backend  # imported only when configured
 
@@ -284,6 +295,28 @@ def _build(state: _State, kind: str, name: str) -> Any:
             for callback in build_callbacks:
                 callback(kind, name, instance)
         return instance
+
+
+def _retry_budget(state: _State, name: str) -> RetryBudget:
+    """The shared budget ``name`` of this generation, built on first use (call under ``_lock``)."""
+    budget = state.budgets.get(name)
+    if budget is None:
+        config = state.analysis.retry_budgets.get(name)
+        if config is None:
+            problems = state.analysis.broken_retry_budgets.get(name) or [
+                conf.Problem(
+                    conf.Code.UNKNOWN_RETRY_BUDGET,
+                    conf.setting_path(conf.RETRY_BUDGETS, name),
+                    f"no retry budget named {name!r}; configured: "
+                    + (", ".join(repr(n) for n in state.analysis.retry_budgets) or "none"),
+                )
+            ]
+            details = "\n".join(f"  - {p} [{p.check_id}]" for p in problems)
+            raise ImproperlyConfigured(f"retry budget {name!r} cannot be used (run `manage.py check`):\n{details}")
+        from .core.retrybudget import RetryBudget
+
+        budget = state.budgets[name] = RetryBudget(name, config, clock=_clock)
+    return budget
 
 
 def _redis_options(state: _State) -> conf.R4Options | None:
@@ -396,11 +429,22 @@ def get_time_limiter(name: str) -> TimeLimiter:
     return _get("timelimiters", name)  # type: ignore[no-any-return]
 
 
+def get_retry_budget(name: str) -> RetryBudget:
+    """The shared retry budget ``name`` from ``RATELIMIT_R4["retry_budgets"]`` (the one its retries use)."""
+    state = _current_state()
+    budget = state.budgets.get(name)
+    if budget is None:
+        with _lock:
+            budget = _retry_budget(state, name)
+    return budget
+
+
 def instance_options(kind: str, name: str) -> Mapping[str, Any]:
     """The per-instance options that are not config fields, with defaults filled in.
 
     ``ratelimiters``: ``key`` (spec or None), ``max_keys`` (int), ``key_idle_timeout`` (ns or None).
-    ``bulkheads``: ``retry_after`` (ns). Other kinds: empty. Raises like the accessors.
+    ``bulkheads``: ``retry_after`` (ns). ``retries``: ``budget`` (a retry budget's name or None). Other kinds:
+    empty. Raises like the accessors.
     """
     return _spec(_current_state(), kind, name).options
 
@@ -433,6 +477,12 @@ def iter_instances() -> Iterator[tuple[str, str, Any]]:
             yield kind, name, instance
 
 
+def retry_budgets() -> Iterator[tuple[str, RetryBudget]]:
+    """``(name, RetryBudget)`` for every valid entry of ``RATELIMIT_R4["retry_budgets"]``, building as needed."""
+    for name in _current_state().analysis.retry_budgets:
+        yield name, get_retry_budget(name)
+
+
 def keyed_rate_limiters() -> Iterator[tuple[str, KeyedRateLimiter]]:
     """``(name, KeyedRateLimiter)`` for rate limiters with a ``key`` spec or already used per key."""
     state = _current_state()
@@ -443,8 +493,10 @@ def keyed_rate_limiters() -> Iterator[tuple[str, KeyedRateLimiter]]:
 
 def _built(state: _State) -> list[Any]:
     with _lock:
-        return [i for per_kind in state.instances.values() for i in per_kind.values()] + list(
-            state.keyed.values()
+        return (
+            [i for per_kind in state.instances.values() for i in per_kind.values()]
+            + list(state.keyed.values())
+            + list(state.budgets.values())
         )
 
 

@@ -233,6 +233,7 @@ _READERS: dict[str, Callable[[Any], dict[str, Any]]] = {
             "number_of_failed_calls_without_retry_attempt",
             "number_of_failed_calls_with_retry_attempt",
             "number_of_total_calls",
+            "number_of_budget_exhausted_calls",
         )
     ),
     "timelimiters": _counters(

@@ -102,7 +102,7 @@ CASES = [
         "E002",
         'RATELIMIT_R4["retries"]["instances"]["r"]["zzz"]',
         "unknown option 'zzz'",
-        "Known options: base_config, enable_exponential_backoff",
+        "Known options: base_config, budget, enable_exponential_backoff",
         id="E002-known-list",
     ),
     pytest.param(
@@ -938,7 +938,7 @@ def test_ids_are_unique_stable_and_documented() -> None:
 
 
 def test_every_error_id_has_a_test_case() -> None:
-    tested = {p.values[1] for p in CASES} | {"E010", "E022", "E024", "E025", "W001", "W002", "W004"}  # E024, E025, W004: test_checks_urls.py
+    tested = {p.values[1] for p in CASES} | {"E010", "E022", "E024", "E025", "E026", "W001", "W002", "W004"}  # E024, E025, W004: test_checks_urls.py; E026: test_retry_budgets.py
     assert tested == {c.value for c in Code}
 
 

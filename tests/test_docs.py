@@ -31,6 +31,8 @@ METRICS = (
     "resilience4j_circuitbreaker_not_permitted_calls_total",
     "resilience4j_retry_calls_total",
     "resilience4j_timelimiter_calls_total",
+    "r4_retry_budget_exhausted_calls_total",
+    "r4_retry_budget_balance",
     "r4_event_loop_stalls_total",
     "r4_event_loop_stall_seconds",
 )
@@ -126,7 +128,8 @@ EVERY_PRIMITIVE = {
     },
     "bulkheads": {"instances": {"db": {"max_concurrent_calls": 2}}},
     "circuitbreakers": {"instances": {"payments": {}}},
-    "retries": {"instances": {"payments": {"max_attempts": 2}}},
+    "retries": {"instances": {"payments": {"max_attempts": 2, "budget": "payments"}}},
+    "retry_budgets": {"payments": {}},
     "timelimiters": {"instances": {"payments": {"timeout_duration": "1s"}}},
 }
 

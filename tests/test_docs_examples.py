@@ -381,6 +381,7 @@ def test_configuration_tables_list_every_field_with_its_real_default(section: st
         "max_keys": conf.DEFAULT_MAX_KEYS,
         "key_idle_timeout": None,
         "retry_after": conf.DEFAULT_BULKHEAD_RETRY_AFTER,
+        "budget": None,
     }
     for name, documented in rows.items():
         actual = extras[name] if name in (*kind.extras, *kind.shorthands) else getattr(defaults, name)

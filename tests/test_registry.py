@@ -100,7 +100,7 @@ def test_instance_options_have_defaults_and_inherit() -> None:
 
 def test_instance_options_default_bulkhead_retry_after_is_one_second() -> None:
     assert registry.instance_options("bulkheads", "acquirer")["retry_after"] == S
-    assert dict(registry.instance_options("retries", "acquirer")) == {}
+    assert dict(registry.instance_options("retries", "acquirer")) == {"budget": None}
 
 
 @pytest.mark.parametrize(

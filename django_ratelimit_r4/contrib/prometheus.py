@@ -22,6 +22,8 @@ series                                                      type       extra lab
 ``resilience4j_circuitbreaker_not_permitted_calls_total``   counter
 ``resilience4j_retry_calls_total``                          counter    ``kind`` (4 outcomes)
 ``resilience4j_timelimiter_calls_total``                    counter    ``kind`` succ.|failed|timeout
+``r4_retry_budget_exhausted_calls_total``                   counter    (retries with a budget)
+``r4_retry_budget_balance``                                 gauge      (``name`` = the budget)    liveall
 ``r4_event_loop_stalls_total``                              counter    (stall detector name)
 ``r4_event_loop_stall_seconds``                             histogram  ``le``
 ==========================================================  =========  =========================  ==========
@@ -235,6 +237,19 @@ RETRY_CALLS = _Spec(
     "Logical calls through a retry, by outcome.",
     ("name", "kind"),
 )
+RETRY_BUDGET_EXHAUSTED = _Spec(
+    "r4_retry_budget_exhausted_calls",
+    "counter",
+    "Calls of a retry that failed early because its retry budget refused a retry.",
+    ("name",),
+)
+RETRY_BUDGET_BALANCE = _Spec(
+    "r4_retry_budget_balance",
+    "gauge",
+    "Retries a retry budget would allow right now (its name is the label).",
+    ("name",),
+    "liveall",
+)
 TL_CALLS = _Spec(
     "resilience4j_timelimiter_calls",
     "counter",
@@ -266,6 +281,8 @@ _SPECS: tuple[_Spec, ...] = (
     CB_CALLS,
     CB_NOT_PERMITTED,
     RETRY_CALLS,
+    RETRY_BUDGET_EXHAUSTED,
+    RETRY_BUDGET_BALANCE,
     TL_CALLS,
 )
 
@@ -367,6 +384,11 @@ def _read(out: _Reading) -> None:
         m = retry.metrics
         for kind, attr in _RETRY_KINDS:
             counter((RETRY_CALLS, (name, kind), "", retry, getattr(m, attr)))
+        if retry.budget is not None:
+            counter((RETRY_BUDGET_EXHAUSTED, (name,), "", retry, m.number_of_budget_exhausted_calls))
+
+    for name, budget in r4_registry.retry_budgets():
+        gauge((RETRY_BUDGET_BALANCE, (name,), budget.balance))
 
     for name, tl in r4_registry.instances("timelimiters"):
         m = tl.metrics

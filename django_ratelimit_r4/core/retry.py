@@ -15,6 +15,7 @@ from .config import Validator
 from .durations import DurationError, format_duration, parse_duration
 from .events import Event, EventPublisher
 from .exceptions import MaxRetriesExceeded
+from .retrybudget import RetryBudget
 
 __all__ = ["Retry", "RetryConfig", "RetryEvent", "RetryEvents", "RetryMetrics"]
 
@@ -151,6 +152,7 @@ class RetryMetrics:
     """
 
     __slots__ = (
+        "number_of_budget_exhausted_calls",
         "number_of_failed_calls_with_retry_attempt",
         "number_of_failed_calls_without_retry_attempt",
         "number_of_successful_calls_with_retry_attempt",
@@ -172,6 +174,8 @@ class RetryMetrics:
         self.number_of_failed_calls_with_retry_attempt = 0
         #: Attempts made, over all calls.
         self.number_of_total_calls = 0
+        #: Failed calls (also counted above) that stopped early because the retry budget refused a retry.
+        self.number_of_budget_exhausted_calls = 0
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{n}={getattr(self, n)}" for n in self.__slots__)
@@ -218,6 +222,11 @@ class Retry:
     ``clock.asleep`` so a :class:`~django_ratelimit_r4.core.clock.FakeClock` advances instead of
     sleeping. ``random`` (a :class:`random.Random`) drives the jitter of randomized waits.
 
+    ``budget`` (a :class:`~django_ratelimit_r4.core.retrybudget.RetryBudget`, possibly shared with other
+    retries) caps retries at a share of recent calls: each call deposits once, each retry withdraws, and a
+    refused retry ends the call as if its attempts were spent (the last error is raised, or the last
+    retried result returned), counted in ``metrics.number_of_budget_exhausted_calls``.
+
     Exceptions that are not :class:`Exception` (``KeyboardInterrupt``, ``asyncio.CancelledError``)
     are never retried, counted or published: they propagate at once.
     """
@@ -231,8 +240,10 @@ class Retry:
         sleep: Callable[[float], object] | None = None,
         asleep: Callable[[float], Awaitable[object]] | None = None,
         random: _random.Random | None = None,
+        budget: RetryBudget | None = None,
     ) -> None:
         self.name = name
+        self.budget = budget
         self.config = config if config is not None else RetryConfig()
         self.metrics = RetryMetrics()
         self.events = RetryEvents()
@@ -350,7 +361,7 @@ class Retry:
         if not self._retryable(exc):
             self._not_retried(attempt, exc)
             return -1
-        if attempt >= self._max_attempts:
+        if attempt >= self._max_attempts or not self._may_retry():
             self._exhausted_exception(attempt, exc)
             return -1
         return self._failed_attempt(attempt, exc)
@@ -360,10 +371,19 @@ class Retry:
 
         With ``fail_after_max_attempts`` the -1 case raises :class:`MaxRetriesExceeded` instead.
         """
-        if attempt >= self._max_attempts:
+        if attempt >= self._max_attempts or not self._may_retry():
             self._exhausted_result(attempt, last_exc)
             return -1
         return self._failed_attempt(attempt, None, result)
+
+    def _may_retry(self) -> bool:
+        """Whether the budget (if any) allows one more retry; a refusal is counted."""
+        budget = self.budget
+        if budget is None or budget.try_withdraw():
+            return True
+        with self._lock:
+            self.metrics.number_of_budget_exhausted_calls += 1
+        return False
 
     def _exhausted_exception(self, attempts: int, exc: Exception) -> None:
         self._count_failure(attempts)
@@ -412,6 +432,8 @@ class Retry:
         attempt = 0
         last_exc: Exception | None = None
         predicate = self._retry_on_result
+        if self.budget is not None:
+            self.budget.deposit()
         while True:
             attempt += 1
             try:
@@ -435,6 +457,8 @@ class Retry:
         attempt = 0
         last_exc: Exception | None = None
         predicate = self._retry_on_result
+        if self.budget is not None:
+            self.budget.deposit()
         while True:
             attempt += 1
             try:
