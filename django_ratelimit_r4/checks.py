@@ -24,6 +24,7 @@ from django.core.checks import Warning as CheckWarning
 
 from . import conf
 from .conf import Code, Problem
+from .core.ratelimiter import most_grantable
 
 __all__ = ["check_settings", "check_url_names", "detect_multiprocess", "problem_to_message"]
 
@@ -298,10 +299,11 @@ def _permits_messages(analysis: conf.Analysis, demands: dict[tuple[str, int], li
         spec = analysis.specs["ratelimiters"].get(name)
         if spec is None:
             continue  # an unknown or broken limiter is reported as such
-        limit = int(spec.config.limit_for_period)
+        limit = most_grantable(spec.config, 0)  # limit_for_period, or burst for gcra
         if permits <= limit:
             continue
-        where = spec.origins.get("limit_for_period", f'{spec.path}["limit_for_period"]')
+        field = "burst" if spec.config.algorithm == "gcra" and spec.config.burst is not None else "limit_for_period"
+        where = spec.origins.get(field, f'{spec.path}["{field}"]')
         messages.append(
             Error(
                 f"{_places(places)}: asks for {permits} permits per request, but rate limiter {name!r} allows only "

@@ -148,6 +148,10 @@ class Code(enum.Enum):
         "E026",
         "a retry's budget is not the name of a valid entry of retry_budgets",
     )
+    ALGORITHM_NOT_ON_BACKEND = (
+        "E027",
+        "a rate limiter's algorithm is not 'cycle' with backend 'redis' (Redis implements 'cycle' only)",
+    )
     MEMORY_MULTIPROCESS = ("W001", "in-memory rate limiters in a deployment that looks multi-process")
     METRICS_WITHOUT_PROMETHEUS = ("W002", "metrics is True but prometheus_client is not installed")
     SHORT_TOKEN = ("W003", "state_endpoint_token is shorter than 32 characters")
@@ -1106,6 +1110,7 @@ def analyse(raw: object, drf_rates: object = None) -> Analysis:
     _check_retry_budgets(analysis)
     _add_drf_scopes(drf_rates, analysis)
     _check_redis_periods(analysis)
+    _check_redis_algorithms(analysis)
     return analysis
 
 
@@ -1190,6 +1195,30 @@ def _check_retry_budgets(analysis: Analysis) -> None:
             analysis.problems.append(problem)
         del specs[name]
         analysis.broken["retries"][name] = [problem]
+
+
+def _check_redis_algorithms(analysis: Analysis) -> None:
+    """With the Redis backend, an algorithm other than ``"cycle"`` is an error: its script implements cycles only.
+
+    Only that instance breaks (it raises on use); the others and ``r4 status`` work.
+    """
+    if analysis.options is None or analysis.options.backend != "redis":
+        return
+    specs = analysis.specs["ratelimiters"]
+    for name, spec in list(specs.items()):
+        algorithm = spec.config.algorithm
+        if algorithm == "cycle":
+            continue
+        problem = Problem(
+            Code.ALGORITHM_NOT_ON_BACKEND,
+            spec.origins.get("algorithm", f'{spec.path}["algorithm"]'),
+            f"algorithm {algorithm!r} is implemented by the memory backend only, but backend is 'redis'",
+            f"Use algorithm 'cycle' for this limiter, or set {setting_path('backend')} to 'memory'.",
+        )
+        if problem not in analysis.problems:
+            analysis.problems.append(problem)
+        del specs[name]
+        analysis.broken["ratelimiters"][name] = [problem]
 
 
 def _check_redis_periods(analysis: Analysis) -> None:

@@ -143,6 +143,11 @@ class KeyedRateLimiter:
             raise ValueError(f"idle_timeout_ns must be None or an int >= 0, got {idle_timeout_ns!r}")
         self.name = name
         self.config: RateLimiterConfig = config if config is not None else RateLimiterConfig()
+        if self.config.algorithm != "cycle":
+            raise ValueError(
+                f"keyed rate limiter {name!r}: algorithm {self.config.algorithm!r} is not supported per key yet; "
+                "use algorithm 'cycle' for keyed limits"
+            )
         self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
         self.max_keys = max_keys
         self.idle_timeout_ns = idle_timeout_ns
@@ -658,8 +663,12 @@ def _peek_unkeyed(limiter: RateLimiter, permits: int) -> int:
     """Wait in ns before ``permits`` are available on an unkeyed limiter, from its public state.
 
     Exact for one permit; for several it is exact when none are left and otherwise 0 (the time to the
-    cycle boundary is not public) -- only used to enlarge a Retry-After that another limiter set.
+    cycle boundary is not public) -- only used to enlarge a Retry-After that another limiter set. Backends
+    of the other algorithms answer exactly (their ``peek``).
     """
+    peek = getattr(limiter.backend, "peek", None)
+    if peek is not None:
+        return peek(permits)  # type: ignore[no-any-return]
     _, available, wait_one = limiter.backend.state()
     if available >= permits:
         return 0

@@ -45,6 +45,8 @@ def test_status_json_after_11_calls_shows_zero_available(fresh: Any) -> None:
     assert api["state"]["nanos_to_wait"] == 1_000_000_000
     assert (api["state"]["successful_calls"], api["state"]["failed_calls"]) == (10, 1)
     assert api["config"] == {
+        "algorithm": "cycle",
+        "burst": None,
         "limit_for_period": 10,
         "limit_refresh_period": "1s",
         "timeout_duration": "0s",

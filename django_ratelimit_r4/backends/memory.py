@@ -8,13 +8,18 @@ checks that both give the same answers.
 
 from __future__ import annotations
 
+import functools
 import threading
+from array import array
+from bisect import bisect_right
 from collections.abc import Sequence
+from typing import Any
 
 from ..core.clock import Clock
-from .base import RateLimiterBackend, div_ceil, nanos_to_wait, refresh
+from .algorithms import GCRA, SLIDING_WINDOW
+from .base import BackendFactory, RateLimiterBackend, div_ceil, nanos_to_wait, refresh
 
-__all__ = ["MemoryBackend"]
+__all__ = ["GcraBackend", "MemoryBackend", "SlidingWindowBackend", "acquire_many", "memory_backend"]
 
 
 class MemoryBackend:
@@ -147,47 +152,394 @@ class MemoryBackend:
             self._limit = int(limit_for_period)
 
     def acquire_many(self, backends: Sequence[RateLimiterBackend], permits: int) -> tuple[int, int] | None:
-        """All-or-nothing with timeout 0 over ``MemoryBackend`` instances (see the protocol).
+        """All-or-nothing with timeout 0 over in-memory backends of any algorithm (see :func:`acquire_many`)."""
+        return acquire_many(backends, permits)
 
-        The locks are taken in ``id`` order, so two overlapping multi-limit calls can never deadlock; the
-        decision and the commit happen while all of them are held.
-        """
-        members: list[MemoryBackend] = []
-        for backend in backends:
-            if not isinstance(backend, MemoryBackend):
-                raise TypeError(f"cannot combine {type(backend).__name__} with MemoryBackend in one decision")
-            members.append(backend)
-        if permits < 1:
-            raise ValueError(f"permits must be >= 1, got {permits!r}")
-        if len({id(b) for b in members}) != len(members):
-            raise ValueError("the same rate limiter appears more than once")
-        ordered = sorted(members, key=id)
-        held: list[MemoryBackend] = []
-        try:
-            for backend in ordered:
-                backend._lock.acquire()
-                held.append(backend)
-            refreshed: list[tuple[int, int]] = []
-            worst: tuple[int, int] | None = None
-            for index, backend in enumerate(members):
-                now, cycle, permissions = backend._refresh_locked()
-                wait = nanos_to_wait(permissions, permits, cycle, now, backend._period, backend._limit)
-                if wait > 0:
-                    backend.failed_calls += 1
-                    if worst is None or wait > worst[1]:
-                        worst = (index, wait)
-                refreshed.append((cycle, permissions))
-            if worst is not None:
-                return worst
-            for backend, (cycle, permissions) in zip(members, refreshed, strict=True):
-                backend._cycle = cycle
-                backend._cycle_end = backend._anchor + (cycle + 1) * backend._period
-                backend._permissions = permissions - permits
-                backend.successful_calls += 1
-            return None
-        finally:
-            for backend in reversed(held):
-                backend._lock.release()
+    def _peek_locked(self, permits: int) -> int:
+        """Refresh the stored state to now and return the wait for ``permits``; caller holds the lock."""
+        now, cycle, permissions = self._refresh_locked()
+        self._cycle = cycle
+        self._cycle_end = self._anchor + (cycle + 1) * self._period
+        self._permissions = permissions
+        return nanos_to_wait(permissions, permits, cycle, now, self._period, self._limit)
+
+    def _take_locked(self, permits: int) -> None:
+        """Commit ``permits`` right after a :meth:`_peek_locked` that returned 0; caller holds the lock."""
+        self._permissions -= permits
 
     def __repr__(self) -> str:
         return f"MemoryBackend(name={self.name!r}, limit={self._limit}, period_ns={self._period})"
+
+
+class GcraBackend:
+    """In-process GCRA state (``algorithm="gcra"``): one int, the theoretical arrival time, behind one lock.
+
+    It is :func:`~.algorithms.gcra_decide` over absolute clock time (``tat`` scaled by the limit, 0 = full);
+    ``tests/core/test_algorithms_backends.py`` checks both give the same answers. Constructed through
+    :func:`memory_backend`, which binds ``burst``.
+    """
+
+    __slots__ = (
+        "_anchor",
+        "_burst",
+        "_burst_default",
+        "_burst_span",
+        "_limit",
+        "_lock",
+        "_now",
+        "_period",
+        "_tat",
+        "failed_calls",
+        "name",
+        "successful_calls",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        limit_for_period: int,
+        limit_refresh_period_ns: int,
+        clock: Clock,
+        burst: int | None = None,
+    ) -> None:
+        self.name = name
+        self._lock = threading.Lock()
+        self._limit = int(limit_for_period)
+        self._period = int(limit_refresh_period_ns)
+        # Without an explicit burst, the burst follows the limit (also through change_limit).
+        self._burst_default = burst is None
+        self._burst = self._limit if burst is None else int(burst)
+        self._burst_span = self._burst * self._period
+        self.reset(clock)
+
+    def reset(self, clock: Clock) -> None:
+        """Full (``tat`` 0), anchored at ``clock``'s current time, counters at 0."""
+        with self._lock:
+            self._now = clock.now_ns
+            self._anchor = self._now()
+            self._tat = 0
+            self.successful_calls = 0
+            self.failed_calls = 0
+
+    def acquire(self, permits: int, timeout_ns: int) -> int:
+        """Decide and commit (see :class:`~.base.RateLimiterBackend`): wait ``>= 0`` granted, ``< 0`` rejected."""
+        lock = self._lock
+        lock.acquire()
+        try:
+            limit = self._limit
+            now = self._now() * limit
+            tat = self._tat
+            if tat < now:
+                tat = now
+            new_tat = tat + permits * self._period
+            early = new_tat - self._burst_span - now
+            if early <= 0 and permits > 0:
+                self._tat = new_tat
+                self.successful_calls += 1
+                return 0
+            if permits < 1:
+                raise ValueError(f"permits must be >= 1, got {permits!r}")
+            wait = -(-early // limit)
+            if timeout_ns and timeout_ns >= wait and permits <= self._burst:
+                self._tat = new_tat
+                self.successful_calls += 1
+                return wait
+            self.failed_calls += 1
+            return -wait
+        finally:
+            lock.release()
+
+    def _available_locked(self, now: int) -> int:
+        """:func:`~.algorithms.gcra_available` at absolute ``now``; caller holds the lock."""
+        scaled = now * self._limit
+        tat = self._tat if self._tat > scaled else scaled
+        return (scaled + self._burst_span - tat) // self._period
+
+    def _wait_locked(self, now: int, permits: int) -> int:
+        """Nanoseconds until ``permits`` conform at absolute ``now`` (they may never: ``permits > burst``)."""
+        scaled = now * self._limit
+        tat = self._tat if self._tat > scaled else scaled
+        early = tat + permits * self._period - self._burst_span - scaled
+        return -(-early // self._limit) if early > 0 else 0
+
+    def state(self) -> tuple[int, int, int]:
+        """``(period number since the anchor, available_permissions, nanos_to_wait for 1 permit)``."""
+        with self._lock:
+            now = self._now()
+            return (
+                (now - self._anchor) // self._period,
+                self._available_locked(now),
+                self._wait_locked(now, 1),
+            )
+
+    def quota(self) -> tuple[int, int]:
+        """``(remaining, reset_ns)`` as :func:`~.algorithms.gcra_quota`: while a permit remains, the time until
+        the limiter is full again (``remaining == burst``), else the wait for one permit."""
+        with self._lock:
+            now = self._now()
+            remaining = self._available_locked(now)
+            if remaining < 1:
+                return remaining, self._wait_locked(now, 1)
+            ahead = self._tat - now * self._limit
+            return remaining, -(-ahead // self._limit) if ahead > 0 else 0
+
+    def peek(self, permits: int) -> int:
+        """Nanoseconds until ``permits`` could be granted now (0: now); changes nothing."""
+        with self._lock:
+            return self._wait_locked(self._now(), permits)
+
+    def drain(self) -> int:
+        """Take every available permit (debt stays) and return how many."""
+        with self._lock:
+            now = self._now()
+            drained = max(0, self._available_locked(now))
+            if drained:
+                scaled = now * self._limit
+                self._tat = max(self._tat, scaled) + drained * self._period
+            return drained
+
+    def change_limit(self, limit_for_period: int) -> None:
+        """Use the new rate from now on; the time until full is kept (``tat`` is rescaled)."""
+        with self._lock:
+            new_limit = int(limit_for_period)
+            scaled = self._now() * self._limit
+            ahead = max(0, self._tat - scaled)  # in 1/old_limit ns
+            self._tat = (scaled // self._limit) * new_limit + ahead * new_limit // self._limit
+            self._limit = new_limit
+            if self._burst_default:
+                self._burst = new_limit
+            self._burst_span = self._burst * self._period
+
+    def acquire_many(self, backends: Sequence[RateLimiterBackend], permits: int) -> tuple[int, int] | None:
+        """All-or-nothing with timeout 0 over in-memory backends of any algorithm (see :func:`acquire_many`)."""
+        return acquire_many(backends, permits)
+
+    def _peek_locked(self, permits: int) -> int:
+        return self._wait_locked(self._now(), permits) if permits <= self._burst else max(1, self._period)
+
+    def _take_locked(self, permits: int) -> None:
+        scaled = self._now() * self._limit
+        self._tat = max(self._tat, scaled) + permits * self._period
+
+    def __repr__(self) -> str:
+        return (
+            f"GcraBackend(name={self.name!r}, limit={self._limit}, period_ns={self._period}, burst={self._burst})"
+        )
+
+
+class SlidingWindowBackend:
+    """In-process exact sliding log (``algorithm="sliding_window"``): the hand-over times of the last
+    ``limit`` permits in a ring (``array('q')``, 8 bytes per permit), oldest at ``_head``, behind one lock.
+
+    It is :func:`~.algorithms.sliding_decide` over absolute clock time; a decision for ``k`` permits reads two
+    slots and writes ``k`` (one slice assignment), the header figures use a binary search.
+    """
+
+    __slots__ = (
+        "_anchor",
+        "_head",
+        "_limit",
+        "_lock",
+        "_now",
+        "_period",
+        "_ring",
+        "failed_calls",
+        "name",
+        "successful_calls",
+    )
+
+    def __init__(self, name: str, limit_for_period: int, limit_refresh_period_ns: int, clock: Clock) -> None:
+        self.name = name
+        self._lock = threading.Lock()
+        self._limit = int(limit_for_period)
+        self._period = int(limit_refresh_period_ns)
+        self.reset(clock)
+
+    def reset(self, clock: Clock) -> None:
+        """An empty log (every slot outside the window) anchored at ``clock``'s current time, counters at 0."""
+        with self._lock:
+            self._now = clock.now_ns
+            self._anchor = self._now()
+            self._ring = array("q", [self._anchor - self._period]) * self._limit
+            self._head = 0
+            self.successful_calls = 0
+            self.failed_calls = 0
+
+    def _at_locked(self, now: int, permits: int) -> int:
+        """When ``permits <= limit`` permits can be handed over, from absolute ``now``; caller holds the lock."""
+        ring = self._ring
+        index = self._head + permits - 1
+        if index >= self._limit:
+            index -= self._limit
+        at = ring[index] + self._period
+        if at < now:
+            at = now
+        newest = ring[self._head - 1]  # index -1 when head is 0: the last slot
+        return newest if newest > at else at
+
+    def _write_locked(self, at: int, permits: int) -> None:
+        """Log ``permits`` handed over at ``at`` (they replace the oldest slots); caller holds the lock."""
+        ring = self._ring
+        head = self._head
+        end = head + permits
+        limit = self._limit
+        if permits == 1:
+            ring[head] = at
+        elif end <= limit:
+            ring[head:end] = array("q", [at]) * permits
+        else:
+            ring[head:] = array("q", [at]) * (limit - head)
+            end -= limit
+            ring[:end] = array("q", [at]) * end
+        self._head = end if end < limit else end - limit
+
+    def acquire(self, permits: int, timeout_ns: int) -> int:
+        """Decide and commit (see :class:`~.base.RateLimiterBackend`): wait ``>= 0`` granted, ``< 0`` rejected."""
+        lock = self._lock
+        lock.acquire()
+        try:
+            now = self._now()
+            if 0 < permits <= self._limit:
+                at = self._at_locked(now, permits)
+                wait = at - now
+                if wait == 0 or (timeout_ns and timeout_ns >= wait):
+                    self._write_locked(at, permits)
+                    self.successful_calls += 1
+                    return wait
+                self.failed_calls += 1
+                return -wait
+            if permits < 1:
+                raise ValueError(f"permits must be >= 1, got {permits!r}")
+            self.failed_calls += 1
+            return -self._period  # more than the log holds: never grantable
+        finally:
+            lock.release()
+
+    def _available_locked(self, now: int) -> int:
+        """:func:`~.algorithms.sliding_available` by binary search over the two sorted runs of the ring."""
+        ring = self._ring
+        head = self._head
+        limit = self._limit
+        if ring[head - 1] > now:
+            return 0
+        edge = now - self._period
+        count = bisect_right(ring, edge, head, limit) - head
+        if count == limit - head and head:
+            count += bisect_right(ring, edge, 0, head)
+        return count
+
+    def state(self) -> tuple[int, int, int]:
+        """``(period number since the anchor, available_permissions, nanos_to_wait for 1 permit)``."""
+        with self._lock:
+            now = self._now()
+            return (
+                (now - self._anchor) // self._period,
+                self._available_locked(now),
+                self._at_locked(now, 1) - now,
+            )
+
+    def quota(self) -> tuple[int, int]:
+        """``(remaining, reset_ns)`` as :func:`~.algorithms.sliding_quota`: while a permit remains, the time until
+        the whole log has left the window, else the wait for one permit."""
+        with self._lock:
+            now = self._now()
+            remaining = self._available_locked(now)
+            if remaining < 1:
+                return remaining, self._at_locked(now, 1) - now
+            return remaining, max(0, self._ring[self._head - 1] + self._period - now)
+
+    def peek(self, permits: int) -> int:
+        """Nanoseconds until ``permits`` could be granted now (0: now); changes nothing."""
+        with self._lock:
+            now = self._now()
+            return self._at_locked(now, permits) - now if permits <= self._limit else self._period
+
+    def drain(self) -> int:
+        """Log every available permit as used now (pending reservations stay) and return how many."""
+        with self._lock:
+            now = self._now()
+            drained = self._available_locked(now)
+            if drained:
+                self._write_locked(now, drained)
+            return drained
+
+    def change_limit(self, limit_for_period: int) -> None:
+        """Use the new limit from now on, keeping the newest logged times (a larger log starts the new slots
+        outside the window)."""
+        with self._lock:
+            new_limit = int(limit_for_period)
+            ring, head = self._ring, self._head
+            ordered = ring[head:] + ring[:head]
+            if new_limit <= self._limit:
+                ordered = ordered[self._limit - new_limit :]
+            else:
+                old = min(ordered[0], self._now() - self._period)
+                ordered = array("q", [old]) * (new_limit - self._limit) + ordered
+            self._ring, self._head, self._limit = ordered, 0, new_limit
+
+    def acquire_many(self, backends: Sequence[RateLimiterBackend], permits: int) -> tuple[int, int] | None:
+        """All-or-nothing with timeout 0 over in-memory backends of any algorithm (see :func:`acquire_many`)."""
+        return acquire_many(backends, permits)
+
+    def _peek_locked(self, permits: int) -> int:
+        if permits > self._limit:
+            return self._period
+        now = self._now()
+        return self._at_locked(now, permits) - now
+
+    def _take_locked(self, permits: int) -> None:
+        now = self._now()
+        self._write_locked(self._at_locked(now, permits), permits)
+
+    def __repr__(self) -> str:
+        return f"SlidingWindowBackend(name={self.name!r}, limit={self._limit}, period_ns={self._period})"
+
+
+_IN_MEMORY = (MemoryBackend, GcraBackend, SlidingWindowBackend)
+
+
+def acquire_many(backends: Sequence[RateLimiterBackend], permits: int) -> tuple[int, int] | None:
+    """All-or-nothing with timeout 0 over in-memory backends, algorithms mixed (see the protocol).
+
+    The locks are taken in ``id`` order, so two overlapping multi-limit calls can never deadlock; every
+    backend is peeked and, only when all waits are 0, committed while all of them are held.
+    """
+    members: list[Any] = []
+    for backend in backends:
+        if not isinstance(backend, _IN_MEMORY):
+            raise TypeError(f"cannot combine {type(backend).__name__} with in-memory backends in one decision")
+        members.append(backend)
+    if permits < 1:
+        raise ValueError(f"permits must be >= 1, got {permits!r}")
+    if len({id(b) for b in members}) != len(members):
+        raise ValueError("the same rate limiter appears more than once")
+    held: list[Any] = []
+    try:
+        for backend in sorted(members, key=id):
+            backend._lock.acquire()
+            held.append(backend)
+        worst: tuple[int, int] | None = None
+        for index, backend in enumerate(members):
+            wait = backend._peek_locked(permits)
+            if wait > 0:
+                backend.failed_calls += 1
+                if worst is None or wait > worst[1]:
+                    worst = (index, wait)
+        if worst is not None:
+            return worst
+        for backend in members:
+            backend._take_locked(permits)
+            backend.successful_calls += 1
+        return None
+    finally:
+        for backend in reversed(held):
+            backend._lock.release()
+
+
+def memory_backend(config: Any) -> BackendFactory:
+    """The in-memory :class:`~.base.BackendFactory` for a ``RateLimiterConfig``'s ``algorithm``."""
+    if config.algorithm == GCRA:
+        return functools.partial(GcraBackend, burst=config.burst)
+    if config.algorithm == SLIDING_WINDOW:
+        return SlidingWindowBackend
+    return MemoryBackend

@@ -9,8 +9,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, ParamSpec, TypeVar, cast
 
+from ..backends.algorithms import ALGORITHMS, CYCLE, GCRA, MAX_SLIDING_WINDOW_LIMIT, SLIDING_WINDOW
 from ..backends.base import BackendFactory, RateLimiterBackend
-from ..backends.memory import MemoryBackend
+from ..backends.memory import MemoryBackend, memory_backend
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Validator
 from .durations import MAX_PERIOD_NS, format_duration
@@ -54,6 +55,11 @@ class RateLimiterConfig:
 
     Durations accept ``timedelta`` or strings with a unit and are stored as integer nanoseconds.
     ``timeout_duration`` defaults to 0 (Resilience4j: 5 s): a web request must fail fast.
+
+    ``algorithm`` (not in Resilience4j) picks how the budget refills: ``"cycle"`` (Resilience4j's fixed cycles,
+    the default), ``"gcra"`` (smooth, at most ``burst`` at once, ``burst`` defaulting to ``limit_for_period``)
+    or ``"sliding_window"`` (exact: never more than ``limit_for_period`` in any ``limit_refresh_period``); see
+    :mod:`django_ratelimit_r4.backends.algorithms` for the guarantees.
     """
 
     limit_for_period: int = 50
@@ -62,10 +68,37 @@ class RateLimiterConfig:
     #: Called with the call's outcome (result or exception); True drains the limiter (upstream 429s).
     drain_permissions_on_result: Callable[[Any], bool] | str | None = None
     writable_stack_trace_enabled: bool = True
+    algorithm: str = CYCLE
+    burst: int | None = None
 
     def __post_init__(self) -> None:
         v = Validator(self)
         v.integer("limit_for_period", minimum=1, maximum=MAX_LIMIT_FOR_PERIOD)
+        algorithm = self.algorithm
+        if isinstance(algorithm, str) and algorithm.lower() in ALGORITHMS:
+            object.__setattr__(self, "algorithm", algorithm.lower())
+        else:
+            v.error(
+                "algorithm",
+                f"must be one of {', '.join(repr(a) for a in ALGORITHMS)}, got {algorithm!r}",
+                "'cycle' is Resilience4j's limiter; 'gcra' and 'sliding_window' have no boundary bursts.",
+            )
+        if self.burst is not None:
+            v.integer("burst", minimum=1, maximum=MAX_LIMIT_FOR_PERIOD)
+            if self.algorithm != GCRA:
+                v.error(
+                    "burst",
+                    f"applies only to algorithm 'gcra', but algorithm is {self.algorithm!r}",
+                    "Remove burst, or set algorithm to 'gcra'.",
+                )
+        limit = self.limit_for_period
+        if self.algorithm == SLIDING_WINDOW and isinstance(limit, int) and limit > MAX_SLIDING_WINDOW_LIMIT:
+            v.error(
+                "limit_for_period",
+                f"is at most {MAX_SLIDING_WINDOW_LIMIT} with algorithm 'sliding_window' (its log keeps one "
+                f"time per permit), got {limit}",
+                "Use algorithm 'gcra' for large limits: one integer of state whatever the limit.",
+            )
         v.duration("limit_refresh_period", min_ns=1, max_ns=MAX_PERIOD_NS)
         v.duration("timeout_duration", max_ns=MAX_PERIOD_NS)
         v.callable_or_path("drain_permissions_on_result")
@@ -78,9 +111,14 @@ def most_grantable(config: RateLimiterConfig, timeout_ns: int) -> int:
 
     Without a timeout that is ``limit_for_period``: a cycle never holds more. With one, a call may reserve
     permits of later cycles (Resilience4j's semantics) when the wait fits: at best, a full limiter 1 ns before
-    a cycle boundary needs ``1 + div_ceil(permits - 2 * limit, limit) * period``.
+    a cycle boundary needs ``1 + div_ceil(permits - 2 * limit, limit) * period``. GCRA never grants more than
+    ``burst`` at once, the sliding window never more than ``limit_for_period``, whatever the timeout.
     """
     limit = int(config.limit_for_period)
+    if config.algorithm == GCRA:
+        return limit if config.burst is None else int(config.burst)
+    if config.algorithm == SLIDING_WINDOW:
+        return limit
     if timeout_ns <= 0:
         return limit
     return limit * (2 + (timeout_ns - 1) // int(config.limit_refresh_period))
@@ -262,7 +300,16 @@ class RateLimiter:
         self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
         self.events = RateLimiterEvents()
         self.metrics = RateLimiterMetrics(self)
-        factory: BackendFactory = backend if backend is not None else MemoryBackend
+        factory: BackendFactory
+        if self.config.algorithm == CYCLE:
+            factory = backend if backend is not None else MemoryBackend
+        elif backend is None or backend is MemoryBackend:
+            factory = memory_backend(self.config)
+        else:
+            raise ValueError(
+                f"rate limiter {name!r}: algorithm {self.config.algorithm!r} needs the memory backend "
+                f"(the {getattr(backend, '__name__', type(backend).__name__)} backend implements 'cycle' only)"
+            )
         self._backend: RateLimiterBackend = factory(
             name, self.config.limit_for_period, int(self.config.limit_refresh_period), self.clock
         )
