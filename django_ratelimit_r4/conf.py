@@ -38,6 +38,7 @@ from .core.retrybudget import RetryBudgetConfig
 from .core.timelimiter import TimeLimiterConfig
 from .headers import DRAFT_6, DRAFT_10
 from .ip import UNIX_PEER
+from .keyed import DEFAULT_MAX_KEYS as _KEYED_DEFAULT_MAX_KEYS
 from .keys import BUILTIN_KEYS, validate_key_spec
 
 __all__ = [
@@ -251,8 +252,9 @@ KINDS: dict[str, Kind] = {
 }
 
 #: Default values of the per-instance extra options.
-# ~1M live clients at ~190 bytes each is ~190 MB: sized for a busy public API, well under 1 GB.
-DEFAULT_MAX_KEYS = 1_000_000
+# ~200 bytes per live client (benchmarks/bench_keyed_memory.py): 100k clients is ~20 MB per keyed limiter
+# and per worker (1,000,000 was ~200 MB). Raise it per instance for a limiter with more live clients.
+DEFAULT_MAX_KEYS = _KEYED_DEFAULT_MAX_KEYS
 DEFAULT_BULKHEAD_RETRY_AFTER = Nanos(1_000_000_000)
 
 _OPTION_KEYS = (
@@ -325,7 +327,8 @@ class R4Options:
     #: Which header the trusted proxies write: "auto" (either; if both are present and disagree, one
     #: is forged and REMOTE_ADDR is used), "x-forwarded-for" or "forwarded" (the other is ignored).
     forwarded_header: str = "auto"
-    ipv6_prefix_length: int = 128
+    #: IPv6 clients are grouped by this prefix: one /64 (a household, a server) is one client.
+    ipv6_prefix_length: int = 64
     state_endpoint_token: str | None = None
     stall_detector: StallDetectorOptions = field(default_factory=StallDetectorOptions)
     metrics: bool = True

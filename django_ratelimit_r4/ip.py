@@ -121,7 +121,7 @@ class ClientIPResolver:
     def __init__(
         self,
         trusted_proxies: int | Sequence[str] | None = None,
-        ipv6_prefix_length: int = 128,
+        ipv6_prefix_length: int = 64,
         *,
         forwarded_header: ForwardedHeader = "auto",
     ) -> None:
@@ -129,7 +129,8 @@ class ClientIPResolver:
 
         :param trusted_proxies: ``None``/``0`` (use ``REMOTE_ADDR``), a proxy count, or CIDR strings
             (and :data:`UNIX_PEER` to trust a peer without an IP address).
-        :param ipv6_prefix_length: 1..128; IPv6 clients are grouped by this prefix (128 = no grouping).
+        :param ipv6_prefix_length: 1..128; IPv6 clients are grouped by this prefix (64, the default: one
+            /64 is one client; 128 = no grouping).
         :param forwarded_header: ``"auto"``, ``"x-forwarded-for"`` or ``"forwarded"``.
         :raises ValueError: on an invalid configuration (never at request time).
         """

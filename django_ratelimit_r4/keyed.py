@@ -48,6 +48,7 @@ from .core.ratelimiter import (
 from .core.waiting import Waiters
 
 __all__ = [
+    "DEFAULT_MAX_KEYS",
     "KeyMetrics",
     "KeyedRateLimiter",
     "KeyedRateLimiterMetrics",
@@ -61,6 +62,10 @@ _SHIFT = 64
 _OFFSET = 1 << 63
 _MASK = (1 << 64) - 1
 _FRONT_CHECKS = 2  # oldest entries examined per insertion / cycle change: O(1), keeps the store clean
+
+#: Default ``max_keys``: about 20 MB per keyed limiter at the cap (~200 bytes per live key, measured by
+#: ``python benchmarks/bench_keyed_memory.py``); 1,000,000 was ~200 MB per limiter and per worker.
+DEFAULT_MAX_KEYS = 100_000
 
 
 class _KeyedStore(Protocol):
@@ -128,7 +133,7 @@ class KeyedRateLimiter:
         config: RateLimiterConfig | None = None,
         *,
         clock: Clock | None = None,
-        max_keys: int = 1_000_000,
+        max_keys: int = DEFAULT_MAX_KEYS,
         idle_timeout_ns: int | None = None,
     ) -> None:
         """Build an empty store.

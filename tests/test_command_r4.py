@@ -53,7 +53,7 @@ def test_status_json_after_11_calls_shows_zero_available(fresh: Any) -> None:
         "drain_permissions_on_result": None,
         "writable_stack_trace_enabled": True,
         "key": None,
-        "max_keys": 1_000_000,
+        "max_keys": 100_000,
         "key_idle_timeout": None,
     }
     assert "in-memory backend" in err and "--url" in err

@@ -38,13 +38,13 @@ class TestNoProxies:
         assert r(req("198.51.100.1", xff="1.1.1.1", fwd="for=2.2.2.2")) == "198.51.100.1"
 
     def test_ipv6_normalised(self):
-        assert ClientIPResolver()(req("2001:DB8:0:0::1")) == "2001:db8::1"
+        assert ClientIPResolver(ipv6_prefix_length=128)(req("2001:DB8:0:0::1")) == "2001:db8::1"
 
     def test_ipv4_mapped_ipv6_becomes_ipv4(self):
         assert ClientIPResolver()(req("::ffff:192.0.2.9")) == "192.0.2.9"
 
     def test_scope_id_dropped(self):
-        assert ClientIPResolver()(req("fe80::1%eth0")) == "fe80::1"
+        assert ClientIPResolver(ipv6_prefix_length=128)(req("fe80::1%eth0")) == "fe80::1"
 
     @pytest.mark.parametrize("bad", [None, "", "not-an-ip", "999.1.1.1", "x" * 5000])
     def test_missing_or_malformed_remote_addr(self, bad):
@@ -52,6 +52,10 @@ class TestNoProxies:
 
 
 class TestIPv6Grouping:
+    def test_one_64_is_one_client_by_default(self):
+        assert ClientIPResolver()(req("2001:db8:1:2:aaaa:bbbb:cccc:dddd")) == "2001:db8:1:2::/64"
+        assert ClientIPResolver().ipv6_prefix_length == 64
+
     def test_slash_64(self):
         r = ClientIPResolver(ipv6_prefix_length=64)
         assert r(req("2001:db8:1:2:aaaa:bbbb:cccc:dddd")) == "2001:db8:1:2::/64"
@@ -95,14 +99,14 @@ class TestProxyCount:
         assert ClientIPResolver(1)(req("10.0.0.1")) == "10.0.0.1"
 
     def test_forwarded_header(self):
-        r = ClientIPResolver(1)
+        r = ClientIPResolver(1, ipv6_prefix_length=128)
         assert (
             r(req("10.0.0.1", fwd='for=6.6.6.6, for="[2001:db8:cafe::17]:4711";proto=https'))
             == "2001:db8:cafe::17"
         )
 
     def test_ports_stripped(self):
-        r = ClientIPResolver(1)
+        r = ClientIPResolver(1, ipv6_prefix_length=128)
         assert r(req("10.0.0.1", xff="198.51.100.5:51234")) == "198.51.100.5"
         assert r(req("10.0.0.1", xff="[2001:db8::5]:443")) == "2001:db8::5"
 

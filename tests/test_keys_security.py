@@ -387,3 +387,42 @@ async def test_async_views_key_by_the_session_without_blocking_the_loop(r4_clock
         forged = AsyncClient()
         forged.cookies[settings.SESSION_COOKIE_NAME] = "z" * 32
         assert (await forged.get("/per-session-async/", REMOTE_ADDR=IP)).status_code == 429
+
+
+# ------------------------------------------------------------------------------------ item 8: safe defaults
+
+
+def test_one_ipv6_64_is_one_client_by_default(r4_clock) -> None:
+    assert "ipv6_prefix_length" not in r4()
+    with app():
+        client = Client()
+        hosts = ["2001:db8:1:2::1", "2001:db8:1:2:aaaa::7", "2001:db8:1:2:ffff:ffff:ffff:ffff"]
+        assert [client.get("/per-ip/", REMOTE_ADDR=h).status_code for h in hosts] == [200, 200, 429]
+        assert client.get("/per-ip/", REMOTE_ADDR="2001:db8:1:3::1").status_code == 200  # the next /64
+    with app(ipv6_prefix_length=128):  # opting out: one budget per address again
+        assert [Client().get("/per-ip/", REMOTE_ADDR=h).status_code for h in hosts] == [200, 200, 200]
+
+
+def test_default_max_keys_keeps_one_keyed_limiter_in_tens_of_mb(r4_clock) -> None:
+    import gc
+    import tracemalloc
+
+    from django_ratelimit_r4 import registry, state
+
+    with app():
+        keyed = registry.get_keyed_rate_limiter("per_ip")
+        assert keyed.max_keys == conf.DEFAULT_MAX_KEYS == 100_000
+        assert state.snapshot(["per_ip"])[0]["state"]["keyed"]["max_keys"] == 100_000
+        n = 20_000
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            for i in range(n):  # the keys "ip" stores, built in the traced region as requests would
+                keyed.acquire_permission(f"ip:10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}")
+            per_key = (tracemalloc.get_traced_memory()[0] - before) / n
+        finally:
+            tracemalloc.stop()
+        assert len(keyed) == n
+        # benchmarks/bench_keyed_memory.py measures ~190 B/key (tracemalloc), ~200 B/key of RSS.
+        assert per_key * keyed.max_keys < 50_000_000

@@ -84,7 +84,7 @@ def test_default_config_named_configs_and_instance_values_merge_in_order() -> No
 def test_instance_options_have_defaults_and_inherit() -> None:
     assert dict(registry.instance_options("ratelimiters", "plain")) == {
         "key": None,
-        "max_keys": 1_000_000,
+        "max_keys": 100_000,
         "key_idle_timeout": None,
     }
     assert dict(registry.instance_options("ratelimiters", "per_ip")) == {

@@ -1083,7 +1083,7 @@ class RedisKeyedRateLimiter(_Clocked):
         url: str,
         prefix: str = DEFAULT_PREFIX,
         fault_policy: str = "open",
-        max_keys: int = 1_000_000,
+        max_keys: int = 100_000,
         idle_timeout_ns: int | None = None,
     ) -> None:
         if fault_policy not in FAULT_POLICIES:
