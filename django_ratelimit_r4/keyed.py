@@ -127,6 +127,15 @@ class KeyedRateLimiter:
     :class:`KeyedRateLimiterView` that looks like a ``RateLimiter`` for one key.
     """
 
+    def __new__(cls, name: str, config: RateLimiterConfig | None = None, **kwargs: Any) -> KeyedRateLimiter:
+        """A config with ``algorithm`` ``"gcra"`` or ``"sliding_window"`` builds a
+        :class:`~django_ratelimit_r4.keyed_smooth.SmoothKeyedRateLimiter` (same interface)."""
+        if cls is KeyedRateLimiter and config is not None and config.algorithm != "cycle":
+            from .keyed_smooth import SmoothKeyedRateLimiter
+
+            cls = SmoothKeyedRateLimiter
+        return object.__new__(cls)
+
     def __init__(
         self,
         name: str,
@@ -148,11 +157,6 @@ class KeyedRateLimiter:
             raise ValueError(f"idle_timeout_ns must be None or an int >= 0, got {idle_timeout_ns!r}")
         self.name = name
         self.config: RateLimiterConfig = config if config is not None else RateLimiterConfig()
-        if self.config.algorithm != "cycle":
-            raise ValueError(
-                f"keyed rate limiter {name!r}: algorithm {self.config.algorithm!r} is not supported per key yet; "
-                "use algorithm 'cycle' for keyed limits"
-            )
         self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
         self.max_keys = max_keys
         self.idle_timeout_ns = idle_timeout_ns
@@ -165,7 +169,7 @@ class KeyedRateLimiter:
         self._idle_cycles = None if idle_timeout_ns is None else -(-idle_timeout_ns // self._period) + 1
         self._lock = threading.Lock()
         self._waiters = Waiters()
-        self._states: OrderedDict[str, int] = OrderedDict()
+        self._states: OrderedDict[str, Any] = OrderedDict()
         self._reset_locked(self.clock)
 
     # -- store internals (caller holds the lock) ----------------------------------------------------------
@@ -490,6 +494,11 @@ class KeyedRateLimiter:
         )
         return wait, packed, cycle, current, permissions
 
+    def _commit_peek_locked(self, key: str, peek: Any, permits: int) -> None:
+        """Take ``permits`` for ``key`` after :meth:`_peek_locked` gave ``peek`` with wait 0; caller holds the lock."""
+        _, packed, cycle, current, permissions = peek
+        self._store(key, packed, cycle, current, permissions - permits)
+
     def get(self, key: str) -> KeyedRateLimiterView:
         """A ``RateLimiter``-like view of ``key`` (creates nothing until it is used)."""
         return KeyedRateLimiterView(self, key)
@@ -771,9 +780,9 @@ def acquire_all_keyed(
             if outcome is not None:
                 worst = (plain[outcome[0]][0], outcome[1])
             else:
-                for (_, lim, key), (_, packed, cycle, current, permissions) in zip(keyed, peeks, strict=True):
+                for (_, lim, key), peek in zip(keyed, peeks, strict=True):
                     lim.successful_calls += 1
-                    lim._store(key, packed, cycle, current, permissions - permits)
+                    lim._commit_peek_locked(key, peek, permits)
     finally:
         for store in reversed(held):
             store._lock.release()

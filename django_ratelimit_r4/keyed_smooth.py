@@ -1,0 +1,251 @@
+"""Per-client GCRA and sliding-window limits in bounded memory (``algorithm`` ``"gcra"`` / ``"sliding_window"``).
+
+:class:`SmoothKeyedRateLimiter` is what ``KeyedRateLimiter(name, config)`` builds when the config's algorithm
+is not ``"cycle"``: the same interface and store policy as :class:`~django_ratelimit_r4.keyed.KeyedRateLimiter`
+(an ``OrderedDict`` of live keys, a key whose state is full is absent, the oldest entries swept two at a time,
+the least recently used evicted at ``max_keys`` and counted in ``lossy_evictions``), with the decisions of
+:mod:`django_ratelimit_r4.backends.algorithms` over absolute clock time.
+
+State per live key: GCRA one int (the theoretical arrival time scaled by the limit); the sliding window an
+``array('q')`` of ``limit + 1`` slots (the ring of the last ``limit`` hand-over times and its head), about
+``8 * limit + 80`` bytes. A key is full again, so dropped for free, at most ``burst * period / limit`` (GCRA)
+or one period (sliding window) after its last hand-over, so ``idle_timeout_ns`` never needs to drop state.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_right
+from typing import Any
+
+from .backends.algorithms import GCRA, gcra_available, gcra_decide, gcra_quota
+from .core.clock import Clock
+from .core.ratelimiter import (
+    DRAINED,
+    SUCCESSFUL_ACQUIRE,
+    RateLimiterConfig,
+    refuse_never_grantable,
+)
+from .keyed import _FRONT_CHECKS, KeyedRateLimiter
+
+__all__ = ["SmoothKeyedRateLimiter"]
+
+
+class SmoothKeyedRateLimiter(KeyedRateLimiter):
+    """A :class:`~django_ratelimit_r4.keyed.KeyedRateLimiter` whose keys run GCRA or the sliding window."""
+
+    def __init__(self, name: str, config: RateLimiterConfig | None = None, *, clock: Clock | None = None, **kw: Any) -> None:
+        """See :class:`~django_ratelimit_r4.keyed.KeyedRateLimiter`; ``config.algorithm`` is not ``"cycle"``."""
+        super().__init__(name, config, clock=clock, **kw)
+        self._gcra = self.config.algorithm == GCRA
+        self._burst = self._limit if self.config.burst is None else int(self.config.burst)
+
+    # -- one key's algorithm (caller holds the lock; ``now`` is absolute clock time) -----------------------
+
+    def _wait(self, state: Any, now: int, permits: int) -> int:
+        """Nanoseconds until ``permits`` could be handed over for a key in ``state`` (None: full)."""
+        if self._gcra:
+            return gcra_decide(state or 0, permits, -1, now, self._period, self._limit, self._burst)[1]
+        if permits > self._limit:
+            return self._period
+        return 0 if state is None else _ring_at(state, self._limit, self._period, now, permits) - now
+
+    def _grantable(self, permits: int) -> bool:
+        return permits <= (self._burst if self._gcra else self._limit)
+
+    def _take(self, key: str, state: Any, now: int, permits: int, wait: int) -> None:
+        """Hand ``permits`` over at ``now + wait`` and store the key's new state."""
+        if self._gcra:
+            scaled = now * self._limit
+            base = state if state is not None and state > scaled else scaled
+            self._put(key, state, base + permits * self._period)
+            return
+        ring = state if state is not None else _ring_new(self._limit, now - self._period)
+        _ring_write(ring, self._limit, now + wait, permits)
+        self._put(key, state, ring)
+
+    def _full(self, state: Any, now: int) -> bool:
+        if self._gcra:
+            return bool(state <= now * self._limit)
+        head = state[self._limit]
+        return bool(state[head - 1 if head else self._limit - 1] <= now - self._period)
+
+    def _available(self, state: Any, now: int) -> int:
+        if self._gcra:
+            return gcra_available(state or 0, now, self._period, self._limit, self._burst)
+        return self._limit if state is None else _ring_available(state, self._limit, self._period, now)
+
+    def _quota_of(self, state: Any, now: int) -> tuple[int, int]:
+        if self._gcra:
+            return gcra_quota(state or 0, now, self._period, self._limit, self._burst)
+        remaining = self._available(state, now)
+        if remaining < 1:
+            return remaining, self._wait(state, now, 1)
+        if state is None:
+            return remaining, 0
+        head = state[self._limit]
+        return remaining, max(0, state[head - 1 if head else self._limit - 1] + self._period - now)
+
+    def _put(self, key: str, old: Any, state: Any) -> None:
+        """Store ``key``'s state as the most recently used entry, sweeping and evicting like the parent."""
+        states = self._states
+        now = self._now()
+        if old is not None:
+            states[key] = state
+            states.move_to_end(key)
+            self._sweep(now)
+            return
+        self._sweep(now)
+        if len(states) >= self.max_keys:
+            states.popitem(last=False)  # the oldest holds state (the sweep stopped at it): lossy
+            self.lossy_evictions += 1
+        states[key] = state
+
+    def _sweep(self, now: int) -> None:
+        """Drop up to ``_FRONT_CHECKS`` oldest entries that are full now (lossless)."""
+        states = self._states
+        for _ in range(_FRONT_CHECKS):
+            if not states:
+                return
+            key = next(iter(states))
+            if not self._full(states[key], now):
+                return
+            del states[key]
+
+    # -- the parent's entry points --------------------------------------------------------------------------
+
+    def _decide(self, key: str, permits: int, timeout_ns: int) -> int:
+        """Decide and commit for ``key``: wait ``>= 0`` granted (reserved), ``< 0`` rejected (``-wait``)."""
+        if permits < 1:
+            raise ValueError(f"permits must be >= 1, got {permits!r}")
+        with self._lock:
+            now = self._now()
+            state = self._states.get(key)
+            wait = self._wait(state, now, permits)
+            if self._grantable(permits) and (wait == 0 or (timeout_ns and timeout_ns >= wait)):
+                self._take(key, state, now, permits, wait)
+                self.successful_calls += 1
+                return wait
+            self.failed_calls += 1
+            return -wait
+
+    def _decide_quota_locked(
+        self, key: str, packed: Any, now: int, permits: int, timeout_ns: int
+    ) -> tuple[int, int, int]:
+        """``(wait, remaining, reset_ns)`` as in the parent; ``now`` is ignored (absolute time is read)."""
+        if permits < 1:
+            raise ValueError(f"permits must be >= 1, got {permits!r}")
+        now = self._now()
+        wait = self._wait(packed, now, permits)
+        if not (self._grantable(permits) and (wait == 0 or (timeout_ns and timeout_ns >= wait))):
+            self.failed_calls += 1
+            return -wait, 0, 0
+        self._take(key, packed, now, permits, wait)
+        self.successful_calls += 1
+        remaining, reset_ns = self._quota_of(self._states.get(key), now)
+        return wait, remaining, reset_ns
+
+    def acquire_quota(self, key: str, permits: int = 1) -> tuple[int, int]:
+        """See :meth:`KeyedRateLimiter.acquire_quota`."""
+        with self._lock:
+            wait, remaining, reset_ns = self._decide_quota_locked(
+                key, self._states.get(key), 0, permits, self._timeout_ns
+            )
+        if wait:
+            if wait < 0:
+                refuse_never_grantable(self, permits, self._timeout_ns)
+                raise self._rejection(key, permits, -wait)
+            self._waiters.sleep(self.clock, wait)
+            remaining, reset_ns = self.quota(key)
+        if self.events.wants_successful:
+            self._publish(SUCCESSFUL_ACQUIRE, permits)
+        return remaining, reset_ns
+
+    def drain_permissions(self, key: str) -> int:
+        """Take every permit ``key`` has now (pending reservations stay) and return how many."""
+        with self._lock:
+            now = self._now()
+            state = self._states.get(key)
+            drained = max(0, self._available(state, now))
+            if drained:
+                self._take(key, state, now, drained, 0)
+        if self.events.wants_drained:
+            self._publish(DRAINED, drained)
+        return drained
+
+    def state(self, key: str) -> tuple[int, int, int]:
+        """``(period number since the anchor, available_permissions, nanos_to_wait for 1 permit)``."""
+        with self._lock:
+            now = self._now()
+            state = self._states.get(key)
+            return (now - self._anchor) // self._period, self._available(state, now), self._wait(state, now, 1)
+
+    def quota(self, key: str) -> tuple[int, int]:
+        """``(remaining, reset_ns)`` for ``key``, as the unkeyed backend of the same algorithm answers."""
+        with self._lock:
+            return self._quota_of(self._states.get(key), self._now())
+
+    def _peek_locked(self, key: str, permits: int) -> tuple[int, Any]:  # type: ignore[override]
+        wait = self._wait(self._states.get(key), self._now(), permits)
+        return (wait if self._grantable(permits) else max(wait, 1)), None
+
+    def _commit_peek_locked(self, key: str, peek: Any, permits: int) -> None:
+        self._take(key, self._states.get(key), self._now(), permits, 0)
+
+    def purge(self) -> int:
+        """Drop every full entry now; returns how many. O(live keys); for housekeeping."""
+        with self._lock:
+            now = self._now()
+            dead = [key for key, state in self._states.items() if self._full(state, now)]
+            for key in dead:
+                del self._states[key]
+            return len(dead)
+
+    def __repr__(self) -> str:
+        return (
+            f"KeyedRateLimiter({self.name!r}, algorithm={self.config.algorithm!r}, limit_for_period={self._limit}, "
+            f"limit_refresh_period_ns={self._period}, live_keys={len(self)}, max_keys={self.max_keys})"
+        )
+
+
+# -- the sliding log of one key: ``limit`` hand-over times (a ring, oldest at the head) and the head ----------
+
+
+def _ring_new(limit: int, old: int) -> array[int]:
+    ring = array("q", [old]) * (limit + 1)
+    ring[limit] = 0
+    return ring
+
+
+def _ring_at(ring: array[int], limit: int, period: int, now: int, permits: int) -> int:
+    """When ``permits <= limit`` permits can be handed over (:func:`~.backends.algorithms.sliding_decide`)."""
+    head = ring[limit]
+    index = head + permits - 1
+    if index >= limit:
+        index -= limit
+    at = ring[index] + period
+    if at < now:
+        at = now
+    newest = ring[head - 1 if head else limit - 1]
+    return newest if newest > at else at
+
+
+def _ring_write(ring: array[int], limit: int, at: int, permits: int) -> None:
+    head = ring[limit]
+    for _ in range(permits):
+        ring[head] = at
+        head += 1
+        if head == limit:
+            head = 0
+    ring[limit] = head
+
+
+def _ring_available(ring: array[int], limit: int, period: int, now: int) -> int:
+    head = ring[limit]
+    if ring[head - 1 if head else limit - 1] > now:
+        return 0
+    edge = now - period
+    count = bisect_right(ring, edge, head, limit) - head
+    if count == limit - head and head:
+        count += bisect_right(ring, edge, 0, head)
+    return count
