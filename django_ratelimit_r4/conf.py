@@ -26,6 +26,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
+from .core.adaptivethrottler import AdaptiveThrottlerConfig
 from .core.bulkhead import BulkheadConfig
 from .core.circuitbreaker import CircuitBreakerConfig
 from .core.config import field_names, import_string
@@ -205,7 +206,7 @@ class Kind:
         return field_names(self.config_class)
 
 
-#: The five sections, in the order ``manage.py r4 status`` lists them.
+#: The six sections, in the order ``manage.py r4 status`` lists them.
 KINDS: dict[str, Kind] = {
     k.section: k
     for k in (
@@ -247,6 +248,13 @@ KINDS: dict[str, Kind] = {
             TimeLimiterConfig,
             "django_ratelimit_r4.core.timelimiter.TimeLimiter",
             "get_time_limiter",
+        ),
+        Kind(
+            "adaptivethrottlers",
+            "adaptivethrottler",
+            AdaptiveThrottlerConfig,
+            "django_ratelimit_r4.core.adaptivethrottler.AdaptiveThrottler",
+            "get_adaptive_throttler",
         ),
     )
 }

@@ -55,7 +55,13 @@ from django.http import HttpRequest, HttpResponseBase
 
 from . import conf, registry
 from .backends.memory import MemoryBackend
-from .core.exceptions import BulkheadFull, CallNotPermitted, RequestNotPermitted, ResilienceError
+from .core.exceptions import (
+    BulkheadFull,
+    CallNotPermitted,
+    CallThrottled,
+    RequestNotPermitted,
+    ResilienceError,
+)
 from .core.ratelimiter import RateLimiter
 from .headers import (
     DRAFT_10,
@@ -913,21 +919,22 @@ def _fallback_args(
 
 
 #: ``_Resilience.instances()`` while ``RATELIMIT_R4["enabled"]`` is False: nothing wraps the function.
-_DISABLED: tuple[Any, ...] = (None, None, None, None, 0)
+_DISABLED: tuple[Any, ...] = (None, None, None, None, 0, None)
 
 
 class _Resilience:
     """One decorator: which instances, in Resilience4j's order, and one fallback.
 
     Created once per decorator expression (so ``method_decorator``, which re-applies the decorator on
-    every request, reuses the resolved instances). Order: Retry(CircuitBreaker(RateLimiter(
-    TimeLimiter(Bulkhead(fn))))).
+    every request, reuses the resolved instances). Order: Retry(AdaptiveThrottler(CircuitBreaker(RateLimiter(
+    TimeLimiter(Bulkhead(fn)))))).
     """
 
     def __init__(
         self,
         *,
         retry: str | None = None,
+        adaptivethrottler: str | None = None,
         circuitbreaker: str | None = None,
         ratelimiter: str | Sequence[str] | None = None,
         timelimiter: str | None = None,
@@ -943,6 +950,7 @@ class _Resilience:
             )
         for label, value in (
             ("retry", retry),
+            ("adaptivethrottler", adaptivethrottler),
             ("circuitbreaker", circuitbreaker),
             ("timelimiter", timelimiter),
             ("bulkhead", bulkhead),
@@ -952,6 +960,7 @@ class _Resilience:
         if fallback is not None and not callable(fallback):
             raise TypeError(f"fallback must be callable, got {fallback!r}")
         self.retry = retry
+        self.adaptivethrottler = adaptivethrottler
         self.circuitbreaker = circuitbreaker
         self.timelimiter = timelimiter
         self.bulkhead = bulkhead
@@ -967,6 +976,7 @@ class _Resilience:
         self._lock = threading.Lock()
         uses = [
             ("retries", retry),
+            ("adaptivethrottlers", adaptivethrottler),
             ("circuitbreakers", circuitbreaker),
             ("timelimiters", timelimiter),
             ("bulkheads", bulkhead),
@@ -976,8 +986,8 @@ class _Resilience:
         if self.gate is not None and permits > 1:  # what manage.py check compares with limit_for_period
             self.uses += tuple(f"{_PERMITS_PREFIX}{name}:{permits}" for name in self.gate.names)
 
-    def instances(self) -> tuple[Any, Any, Any, Any, int]:
-        """``(retry, circuit breaker, time limiter, bulkhead, bulkhead retry_after ns)`` for now."""
+    def instances(self) -> tuple[Any, Any, Any, Any, int, Any]:
+        """``(retry, circuit breaker, time limiter, bulkhead, bulkhead retry_after ns, adaptive throttler)`` now."""
         generation, found = self._state
         if generation != registry.generation:
             found = self._resolve()
@@ -995,6 +1005,7 @@ class _Resilience:
                 registry.get_time_limiter(self.timelimiter) if self.timelimiter else None,
                 registry.get_bulkhead(self.bulkhead) if self.bulkhead else None,
                 bulkhead_retry_after_ns(self.bulkhead) if self.bulkhead else 0,
+                registry.get_adaptive_throttler(self.adaptivethrottler) if self.adaptivethrottler else None,
             )
             self._state = (generation, found)
             return found
@@ -1003,6 +1014,8 @@ class _Resilience:
         """Whether ``exc`` is a rejection by one of this decorator's instances."""
         if isinstance(exc, RequestNotPermitted):
             return self.gate is not None and exc.name in self.gate.names
+        if isinstance(exc, CallThrottled):  # a CallNotPermitted too: tell it from the breaker's first
+            return exc.name == self.adaptivethrottler
         if isinstance(exc, CallNotPermitted):
             return exc.name == self.circuitbreaker
         if isinstance(exc, BulkheadFull):
@@ -1063,6 +1076,7 @@ class _Resilience:
         only_gate = (
             self.gate is not None
             and self.retry is None
+            and self.adaptivethrottler is None
             and self.circuitbreaker is None
             and self.timelimiter is None
             and self.bulkhead is None
@@ -1089,7 +1103,7 @@ class _Resilience:
             return _ratelimited
 
         def chain(found: tuple[Any, ...]) -> Callable[..., Any]:
-            retry, breaker, _, bulkhead_, _ = found
+            retry, breaker, _, bulkhead_, _, throttler = found
             call: Callable[..., Any] = fn
             if bulkhead_ is not None:
                 call = partial(bulkhead_.call, call)
@@ -1097,6 +1111,8 @@ class _Resilience:
                 call = partial(gate.call, call)
             if breaker is not None:
                 call = partial(breaker.call, call)
+            if throttler is not None:
+                call = partial(throttler.call, call)
             if retry is not None:
                 call = partial(retry.call, call)
             return call
@@ -1143,7 +1159,7 @@ class _Resilience:
             return _aratelimited
 
         def achain(found: tuple[Any, ...]) -> Callable[..., Any]:
-            retry, breaker, timelimiter_, bulkhead_, _ = found
+            retry, breaker, timelimiter_, bulkhead_, _, throttler = found
             call: Callable[..., Any] = fn
             if bulkhead_ is not None:
                 call = partial(bulkhead_.acall, call)
@@ -1153,6 +1169,8 @@ class _Resilience:
                 call = partial(gate.acall, call)
             if breaker is not None:
                 call = partial(breaker.acall, call)
+            if throttler is not None:
+                call = partial(throttler.acall, call)
             if retry is not None:
                 call = partial(retry.acall, call)
             return call
@@ -1195,7 +1213,7 @@ def _bare(decorator: str, fn: Any) -> TypeError:
     if decorator == "resilient":
         fix = (
             '@resilient(circuitbreaker="name", ...) with the instances to stack (retry=, circuitbreaker=, '
-            "ratelimiter=, timelimiter=, bulkhead=)"
+            "ratelimiter=, timelimiter=, bulkhead=, adaptivethrottler=)"
         )
     else:
         fix = f'@{decorator}("name") with a name from RATELIMIT_R4["{_SECTIONS[decorator]}"]["instances"]'
@@ -1267,6 +1285,7 @@ def resilient(
     ratelimiter: str | Sequence[str] | None = None,
     timelimiter: str | None = None,
     bulkhead: str | None = None,
+    adaptivethrottler: str | None = None,
     fallback: Callable[..., Any] | None = None,
     key: KeySpec = None,
     permits: int = 1,
@@ -1275,15 +1294,19 @@ def resilient(
     """Stack several in Resilience4j's order, Retry(CircuitBreaker(RateLimiter(TimeLimiter(Bulkhead(fn))))),
     with one fallback around the whole stack (so an inner rejection can still be retried).
 
+    ``adaptivethrottler`` (client-side adaptive throttling, not in Resilience4j) goes right outside the
+    breaker: Retry(AdaptiveThrottler(CircuitBreaker(...))); its local rejection is a ``CallThrottled`` (503).
     ``key``, ``permits`` and ``methods`` apply to the rate limiter (see :func:`ratelimit`)."""
     if _fn is not None:
         raise _bare("resilient", _fn)
-    if not any((retry, circuitbreaker, ratelimiter, timelimiter, bulkhead)):
+    if not any((retry, circuitbreaker, ratelimiter, timelimiter, bulkhead, adaptivethrottler)):
         raise TypeError(
-            "resilient() needs at least one of retry, circuitbreaker, ratelimiter, timelimiter, bulkhead"
+            "resilient() needs at least one of retry, circuitbreaker, ratelimiter, timelimiter, bulkhead, "
+            "adaptivethrottler"
         )
     return _Resilience(
         retry=retry,
+        adaptivethrottler=adaptivethrottler,
         circuitbreaker=circuitbreaker,
         ratelimiter=ratelimiter,
         timelimiter=timelimiter,

@@ -3,6 +3,7 @@
 from .core.exceptions import (
     BulkheadFull,
     CallNotPermitted,
+    CallThrottled,
     ConfigurationError,
     IllegalStateTransition,
     MaxRetriesExceeded,
@@ -14,6 +15,7 @@ from .core.exceptions import (
 __all__ = [
     "BulkheadFull",
     "CallNotPermitted",
+    "CallThrottled",
     "ConfigurationError",
     "IllegalStateTransition",
     "MaxRetriesExceeded",

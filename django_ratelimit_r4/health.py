@@ -61,6 +61,8 @@ def summarize(items: list[dict[str, Any]]) -> str:
                 text += f" {s['remaining_open_seconds']:g}s"
         elif kind == "retry":
             text = f"{s['number_of_failed_calls_with_retry_attempt']} failed after retries"
+        elif kind == "adaptivethrottler":
+            text = f"rejecting {s['rejection_probability']:.0%} locally"
         else:
             text = f"{s['number_of_timeout_calls']} timeouts"
         parts.append(f"{kind} {item['name']}: {text}")

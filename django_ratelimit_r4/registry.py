@@ -5,6 +5,7 @@ Accessors (also importable from :mod:`django_ratelimit_r4`)::
     get_rate_limiter("api")                 # the shared limiter of instance "api"
     get_rate_limiter("api", key="1.2.3.4")  # the per-key limiter (a KeyedRateLimiter entry)
     get_bulkhead(name), get_circuit_breaker(name), get_retry(name), get_time_limiter(name)
+    get_adaptive_throttler(name), get_retry_budget(name)
 
 An unknown name raises :class:`UnknownInstance` (an ``ImproperlyConfigured`` *and* a ``KeyError``)
 listing the configured names; a misconfigured instance raises :class:`MisconfiguredInstance` with
@@ -35,6 +36,7 @@ from .core.config import import_string
 from .core.rates import parse_rate
 
 if TYPE_CHECKING:
+    from .core.adaptivethrottler import AdaptiveThrottler
     from .core.bulkhead import Bulkhead
     from .core.circuitbreaker import CircuitBreaker
     from .core.ratelimiter import RateLimiter
@@ -49,6 +51,7 @@ __all__ = [
     "UnknownInstance",
     "build_callbacks",
     "generation",
+    "get_adaptive_throttler",
     "get_bulkhead",
     "get_circuit_breaker",
     "get_keyed_rate_limiter",
@@ -427,6 +430,11 @@ def get_retry(name: str) -> Retry:
 def get_time_limiter(name: str) -> TimeLimiter:
     """The time limiter ``name`` from ``RATELIMIT_R4["timelimiters"]["instances"]``."""
     return _get("timelimiters", name)  # type: ignore[no-any-return]
+
+
+def get_adaptive_throttler(name: str) -> AdaptiveThrottler:
+    """The adaptive throttler ``name`` from ``RATELIMIT_R4["adaptivethrottlers"]["instances"]``."""
+    return _get("adaptivethrottlers", name)  # type: ignore[no-any-return]
 
 
 def get_retry_budget(name: str) -> RetryBudget:

@@ -239,6 +239,16 @@ _READERS: dict[str, Callable[[Any], dict[str, Any]]] = {
     "timelimiters": _counters(
         ("number_of_successful_calls", "number_of_failed_calls", "number_of_timeout_calls")
     ),
+    "adaptivethrottlers": _counters(
+        (
+            "requests",
+            "accepts",
+            "rejection_probability",
+            "number_of_accepted_calls",
+            "number_of_rejected_calls",
+            "number_of_throttled_calls",
+        )
+    ),
 }
 
 

@@ -33,6 +33,8 @@ METRICS = (
     "resilience4j_timelimiter_calls_total",
     "r4_retry_budget_exhausted_calls_total",
     "r4_retry_budget_balance",
+    "r4_adaptive_throttler_calls_total",
+    "r4_adaptive_throttler_rejection_probability",
     "r4_event_loop_stalls_total",
     "r4_event_loop_stall_seconds",
 )
@@ -130,6 +132,7 @@ EVERY_PRIMITIVE = {
     "circuitbreakers": {"instances": {"payments": {}}},
     "retries": {"instances": {"payments": {"max_attempts": 2, "budget": "payments"}}},
     "retry_budgets": {"payments": {}},
+    "adaptivethrottlers": {"instances": {"payments": {}}},
     "timelimiters": {"instances": {"payments": {"timeout_duration": "1s"}}},
 }
 

@@ -242,7 +242,14 @@ def test_concurrent_first_use_builds_each_instance_exactly_once(monkeypatch: pyt
 
 
 def test_iteration_covers_every_configured_instance_by_kind() -> None:
-    assert list(registry.KINDS) == ["ratelimiters", "bulkheads", "circuitbreakers", "retries", "timelimiters"]
+    assert list(registry.KINDS) == [
+        "ratelimiters",
+        "bulkheads",
+        "circuitbreakers",
+        "retries",
+        "timelimiters",
+        "adaptivethrottlers",
+    ]
     items = [(kind, name) for kind, name, _ in registry.iter_instances()]
     assert items == [
         ("ratelimiters", "api"),

@@ -24,6 +24,8 @@ series                                                      type       extra lab
 ``resilience4j_timelimiter_calls_total``                    counter    ``kind`` succ.|failed|timeout
 ``r4_retry_budget_exhausted_calls_total``                   counter    (retries with a budget)
 ``r4_retry_budget_balance``                                 gauge      (``name`` = the budget)    liveall
+``r4_adaptive_throttler_calls_total``                       counter    ``kind`` acc.|rej.|throttled
+``r4_adaptive_throttler_rejection_probability``             gauge                                 livemax
 ``r4_event_loop_stalls_total``                              counter    (stall detector name)
 ``r4_event_loop_stall_seconds``                             histogram  ``le``
 ==========================================================  =========  =========================  ==========
@@ -250,6 +252,19 @@ RETRY_BUDGET_BALANCE = _Spec(
     ("name",),
     "liveall",
 )
+AT_CALLS = _Spec(
+    "r4_adaptive_throttler_calls",
+    "counter",
+    "Calls through an adaptive throttler: accepted or rejected by the backend, or throttled locally.",
+    ("name", "kind"),
+)
+AT_PROBABILITY = _Spec(
+    "r4_adaptive_throttler_rejection_probability",
+    "gauge",
+    "The probability an adaptive throttler rejects the next call locally: max(0, (requests - k*accepts) / (requests + 1)).",
+    ("name",),
+    "livemax",
+)
 TL_CALLS = _Spec(
     "resilience4j_timelimiter_calls",
     "counter",
@@ -284,6 +299,8 @@ _SPECS: tuple[_Spec, ...] = (
     RETRY_BUDGET_EXHAUSTED,
     RETRY_BUDGET_BALANCE,
     TL_CALLS,
+    AT_CALLS,
+    AT_PROBABILITY,
 )
 
 #: ``(label value, State)`` in Resilience4j's order: lower-cased state names.
@@ -293,6 +310,11 @@ _RETRY_KINDS = (
     ("successful_with_retry", "number_of_successful_calls_with_retry_attempt"),
     ("failed_with_retry", "number_of_failed_calls_with_retry_attempt"),
     ("failed_without_retry", "number_of_failed_calls_without_retry_attempt"),
+)
+_AT_KINDS = (
+    ("accepted", "number_of_accepted_calls"),
+    ("rejected", "number_of_rejected_calls"),
+    ("throttled", "number_of_throttled_calls"),
 )
 _TL_KINDS = (
     ("successful", "number_of_successful_calls"),
@@ -394,6 +416,12 @@ def _read(out: _Reading) -> None:
         m = tl.metrics
         for kind, attr in _TL_KINDS:
             counter((TL_CALLS, (name, kind), "", tl, getattr(m, attr)))
+
+    for name, throttler in r4_registry.instances("adaptivethrottlers"):
+        m = throttler.metrics
+        for kind, attr in _AT_KINDS:
+            counter((AT_CALLS, (name, kind), "", throttler, getattr(m, attr)))
+        gauge((AT_PROBABILITY, (name,), m.rejection_probability))
 
 
 def _stall_families() -> Iterator[Metric]:

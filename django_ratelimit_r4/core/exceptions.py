@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .adaptivethrottler import AdaptiveThrottler
     from .bulkhead import Bulkhead
     from .circuitbreaker import CircuitBreaker
     from .ratelimiter import RateLimiter
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BulkheadFull",
     "CallNotPermitted",
+    "CallThrottled",
     "ConfigurationError",
     "FieldError",
     "IllegalStateTransition",
@@ -71,7 +73,9 @@ class ResilienceError(Exception):
         return dict(self.__dict__)
 
 
-_INSTANCE_ATTRS = frozenset({"rate_limiter", "bulkhead", "circuit_breaker", "retry", "time_limiter"})
+_INSTANCE_ATTRS = frozenset(
+    {"rate_limiter", "bulkhead", "circuit_breaker", "retry", "time_limiter", "adaptive_throttler"}
+)
 
 
 def _restore(cls: type[ResilienceError], state: dict[str, Any]) -> ResilienceError:
@@ -180,6 +184,26 @@ class CallNotPermitted(ResilienceError):
     def __str__(self) -> str:
         state = self.state
         return f"CircuitBreaker '{self.name}' is {getattr(state, 'name', state)} and does not permit further calls"
+
+
+class CallThrottled(CallNotPermitted):
+    """An adaptive throttler refused a call locally (Google SRE's client-side throttling).
+
+    A :class:`CallNotPermitted` (the dependency was not called, a 503 on the HTTP edge), so code and
+    fallbacks that handle an open breaker handle it too. ``probability`` is the rejection probability
+    the call drew against; ``wait_ns`` is 1 s (the throttle has no open time to report).
+    """
+
+    def __init__(self, throttler: AdaptiveThrottler, probability: float, wait_ns: int = _NS_PER_S) -> None:
+        super().__init__(throttler, None, wait_ns)  # type: ignore[arg-type]
+        self.adaptive_throttler = throttler
+        self.probability = probability
+
+    def __str__(self) -> str:
+        return (
+            f"AdaptiveThrottler '{self.name}' rejected the call locally "
+            f"(rejection probability {self.probability:.2f}: the dependency keeps rejecting)"
+        )
 
 
 def rate_limiter_wait_ns(limiter: Any, key: Any = None) -> int:

@@ -146,6 +146,16 @@ def _row(item: dict[str, Any], width: int) -> list[str]:
             str(s["number_of_failed_calls_without_retry_attempt"]),
             str(s["number_of_total_calls"]),
         ]
+    if kind == "adaptivethrottler":
+        return [
+            item["name"],
+            str(c["k"]),
+            f"{s['requests']}/{s['accepts']}",
+            f"{s['rejection_probability']:.0%}",
+            str(s["number_of_accepted_calls"]),
+            str(s["number_of_rejected_calls"]),
+            str(s["number_of_throttled_calls"]),
+        ]
     return [
         item["name"],
         str(c["timeout_duration"]),
@@ -173,6 +183,11 @@ _SECTIONS: list[tuple[str, str, tuple[str, ...]]] = [
         ("NAME", "MAX ATTEMPTS", "OK", "OK AFTER RETRY", "FAILED AFTER RETRY", "FAILED", "ATTEMPTS"),
     ),
     ("timelimiter", "Time limiters", ("NAME", "TIMEOUT", "OK", "FAILED", "TIMEOUTS")),
+    (
+        "adaptivethrottler",
+        "Adaptive throttlers",
+        ("NAME", "K", "REQUESTS/ACCEPTS", "P(REJECT)", "ACCEPTED", "REJECTED", "THROTTLED"),
+    ),
 ]
 
 
