@@ -159,6 +159,40 @@ def test_keyed_script_matches_memory_backends_exactly(redis_url: str, prefix: st
     assert keyed.faults == 0
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    limits=st.lists(st.tuples(st.sampled_from(PERIODS[:-1]), st.sampled_from([1, 3, 50])), min_size=2, max_size=3),
+    start=st.sampled_from(STARTS),
+    ops=st.lists(
+        st.one_of(
+            st.tuples(st.just("many"), st.integers(1, 4)),
+            st.tuples(st.just("one"), st.integers(0, 2)),
+            st.tuples(st.just("advance"), st.integers(0, 3 * S)),
+        ),
+        min_size=1,
+        max_size=20,
+    ),
+)
+def test_all_or_nothing_matches_memory_backends_exactly(redis_url: str, prefix: str, limits, start, ops) -> None:
+    """acquire_many over 2-3 limits (and single acquires in between): the same answers as MemoryBackend's."""
+    clock = FakeClock(start)
+    names = [uuid.uuid4().hex for _ in limits]
+    memory = [MemoryBackend(n, limit, period, clock) for n, (period, limit) in zip(names, limits, strict=True)]
+    red = [
+        rb.RedisBackend(n, limit, period, clock, url=redis_url, prefix=prefix)
+        for n, (period, limit) in zip(names, limits, strict=True)
+    ]
+    for op, a in ops:
+        if op == "many":
+            assert red[0].acquire_many(red, a) == memory[0].acquire_many(memory, a), (op, a)
+        elif op == "one":
+            index = a % len(red)
+            assert red[index].acquire(1, 0) == memory[index].acquire(1, 0)
+        else:
+            clock.advance_ns(a)
+        assert [r.state() for r in red] == [m.state() for m in memory]
+
+
 def test_the_client_caches_the_anchor_and_the_script_takes_the_fast_path(
     redis_url: str, prefix: str, raw
 ) -> None:

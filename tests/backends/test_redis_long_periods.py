@@ -98,6 +98,20 @@ def test_a_30_day_quota_end_to_end_with_the_client_clock(redis_url: str, prefix:
     assert [client.get("/monthly-ip/", **A).status_code for _ in range(3)] == [200, 200, 429]
 
 
+def test_a_30_day_quota_end_to_end_with_server_time(redis_url: str, prefix: str, settings) -> None:
+    """No r4_clock: the limiters use Redis server time, as in production."""
+    settings.RATELIMIT_R4 = quota_settings(redis_url, prefix)
+    client = Client()
+    responses = [client.get("/monthly/") for _ in range(4)]
+    assert [r.status_code for r in responses] == [200, 200, 200, 429]
+    assert 30 * 86_400 - 60 <= int(responses[-1]["Retry-After"]) <= 30 * 86_400
+    assert [client.get("/monthly-ip/", **A).status_code for _ in range(3)] == [200, 200, 429]
+    assert client.get("/monthly-ip/", REMOTE_ADDR="198.51.100.2").status_code == 200  # another client's budget
+    [item] = state.snapshot(["monthly"])
+    assert item["state"]["available_permissions"] == 0
+    assert 30 * DAY - 60 * S <= item["state"]["nanos_to_wait"] <= 30 * DAY
+
+
 def test_a_30_day_quota_with_server_time(redis_url: str, prefix: str, raw_redis) -> None:
     config = RateLimiterConfig(limit_for_period=3, limit_refresh_period="30d")
     rl = RateLimiter(
@@ -241,3 +255,24 @@ def test_an_instance_that_fails_to_be_read_does_not_hide_the_others(
 
     summary = summarize(list(items.values()))
     assert "ratelimiter monthly: unreadable" in summary and "ratelimiter yearly: 10000/10000 available" in summary
+
+
+def test_all_or_nothing_compares_waits_across_units(redis_url: str, prefix: str) -> None:
+    """A monthly limit (microsecond units) and an hourly one (nanoseconds): the longer wait is named."""
+    from django_ratelimit_r4.core.ratelimiter import acquire_all
+
+    clock = FakeClock(10**15)
+
+    def make(rate: str) -> RateLimiter:
+        limit, period = rate.split("/")
+        config = RateLimiterConfig(limit_for_period=int(limit), limit_refresh_period=period)
+        return RateLimiter(uuid.uuid4().hex, config, clock=clock, backend=rb.redis_backend(redis_url, prefix=prefix))
+
+    monthly, hourly = make("1/30d"), make("1/1h")
+    assert acquire_all([hourly, monthly]) is None
+    clock.advance(60)
+    loser, wait = acquire_all([hourly, monthly])  # type: ignore[misc]
+    assert loser is monthly and wait == 30 * DAY - 60 * S
+    loser, wait = acquire_all([monthly, hourly])  # type: ignore[misc]
+    assert loser is monthly and wait == 30 * DAY - 60 * S
+    assert (monthly.metrics.available_permissions, hourly.metrics.available_permissions) == (0, 0)

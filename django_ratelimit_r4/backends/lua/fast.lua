@@ -34,27 +34,46 @@ else
   end
 end
 
-if op == 'a' and ARGV[2] ~= '' then
-  local token = ARGV[2]
-  local state = redis.call('GET', KEYS[2])
-  local c, p, a
-  if state then
-    c, p, a = string.match(state, '^(%-?%d+) (%-?%d+) (.*)$')
+-- The fast path of "a" (acquire), "s" (state) and "m" (all-or-nothing): every limiter's state proves the
+-- client's cached anchor (or the anchor does) and its base is recent. Otherwise: ratelimiter.lua.
+if op == 'a' or op == 's' or op == 'm' then
+  local n, j, permits, timeout = 1, 2, 0, 0
+  if op == 'm' then
+    n, j, permits = ARGV[3] + 0, 4, ARGV[2] + 0
+  else
+    permits, timeout = ARGV[8] + 0, ARGV[9] + 0
   end
-  local valid = a == token
-  if not valid and redis.call('GET', KEYS[1]) == token then
-    valid, c = true, nil -- the cached anchor is current; a state of another anchor is stale (full)
-  end
-  local elapsed
-  if valid then
-    if now_us then
-      elapsed = (now_us - ARGV[3]) * ARGV[7]
-    else
-      elapsed = ARGV[3] + 0
+  local fast = true
+  local pending, rejecting
+  local worst, worst_wait, worst_ns = 0, 0, -1
+  for i = 1, n do
+    local token = ARGV[j]
+    if token == '' then
+      fast = false
+      break
     end
-  end
-  if valid and elapsed >= 0 and elapsed < 4503599627370496 then -- 2^52: elapsed + period stays exact
-    local limit, period, permits = ARGV[5] + 0, ARGV[6] + 0, ARGV[8] + 0
+    local state = redis.call('GET', KEYS[2 * i])
+    local c, p, a
+    if state then
+      c, p, a = string.match(state, '^(%-?%d+) (%-?%d+) (.*)$')
+    end
+    local valid = a == token
+    if not valid and redis.call('GET', KEYS[2 * i - 1]) == token then
+      valid, c = true, nil -- the cached anchor is current; a state of another anchor is stale (full)
+    end
+    local elapsed = -1
+    if valid then
+      if now_us then
+        elapsed = (now_us - ARGV[j + 1]) * ARGV[j + 5]
+      else
+        elapsed = ARGV[j + 1] + 0
+      end
+    end
+    if elapsed < 0 or elapsed >= 4503599627370496 then -- 2^52: elapsed + period stays exact
+      fast = false
+      break
+    end
+    local limit, period = ARGV[j + 3] + 0, ARGV[j + 4] + 0
     -- (cycle, offset) = divmod(elapsed, period), exact below 2^53: Lua's % rounds a / b, so the remainder
     -- may be one period off; elapsed - offset is then an exact multiple of the period.
     local offset = elapsed % period
@@ -63,7 +82,7 @@ if op == 'a' and ARGV[2] ~= '' then
     elseif offset >= period then
       offset = offset - period
     end
-    local current = ARGV[4] + (elapsed - offset) / period
+    local current = ARGV[j + 2] + (elapsed - offset) / period
     -- base.refresh; keep: the stored state is of this cycle and not in debt, so its expiry (the end of
     -- this cycle) stays right as long as the new permissions are not in debt either.
     local keep = false
@@ -83,41 +102,82 @@ if op == 'a' and ARGV[2] ~= '' then
     local wait = 0
     if p < permits then
       wait = period - offset
-      local n = permits - (p + limit) + limit - 1
-      if n >= limit then -- div_ceil is 0 for every n < limit reached here (n > -1 since p < permits)
-        local d = math.floor(n / limit)
-        if d * limit > n then
+      local m = permits - (p + limit) + limit - 1
+      if m >= limit then -- div_ceil is 0 for every m < limit reached here (m > -1 since p < permits)
+        local d = math.floor(m / limit)
+        if d * limit > m then
           d = d - 1
-        elseif (d + 1) * limit <= n then
+        elseif (d + 1) * limit <= m then
           d = d + 1
         end
         wait = wait + d * period
       end
     end
-    if ARGV[9] + 0 < wait then
-      return -wait
+    if op == 's' then
+      return {current, p, wait, period - offset}
     end
-    p = p - permits
-    local value
-    if current < 1e14 and current > -1e14 and p < 1e14 and p > -1e14 then
-      value = current .. ' ' .. p .. ' ' .. token -- integers below 1e14 print exactly (%.14g)
-    else
-      value = string.format('%.0f %.0f ', current, p) .. token
-    end
-    if keep and p >= 0 then
-      redis.call('SET', KEYS[2], value, 'KEEPTTL')
-    else
-      -- Expires when lazily refreshed to full: after div_ceil(limit - p, limit) cycles from this one.
-      local n = limit - p + limit - 1
-      local d = math.floor(n / limit)
-      if d * limit > n then
-        d = d - 1
-      elseif (d + 1) * limit <= n then
-        d = d + 1
+    if timeout < wait then
+      if n == 1 then
+        return -wait
       end
-      local ms = math.ceil((d * period - offset) / (1000 * ARGV[7])) + slack
-      redis.call('SET', KEYS[2], value, 'PX', math.min(ms, 1e15))
+      -- All-or-nothing: remember every rejecting limiter and the longest wait (compared in ns: the units
+      -- of two limiters may differ), and reserve nothing anywhere.
+      rejecting = rejecting or {}
+      rejecting[#rejecting + 1] = i
+      local wait_ns = wait * 1000 / ARGV[j + 5]
+      if wait_ns > worst_ns then
+        worst, worst_wait, worst_ns = i, wait, wait_ns
+      end
+    elseif not rejecting then
+      p = p - permits
+      local value
+      if current < 1e14 and current > -1e14 and p < 1e14 and p > -1e14 then
+        value = current .. ' ' .. p .. ' ' .. token -- integers below 1e14 print exactly (%.14g)
+      else
+        value = string.format('%.0f %.0f ', current, p) .. token
+      end
+      local ms = false
+      if not (keep and p >= 0) then
+        -- Expires when lazily refreshed to full: after div_ceil(limit - p, limit) cycles from this one.
+        local m = limit - p + limit - 1
+        local d = math.floor(m / limit)
+        if d * limit > m then
+          d = d - 1
+        elseif (d + 1) * limit <= m then
+          d = d + 1
+        end
+        ms = math.min(math.ceil((d * period - offset) / (1000 * ARGV[j + 5])) + slack, 1e15)
+      end
+      if n == 1 then
+        if ms then
+          redis.call('SET', KEYS[2], value, 'PX', ms)
+        else
+          redis.call('SET', KEYS[2], value, 'KEEPTTL')
+        end
+        return wait
+      end
+      pending = pending or {}
+      pending[#pending + 1] = KEYS[2 * i]
+      pending[#pending + 1] = value
+      pending[#pending + 1] = ms
     end
-    return wait
+    j = j + 6
+  end
+  if fast then
+    if rejecting then
+      local reply = {worst, worst_wait}
+      for k = 1, #rejecting do
+        reply[k + 2] = rejecting[k]
+      end
+      return reply
+    end
+    for k = 1, #pending, 3 do
+      if pending[k + 2] then
+        redis.call('SET', pending[k], pending[k + 1], 'PX', pending[k + 2])
+      else
+        redis.call('SET', pending[k], pending[k + 1], 'KEEPTTL')
+      end
+    end
+    return {0}
   end
 end

@@ -141,7 +141,7 @@ end
 if op == 'm' then
   local permits, n = tonumber(ARGV[2]), tonumber(ARGV[3])
   local entries = {}
-  local worst, worst_wait = 0, -1
+  local worst, worst_wait, worst_ns = 0, -1, -1
   local rejecting = {}
   local stale
   for i = 1, n do
@@ -159,8 +159,9 @@ if op == 'm' then
     entries[i] = e
     if not granted then
       rejecting[#rejecting + 1] = i
-      if wait > worst_wait then
-        worst, worst_wait = i, wait
+      -- The longest wait, compared in nanoseconds (two limiters' units may differ).
+      if wait * 1000 / e.m > worst_ns then
+        worst, worst_wait, worst_ns = i, wait, wait * 1000 / e.m
       end
     end
   end
