@@ -1,10 +1,11 @@
 """Rate-limiter state in Redis: one budget per limiter (and per client key) for every process and host.
 
 The in-memory backend is per process: under gunicorn with N workers a limit of 10 becomes 10 x N. Here the
-state lives in Redis and every decision is ONE round trip: an ``EVALSHA`` of ``lua/decide.lua`` +
-``lua/ratelimiter.lua``, which mirrors :func:`~django_ratelimit_r4.backends.base.decide` line by line (same
-AtomicRateLimiter math, reservations and debt, truncating ``div_ceil``). Several limiters (and client keys)
-decide all-or-nothing in the same single script.
+state lives in Redis and every decision is ONE round trip: an ``EVALSHA`` of ``lua/fast.lua`` +
+``lua/decide.lua`` + ``lua/ratelimiter.lua``, which mirror :func:`~django_ratelimit_r4.backends.base.decide`
+(same AtomicRateLimiter math, reservations and debt, truncating ``div_ceil``): ``fast.lua`` decides the common
+case inline from the client's cached anchor, the rest is the exact general path. Several limiters (and client
+keys) decide all-or-nothing in the same single script.
 
 Public names:
 
@@ -20,7 +21,9 @@ Both limiters have ``quota()`` (RateLimit header fields) and an ``aquota()`` twi
 is one round trip that writes nothing.
 
 Time: Redis server time (``TIME``) by default, so hosts agree; a limiter whose clock is not the system clock
-(a ``FakeClock`` from ``r4_clock``) sends its own ``now`` instead, so tests stay deterministic.
+(a ``FakeClock`` from ``r4_clock``) sends its own ``now`` instead, so tests stay deterministic. With server
+time every decision carries a deadline (:meth:`RedisConnection.deadline`): run after its caller gave up, it
+changes nothing (no ghost charges after a timeout).
 
 Faults: a Redis error or timeout never raises out of a decision. ``fault_policy="open"`` grants,
 ``"closed"`` rejects with a short wait (:data:`FAULT_RETRY_AFTER_NS`); either way it is logged at most once per
