@@ -1,0 +1,134 @@
+"""GCRA and the sliding window side by side with the cycle limiter (issue 13), in process.
+
+Target: ``RateLimiter.acquire_permission()`` with ``algorithm="gcra"`` or ``"sliding_window"`` within 1.2x of
+the same call on the default cycle limiter, allowed and denied; keyed rows (informational) compare
+``KeyedRateLimiter.acquire_permission(key)`` with the keyed cycle limiter.
+
+Run: ``python -m benchmarks.bench_algorithms``. Each figure is the best of several interleaved repeats, timed
+in CPU time of the benchmarking thread (``time.thread_time``), so time the thread spends preempted on a busy
+machine does not count (wall-clock figures on a loaded 2-core machine varied by 3x between runs).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import timeit
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the checkout importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+try:  # python -m benchmarks.bench_algorithms
+    from ._timing import exhaust as _exhaust
+    from ._timing import print_rows
+except ImportError:  # benchmarks/run.py, or run as a script
+    from _timing import exhaust as _exhaust  # type: ignore[no-redef]
+    from _timing import print_rows
+
+from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig
+from django_ratelimit_r4.keyed import KeyedRateLimiter
+
+__all__ = ["run"]
+
+TARGET_RATIO = 1.2
+NUMBER = 50_000
+REPEAT = 15
+
+
+def _best_pair(
+    subject: Callable[[], Any], baseline: Callable[[], Any], number: int, repeat: int
+) -> tuple[float, float]:
+    """Best ns/op (thread CPU time) of ``subject`` and ``baseline``, repeats interleaved."""
+    t_subject = timeit.Timer(subject, timer=time.thread_time)
+    t_baseline = timeit.Timer(baseline, timer=time.thread_time)
+    best_s = best_b = float("inf")
+    for _ in range(repeat):
+        best_b = min(best_b, t_baseline.timeit(number) / number * 1e9)
+        best_s = min(best_s, t_subject.timeit(number) / number * 1e9)
+    return best_s, best_b
+
+
+def _config(algorithm: str, limit: int, period: str) -> RateLimiterConfig:
+    return RateLimiterConfig(limit_for_period=limit, limit_refresh_period=period, algorithm=algorithm)
+
+
+def _limiter(algorithm: str, limit: int, period: str) -> RateLimiter:
+    return RateLimiter("bench", _config(algorithm, limit, period))
+
+
+def run(number: int = NUMBER, repeat: int = REPEAT) -> list[dict[str, Any]]:
+    """Measure every row; each is ``{name, ns_per_op, baseline_ns, ratio, target}`` (target None = info)."""
+    rows: list[dict[str, Any]] = []
+
+    def row(name: str, subject: Callable[[], Any], baseline: Callable[[], Any], target: float | None) -> None:
+        ns, base = _best_pair(subject, baseline, number, repeat)
+        rows.append(
+            {
+                "name": name,
+                "ns_per_op": round(ns, 1),
+                "baseline_ns": round(base, 1),
+                "ratio": round(ns / base, 3),
+                "target": target,
+            }
+        )
+
+    # Allowed: limits no benchmark loop exhausts (10**9 per second; the sliding window gets a log of 1000 and a
+    # period short enough for its oldest entry to have left the window by the time it is reused).
+    cycle_allowed = _limiter("cycle", 10**9, "1s").acquire_permission
+    gcra_allowed = _limiter("gcra", 10**9, "1s").acquire_permission
+    sliding_allowed = _limiter("sliding_window", 1000, "1us").acquire_permission
+    cycle_denied = _exhaust(_limiter("cycle", 10_000, "1h").acquire_permission)
+    gcra_denied = _exhaust(_limiter("gcra", 10_000, "1h").acquire_permission)
+    sliding_denied = _exhaust(_limiter("sliding_window", 10_000, "1h").acquire_permission)
+    assert cycle_allowed() and gcra_allowed() and sliding_allowed()
+    assert not (cycle_denied() or gcra_denied() or sliding_denied())
+
+    row("gcra allowed vs cycle allowed", gcra_allowed, cycle_allowed, TARGET_RATIO)
+    row("sliding_window allowed vs cycle allowed", sliding_allowed, cycle_allowed, TARGET_RATIO)
+    row("gcra denied vs cycle denied", gcra_denied, cycle_denied, TARGET_RATIO)
+    row("sliding_window denied vs cycle denied", sliding_denied, cycle_denied, TARGET_RATIO)
+
+    row(
+        "info: sliding_window allowed, log of 100,000 (cache misses)",
+        _limiter("sliding_window", 100_000, "1us").acquire_permission,
+        cycle_allowed,
+        None,
+    )
+    keys = [f"client-{i}" for i in range(1000)]
+
+    def keyed_loop(algorithm: str, limit: int, period: str) -> Callable[[], bool]:
+        keyed = KeyedRateLimiter("bench", _config(algorithm, limit, period))
+        acquire = keyed.acquire_permission
+        state = {"i": 0}
+
+        def call() -> bool:
+            i = state["i"] = (state["i"] + 1) % 1000
+            return acquire(keys[i])
+
+        return call
+
+    row(
+        "info: keyed gcra vs keyed cycle (1000 keys, allowed)",
+        keyed_loop("gcra", 10**9, "1s"),
+        keyed_loop("cycle", 10**9, "1s"),
+        None,
+    )
+    row(
+        "info: keyed sliding_window vs keyed cycle (1000 keys, allowed)",
+        keyed_loop("sliding_window", 10, "1us"),
+        keyed_loop("cycle", 10**9, "1s"),
+        None,
+    )
+    return rows
+
+
+def main() -> int:
+    """Print the rows; exit status 1 if a targeted row misses its target."""
+    return print_rows(run(), baseline_label="cycle")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
