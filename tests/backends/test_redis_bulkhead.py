@@ -330,3 +330,15 @@ def test_lease_ttl_and_fault_policy_are_validated() -> None:
         RedisBulkhead("x", url=UNREACHABLE, lease_ttl="100ms")
     with pytest.raises(ValueError, match="fault_policy"):
         RedisBulkhead("x", url=UNREACHABLE, fault_policy="maybe")
+
+
+def test_the_documented_example_runs(redis_url: str, prefix: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.test_docs_examples import block, run
+
+    source = block("docs/redis.md", "RedisBulkhead(").replace(
+        'url="redis://127.0.0.1:6379/15",', f"url={redis_url!r}, prefix={prefix!r},"
+    )
+    assert f"prefix={prefix!r}" in source
+    ns = run(source, "docs/redis.md")
+    assert capsys.readouterr().out == "1\n"  # its own slot, printed inside the with block
+    assert ns["partner"].cluster_concurrent_calls() == 0
