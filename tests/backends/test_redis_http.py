@@ -185,18 +185,27 @@ def no_sync_redis_on_loop(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]
     """Record every sync redis-py command issued on a thread that runs an event loop."""
     violations: list[str] = []
     original = redis.Redis.execute_command
+    original_call = rb.RedisConnection.call  # the decisions' sync path (a pooled connection, not execute_command)
 
-    def guarded(self: Any, *args: Any, **options: Any) -> Any:
+    def on_loop(what: str) -> None:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
             pass  # a worker thread (executor, sync view): blocking is fine here
         else:
-            violations.append(str(args[:1]))
+            violations.append(what)
+
+    def guarded(self: Any, *args: Any, **options: Any) -> Any:
+        on_loop(str(args[:1]))
         return original(self, *args, **options)
+
+    def guarded_call(self: Any, numkeys: int, args: Any, *more: Any) -> Any:
+        on_loop(f"EVALSHA {args[2 * numkeys] if len(args) > 2 * numkeys else ''!r}")
+        return original_call(self, numkeys, args, *more)
 
     with monkeypatch.context() as patch:
         patch.setattr(redis.Redis, "execute_command", guarded)
+        patch.setattr(rb.RedisConnection, "call", guarded_call)
         yield violations
 
 
