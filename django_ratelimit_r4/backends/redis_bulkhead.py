@@ -277,6 +277,7 @@ class RedisBulkhead:
         # Lease ids of interrupted waiters: the thread cancels them (and releases what was granted).
         self._pending: list[str] = []
         self._lost = self._open = self._local_held = 0
+        self._local = Bulkhead(self.name, self.config)
         self._thread: threading.Thread | None = None
         self._work = threading.Event()
         self._closed = False

@@ -159,6 +159,29 @@ def test_peak_is_exactly_n_across_4_processes(redis_url: str, prefix: str) -> No
     client.close()
 
 
+def test_a_forked_child_holds_nothing_of_its_parent_and_shares_the_slots(
+    redis_url: str, prefix: str, made: list
+) -> None:
+    a = bulkhead(redis_url, prefix, 2)
+    made.append(a)
+    assert a.try_acquire_permission()
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+
+    def child() -> None:
+        held = a.metrics.concurrent_calls
+        a.on_complete()  # holds nothing here: ignored, the parent's lease stays
+        out.put((held, [a.try_acquire_permission() for _ in range(2)]))
+        a.close()
+
+    proc = ctx.Process(target=child)
+    proc.start()
+    assert out.get(timeout=30) == (0, [True, False])
+    proc.join(30)
+    assert a.metrics.concurrent_calls == 1
+    assert a.cluster_concurrent_calls() == 1  # the child gave its slot back on close()
+
+
 _HOLDER = textwrap.dedent(
     """
     import sys, threading
