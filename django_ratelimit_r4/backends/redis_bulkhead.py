@@ -693,11 +693,12 @@ class RedisBulkhead:
 
     def _run(self, proc: str) -> None:
         # A client of its own: BLPOP holds its connection for up to a renewal interval.
+        # Connects lazily (per command, from a pool of its own): Redis may be down when the thread starts.
         client = redis.Redis.from_url(
             self.url,
             socket_timeout=self._renew_every_s + 5.0,
             socket_connect_timeout=CONNECT_TIMEOUT_S,
-            single_connection_client=True,
+            max_connections=2,
         )
         conn = self._conn
         next_renew = time.monotonic() + self._renew_every_s
@@ -722,7 +723,9 @@ class RedisBulkhead:
                 except _FAULTS as exc:
                     conn.fault(exc, f"bulkhead {self.name!r} lease renewal")
                     time.sleep(FAULT_COOLDOWN_S)
-                    client.close()
+                except Exception:  # never let the thread die: the leases of every call would expire
+                    logger.exception("bulkhead %r: the lease renewal thread failed; retrying", self.name)
+                    time.sleep(FAULT_COOLDOWN_S)
         finally:
             client.close()
 

@@ -365,3 +365,49 @@ def test_the_documented_example_runs(redis_url: str, prefix: str, capsys: pytest
     ns = run(source, "docs/redis.md")
     assert capsys.readouterr().out == "1\n"  # its own slot, printed inside the with block
     assert ns["partner"].cluster_concurrent_calls() == 0
+
+
+def test_redis_down_falls_back_to_a_local_bulkhead_then_back_to_redis(redis_server: Any, made: list) -> None:
+    from django_ratelimit_r4.backends import redis as rb
+
+    url = redis_server.url
+    a = bulkhead(url, "r4test", 2)
+    made.append(a)
+    assert a.try_acquire_permission()
+    redis_server.stop()
+    # Refused, then the cool-down: the in-process bulkhead of the same config decides (2 in this process).
+    assert [a.try_acquire_permission() for _ in range(3)] == [True, True, False]
+    assert a.metrics.fault_decisions == 3 and a.metrics.concurrent_calls == 3
+    for _ in range(3):
+        a.on_complete()  # never raises; the lease taken before the outage is left to expire
+    assert a.metrics.concurrent_calls == 0
+    redis_server.start()
+    rb.connection(url).recovered()  # end the 0.5 s cool-down now instead of waiting for it
+    assert a.try_acquire_permission() and a.try_acquire_permission()
+    assert a.cluster_concurrent_calls() == 2  # decided by Redis again (the restarted server is empty)
+    assert a.metrics.fault_decisions == 3
+
+
+def test_a_lease_lost_while_its_call_runs_is_counted_and_absorbs_its_release(
+    redis_url: str, prefix: str, made: list
+) -> None:
+    """A lease that expired in Redis (its process stalled past lease_ttl) while the call still runs: the next
+    renewal counts it, and that call's release does not give back a slot another call holds."""
+    a = bulkhead(redis_url, prefix, 2, lease_ttl="600ms")
+    other = bulkhead(redis_url, prefix, 2)
+    made += [a, other]
+    assert a.try_acquire_permission() and a.try_acquire_permission()
+    client = redis.Redis.from_url(redis_url)
+    lease = sorted(a._live)[0]
+    client.zrem(a._keys[0], lease)  # as if it had expired during a stall
+    deadline = time.monotonic() + 30
+    while a.metrics.lost_leases == 0:  # the renewal runs every 200 ms
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert a.metrics.concurrent_calls == 2  # both calls still run
+    assert other.try_acquire_permission()  # the lost slot went back to the cluster
+    a.on_complete()  # absorbs the lost lease: the other lease of `a` stays
+    assert a.cluster_concurrent_calls() == 2
+    a.on_complete()
+    assert a.cluster_concurrent_calls() == 1
+    client.close()
