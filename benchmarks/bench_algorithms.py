@@ -97,6 +97,7 @@ def run(number: int = NUMBER, repeat: int = REPEAT) -> list[dict[str, Any]]:
         cycle_allowed,
         None,
     )
+    # Keyed: 1000 clients in turn, each used about 750 times, limits none of them reaches (a key stays live).
     keys = [f"client-{i}" for i in range(1000)]
 
     def keyed_loop(algorithm: str, limit: int, period: str) -> Callable[[], bool]:
@@ -112,14 +113,14 @@ def run(number: int = NUMBER, repeat: int = REPEAT) -> list[dict[str, Any]]:
 
     row(
         "info: keyed gcra vs keyed cycle (1000 keys, allowed)",
-        keyed_loop("gcra", 10**9, "1s"),
-        keyed_loop("cycle", 10**9, "1s"),
+        keyed_loop("gcra", 10**6, "1h"),
+        keyed_loop("cycle", 10**6, "1h"),
         None,
     )
     row(
         "info: keyed sliding_window vs keyed cycle (1000 keys, allowed)",
-        keyed_loop("sliding_window", 10, "1us"),
-        keyed_loop("cycle", 10**9, "1s"),
+        keyed_loop("sliding_window", 1000, "1h"),
+        keyed_loop("cycle", 10**6, "1h"),
         None,
     )
     return rows

@@ -39,6 +39,8 @@ class SmoothKeyedRateLimiter(KeyedRateLimiter):
         super().__init__(name, config, clock=clock, **kw)
         self._gcra = self.config.algorithm == GCRA
         self._burst = self._limit if self.config.burst is None else int(self.config.burst)
+        # A one-permit request conforms when ``tat + _one_early <= now * limit`` (GCRA, scaled by the limit).
+        self._one_early = (1 - self._burst) * self._period
 
     # -- one key's algorithm (caller holds the lock; ``now`` is absolute clock time) -----------------------
 
@@ -87,15 +89,13 @@ class SmoothKeyedRateLimiter(KeyedRateLimiter):
         return remaining, max(0, state[head - 1 if head else self._limit - 1] + self._period - now)
 
     def _put(self, key: str, old: Any, state: Any) -> None:
-        """Store ``key``'s state as the most recently used entry, sweeping and evicting like the parent."""
+        """Store ``key``'s state as the most recently used entry; a new key sweeps and evicts like the parent."""
         states = self._states
-        now = self._now()
         if old is not None:
             states[key] = state
             states.move_to_end(key)
-            self._sweep(now)
             return
-        self._sweep(now)
+        self._sweep(self._now())
         if len(states) >= self.max_keys:
             states.popitem(last=False)  # the oldest holds state (the sweep stopped at it): lossy
             self.lossy_evictions += 1
@@ -116,6 +116,47 @@ class SmoothKeyedRateLimiter(KeyedRateLimiter):
 
     def _decide(self, key: str, permits: int, timeout_ns: int) -> int:
         """Decide and commit for ``key``: wait ``>= 0`` granted (reserved), ``< 0`` rejected (``-wait``)."""
+        if permits == 1:
+            lock = self._lock
+            lock.acquire()
+            try:
+                # One permit granted now, spelled out: the key's state moves to the end (most recently used).
+                states = self._states
+                state = states.get(key)
+                now = self._now()
+                if state is None:  # a new (or full, hence dropped) key: one permit is always granted
+                    if self._gcra:
+                        self._put(key, None, now * self._limit + self._period)
+                    else:
+                        ring = _ring_new(self._limit, now - self._period)
+                        ring[0] = now
+                        ring[self._limit] = 1 if self._limit > 1 else 0
+                        self._put(key, None, ring)
+                    self.successful_calls += 1
+                    return 0
+                if self._gcra:
+                    scaled = now * self._limit
+                    if state <= scaled:
+                        states[key] = scaled + self._period
+                        states.move_to_end(key)
+                        self.successful_calls += 1
+                        return 0
+                    if state + self._one_early <= scaled:
+                        states[key] = state + self._period
+                        states.move_to_end(key)
+                        self.successful_calls += 1
+                        return 0
+                else:
+                    limit = self._limit
+                    head = state[limit]
+                    if state[head] + self._period <= now >= state[head - 1 if head else limit - 1]:
+                        state[head] = now
+                        state[limit] = head + 1 if head + 1 < limit else 0
+                        states.move_to_end(key)
+                        self.successful_calls += 1
+                        return 0
+            finally:
+                lock.release()
         if permits < 1:
             raise ValueError(f"permits must be >= 1, got {permits!r}")
         with self._lock:
