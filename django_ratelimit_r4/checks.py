@@ -307,7 +307,7 @@ def _permits_messages(analysis: conf.Analysis, demands: dict[tuple[str, int], li
         messages.append(
             Error(
                 f"{_places(places)}: asks for {permits} permits per request, but rate limiter {name!r} allows only "
-                f"{limit} per period ({where}): no request could ever be admitted, and every 429 would promise "
+                f"{limit} {'at once' if field == 'burst' else 'per period'} ({where}): no request could ever be admitted, and every 429 would promise "
                 "a Retry-After that never comes true",
                 hint=f"Lower permits= (or rate_limiter_permits) to at most {limit}, or raise {where}.",
                 id=Code.PERMITS_ABOVE_LIMIT.check_id,

@@ -361,3 +361,23 @@ def test_a_rate_written_as_a_limiter_name_gets_the_right_spelling(settings: Any)
     assert message.id == "ratelimit_r4.E024"
     assert "'5/m' is a rate, not a name" in message.hint
     assert '["instances"]["api"] = {"rate": "5/m"}' in message.hint
+
+
+@ratelimit("api", permits=3)
+def three_at_once(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("never with a burst of 2")
+
+
+def test_permits_above_a_gcra_burst_are_check_errors_naming_burst(settings: Any) -> None:
+    import copy
+
+    value = copy.deepcopy(settings.RATELIMIT_R4)
+    value["ratelimiters"]["instances"]["api"].update({"algorithm": "gcra", "burst": 2})
+    settings.RATELIMIT_R4 = value
+    settings.ROOT_URLCONF = urlconf(path("three/", three_at_once))
+    (message,) = check_url_names()
+    assert message.id == "ratelimit_r4.E025"
+    assert (
+        "asks for 3 permits per request, but rate limiter 'api' allows only 2 at once "
+        '(RATELIMIT_R4["ratelimiters"]["instances"]["api"]["burst"])' in message.msg
+    )
