@@ -102,17 +102,19 @@ def _environment_warnings(
     problems: list[Problem] = []
     raw = analysis.raw if isinstance(analysis.raw, Mapping) else {}
     options = analysis.options
-    backend = options.backend if options is not None else "memory"
-    if backend == "memory" and analysis.names("ratelimiters"):
+    per_process = conf.per_process_rate_limiters(analysis)
+    if per_process:
         why = detect_multiprocess(environ, argv)
         if why is not None:
+            names = ", ".join(repr(n) for n in per_process)
             problems.append(
                 Problem(
                     Code.MEMORY_MULTIPROCESS,
                     conf.setting_path("backend"),
-                    f"rate limiters keep their state in memory but this deployment looks multi-process ({why}): "
-                    "limits are per process: a limit of 10 becomes 10 x N workers",
-                    'Use the redis backend for global quotas (RATELIMIT_R4["backend"] = "redis"), '
+                    f"rate limiters {names} keep their state in memory but this deployment looks multi-process "
+                    f"({why}): limits are per process: a limit of 10 becomes 10 x N workers",
+                    'Use the redis backend for global quotas (RATELIMIT_R4["backend"] = "redis", or a '
+                    'RATELIMIT_R4["backends"] entry named by each instance\'s "backend"), '
                     "or silence ratelimit_r4.W001 if per-process limits are intended.",
                 )
             )

@@ -46,6 +46,7 @@ __all__ = [
     "KINDS",
     "SETTING",
     "Analysis",
+    "BackendSpec",
     "Code",
     "InstanceSpec",
     "Kind",
@@ -59,6 +60,7 @@ __all__ = [
     "get_analysis",
     "get_options",
     "parse_key_spec",
+    "per_process_rate_limiters",
     "raw_setting",
     "setting_path",
 ]
@@ -108,9 +110,12 @@ class Code(enum.Enum):
         "E008",
         "invalid per-instance option: max_keys, key_idle_timeout or retry_after",
     )
-    INVALID_BACKEND = ("E009", "backend is not 'memory' or 'redis'")
-    REDIS_NOT_INSTALLED = ("E010", "backend 'redis' but the redis package is not installed")
-    INVALID_REDIS_URL = ("E011", "backend 'redis' without a valid redis_url")
+    INVALID_BACKEND = (
+        "E009",
+        "backend / a backends entry's BACKEND is not 'memory', 'redis' or an importable dotted path to a backend factory",
+    )
+    REDIS_NOT_INSTALLED = ("E010", "a redis backend but the redis package is not installed")
+    INVALID_REDIS_URL = ("E011", "a redis backend without a valid URL (redis_url or LOCATION)")
     INVALID_HEADERS = ("E012", "headers is not 'draft-10', 'draft-6' or None")
     INVALID_RESPONSE_BUILDER = ("E013", "response_builder cannot be imported or is not callable")
     INVALID_TRUSTED_PROXIES = (
@@ -126,7 +131,8 @@ class Code(enum.Enum):
     INVALID_METRICS = ("E018", "metrics is not True or False")
     INVALID_REDIS_OPTION = (
         "E019",
-        "redis_fault_policy is not 'open' or 'closed', or redis_key_prefix is not a non-empty string",
+        "redis_fault_policy is not 'open' or 'closed', redis_key_prefix is not a non-empty string, or a "
+        "redis backend's OPTIONS value is invalid",
     )
     INVALID_FORWARDED_HEADER = ("E020", "forwarded_header is not 'auto', 'x-forwarded-for' or 'forwarded'")
     RATE_CONFLICT = (
@@ -153,6 +159,12 @@ class Code(enum.Enum):
     ALGORITHM_NOT_ON_BACKEND = (
         "E027",
         "a rate limiter's algorithm is not 'cycle' with backend 'redis' (Redis implements 'cycle' only)",
+    )
+    UNKNOWN_BACKEND = ("E028", "a rate limiter's backend names no entry of RATELIMIT_R4['backends']")
+    INVALID_ON_BACKEND_ERROR = ("E029", "on_backend_error is not 'local', 'allow' or 'deny'")
+    BACKEND_SHORTHAND_CONFLICT = (
+        "E030",
+        "backends['default'] is set together with the top-level shorthand backend, redis_url or redis_key_prefix",
     )
     MEMORY_MULTIPROCESS = ("W001", "in-memory rate limiters in a deployment that looks multi-process")
     METRICS_WITHOUT_PROMETHEUS = ("W002", "metrics is True but prometheus_client is not installed")
@@ -216,7 +228,7 @@ KINDS: dict[str, Kind] = {
             RateLimiterConfig,
             "django_ratelimit_r4.core.ratelimiter.RateLimiter",
             "get_rate_limiter",
-            ("key", "max_keys", "key_idle_timeout"),
+            ("key", "max_keys", "key_idle_timeout", "backend", "on_backend_error"),
             ("rate",),
         ),
         Kind(
@@ -266,6 +278,7 @@ DEFAULT_MAX_KEYS = _KEYED_DEFAULT_MAX_KEYS
 DEFAULT_BULKHEAD_RETRY_AFTER = Nanos(1_000_000_000)
 
 _OPTION_KEYS = (
+    "backends",
     "backend",
     "redis_url",
     "redis_fault_policy",
@@ -325,8 +338,9 @@ class R4Options:
 
     backend: str = "memory"
     redis_url: str | None = None
-    #: What a decision does when Redis fails: "open" grants, "closed" rejects with a short Retry-After.
-    redis_fault_policy: str = "open"
+    #: The default ``on_backend_error`` of rate limiters on a redis backend, in the old words: "open" is "allow",
+    #: "closed" is "deny"; None (not written) means "local".
+    redis_fault_policy: str | None = None
     #: Prefix of every Redis key (several apps or environments can share one Redis).
     redis_key_prefix: str = "r4"
     headers: str | None = "draft-10"
@@ -342,6 +356,52 @@ class R4Options:
     metrics: bool = True
     #: False makes every decorator and throttle a pass-through (django-ratelimit's RATELIMIT_ENABLE).
     enabled: bool = True
+
+
+#: The factories of the built-in ``BACKEND`` names (imported by the registry only when used).
+BUILTIN_BACKENDS: Mapping[str, str] = MappingProxyType(
+    {
+        "memory": "django_ratelimit_r4.backends.memory.MemoryStore",
+        "redis": "django_ratelimit_r4.backends.redis.RedisStore",
+    }
+)
+#: What a rate limiter on a shared backend does while that backend fails (see docs/redis.md).
+ON_BACKEND_ERROR = ("local", "allow", "deny")
+#: ``redis_fault_policy`` (the shorthand default) in ``on_backend_error``'s words.
+_FAULT_POLICY_AS_ON_ERROR = MappingProxyType({"open": "allow", "closed": "deny"})
+#: The ``OPTIONS`` a redis backend accepts; durations are converted to seconds for redis-py.
+REDIS_OPTIONS = ("socket_timeout", "socket_connect_timeout", "max_connections", "timeout", "key_prefix")
+_BACKEND_ENTRY_KEYS = ("BACKEND", "LOCATION", "OPTIONS")
+#: The top-level keys that are shorthand for ``backends["default"]``.
+_SHORTHAND_KEYS = ("backend", "redis_url", "redis_key_prefix")
+
+
+@dataclass(frozen=True, slots=True)
+class BackendSpec:
+    """One validated entry of ``RATELIMIT_R4["backends"]``: where rate limiters naming it keep their state.
+
+    ``backend`` is ``"memory"``, ``"redis"`` or the dotted path of a factory
+    ``(alias, location, options) -> Store`` (see :class:`django_ratelimit_r4.backends.base.Store`);
+    ``options`` are validated for the built-in backends (redis: durations in seconds, ``key_prefix``) and
+    passed through as written to a factory.
+    """
+
+    alias: str
+    backend: str
+    location: str | None = None
+    options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    #: Where it is written (``RATELIMIT_R4["backends"]["shared"]``, or ``RATELIMIT_R4["backend"]`` for the shorthand).
+    path: str = ""
+
+    @property
+    def factory_path(self) -> str:
+        """The dotted path the registry imports to build this backend."""
+        return BUILTIN_BACKENDS.get(self.backend, self.backend)
+
+    @property
+    def per_process(self) -> bool:
+        """True for the memory backend: every process has its own budgets."""
+        return self.backend == "memory"
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,6 +437,10 @@ class Analysis:
     retry_budgets: dict[str, RetryBudgetConfig] = field(default_factory=dict)
     #: Entries of ``retry_budgets`` that are misconfigured, with their problems.
     broken_retry_budgets: dict[str, list[Problem]] = field(default_factory=dict)
+    #: Valid entries of ``RATELIMIT_R4["backends"]`` (``"default"`` always, made from the shorthand if absent).
+    backends: dict[str, BackendSpec] = field(default_factory=dict)
+    #: Entries of ``backends`` that cannot be built, with their problems (their instances are broken too).
+    broken_backends: dict[str, list[Problem]] = field(default_factory=dict)
 
     def names(self, kind: str) -> tuple[str, ...]:
         """Every configured instance name of ``kind``, valid or broken, in setting order."""
@@ -486,8 +550,37 @@ def _parse_budget_name(value: object) -> str | None:
     )
 
 
+def _parse_backend_alias(value: object) -> str:
+    # Whether the name exists is checked once every backend is known (_bind_backends).
+    if not isinstance(value, str) or not value:
+        raise _Invalid(
+            f"must be the name of an entry of {setting_path('backends')}, got {value!r}",
+            'For example "backend": "shared" with RATELIMIT_R4["backends"]["shared"] = '
+            '{"BACKEND": "redis", "LOCATION": "redis://127.0.0.1:6379/0"}.',
+        )
+    return value
+
+
+def _parse_on_backend_error(value: object) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and value.lower() in ON_BACKEND_ERROR:
+        return value.lower()
+    hint = _did_you_mean(value, ON_BACKEND_ERROR)
+    if hint is None and isinstance(value, str) and value.lower() in _FAULT_POLICY_AS_ON_ERROR:
+        hint = f"redis_fault_policy {value.lower()!r} is written {_FAULT_POLICY_AS_ON_ERROR[value.lower()]!r} here."
+    raise _Invalid(
+        f"must be 'local', 'allow' or 'deny', got {value!r}",
+        hint
+        or "'local' decides with a per-process limiter of the same config while the backend fails, "
+        "'allow' admits every request, 'deny' rejects with a 1 s Retry-After.",
+    )
+
+
 # (parser, default, problem code) of every extra option
 _EXTRAS: dict[str, tuple[Callable[[Any], Any], Any, Code]] = {
+    "backend": (_parse_backend_alias, "default", Code.UNKNOWN_BACKEND),
+    "on_backend_error": (_parse_on_backend_error, None, Code.INVALID_ON_BACKEND_ERROR),
     "key": (_parse_key, None, Code.INVALID_KEY),
     "max_keys": (_parse_max_keys, DEFAULT_MAX_KEYS, Code.INVALID_INSTANCE_OPTION),
     "key_idle_timeout": (_parse_idle_timeout, None, Code.INVALID_INSTANCE_OPTION),
@@ -1016,6 +1109,295 @@ def _parse_options(raw: Mapping[str, Any], analysis: Analysis) -> None:
         analysis.options = R4Options(**values)
 
 
+# ------------------------------------------------------------------------------------------ backends
+
+
+def _backend_problem(problems: list[Problem], code: Code, path: str, message: str, hint: str | None = None) -> None:
+    problems.append(Problem(code, path, message, hint))
+
+
+def _parse_redis_location(location: object, at: str, problems: list[Problem]) -> str | None:
+    if location is None:
+        _backend_problem(
+            problems,
+            Code.INVALID_REDIS_URL,
+            at,
+            "a redis backend needs LOCATION",
+            'Set it to the server\'s URL, e.g. "LOCATION": "redis://127.0.0.1:6379/0".',
+        )
+        return None
+    if not isinstance(location, str) or not location.startswith(_REDIS_SCHEMES):
+        _backend_problem(
+            problems,
+            Code.INVALID_REDIS_URL,
+            at,
+            f"must be a redis://, rediss:// or unix:// URL, got {location!r}",
+            "For example 'redis://127.0.0.1:6379/0'.",
+        )
+        return None
+    return location
+
+
+def _parse_redis_options(options: object, at: str, problems: list[Problem]) -> dict[str, Any]:
+    """``OPTIONS`` of a redis backend in redis-py's terms (timeouts in seconds) plus ``key_prefix``."""
+    parsed: dict[str, Any] = {}
+    if options is None:
+        return parsed
+    if not isinstance(options, Mapping):
+        _backend_problem(
+            problems,
+            Code.WRONG_CONTAINER,
+            at,
+            f"must be a dict, got {type(options).__name__}",
+            'Write it as {"socket_timeout": "50ms", "key_prefix": "r4"}.',
+        )
+        return parsed
+    for key, value in options.items():
+        where = f'{at}["{key}"]' if isinstance(key, str) else f"{at}[{key!r}]"
+        if key not in REDIS_OPTIONS:
+            _backend_problem(
+                problems,
+                Code.UNKNOWN_KEY,
+                where,
+                f"unknown option {key!r} for a redis backend",
+                _did_you_mean(key, REDIS_OPTIONS) or f"Known options: {_known(REDIS_OPTIONS)}.",
+            )
+            continue
+        try:
+            if key == "key_prefix":
+                parsed[key] = _option_key_prefix(value, {})
+            elif key == "max_connections":
+                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                    raise _Invalid(
+                        f"must be an integer >= 1, got {value!r}",
+                        "Connections per pool (this process's, and each event loop's); 16 by default.",
+                    )
+                parsed[key] = value
+            else:
+                parsed[key] = _parse_positive_duration(value) / 1e9
+        except _Invalid as exc:
+            _backend_problem(problems, Code.INVALID_REDIS_OPTION, where, exc.message, exc.hint)
+    return parsed
+
+
+def _parse_backend_entry(alias: str, entry: object, problems: list[Problem]) -> BackendSpec | None:
+    """Validate one ``backends`` entry; append its problems and return None when it cannot be built."""
+    at = setting_path("backends", alias)
+    before = len(problems)
+    if not isinstance(entry, Mapping):
+        _backend_problem(
+            problems,
+            Code.WRONG_CONTAINER,
+            at,
+            f"must be a dict with BACKEND (and LOCATION, OPTIONS), got {type(entry).__name__}",
+            'For example {"BACKEND": "redis", "LOCATION": "redis://127.0.0.1:6379/0"}.',
+        )
+        return None
+    for key in entry:
+        if key not in _BACKEND_ENTRY_KEYS:
+            close = _did_you_mean(key.upper() if isinstance(key, str) else key, _BACKEND_ENTRY_KEYS)
+            _backend_problem(
+                problems,
+                Code.UNKNOWN_KEY,
+                setting_path("backends", alias, key),
+                f"unknown key {key!r} of a backend",
+                close or f"Known keys: {', '.join(_BACKEND_ENTRY_KEYS)} (upper case, as in CACHES).",
+            )
+    backend = entry.get("BACKEND")
+    location = entry.get("LOCATION")
+    raw_options = entry.get("OPTIONS")
+    options: Mapping[str, Any] = {}
+    name = backend.lower() if isinstance(backend, str) and backend.lower() in BUILTIN_BACKENDS else backend
+    if name == "memory":
+        if location is not None:
+            _backend_problem(
+                problems,
+                Code.UNKNOWN_KEY,
+                setting_path("backends", alias, "LOCATION"),
+                "a memory backend has no LOCATION (its state lives in each process)",
+                "Remove LOCATION, or use a redis backend for one budget across processes.",
+            )
+        if raw_options:
+            _backend_problem(
+                problems,
+                Code.UNKNOWN_KEY,
+                setting_path("backends", alias, "OPTIONS"),
+                f"a memory backend takes no OPTIONS, got {raw_options!r}",
+                "Remove OPTIONS.",
+            )
+    elif name == "redis":
+        if importlib.util.find_spec("redis") is None:
+            _backend_problem(
+                problems,
+                Code.REDIS_NOT_INSTALLED,
+                setting_path("backends", alias, "BACKEND"),
+                "BACKEND 'redis' needs the redis package, which is not installed",
+                "pip install 'django-ratelimit-r4[redis]'",
+            )
+        location = _parse_redis_location(location, setting_path("backends", alias, "LOCATION"), problems)
+        options = _parse_redis_options(raw_options, setting_path("backends", alias, "OPTIONS"), problems)
+    elif isinstance(name, str) and "." in name:
+        try:
+            factory = import_string(name)
+        except Exception as exc:  # a user module imported by the dotted path may raise anything
+            _backend_problem(
+                problems,
+                Code.INVALID_BACKEND,
+                setting_path("backends", alias, "BACKEND"),
+                f"cannot import {name!r}: {exc}",
+                "Give 'memory', 'redis' or a dotted path to callable(alias, location, options) -> Store.",
+            )
+        else:
+            if not callable(factory):
+                _backend_problem(
+                    problems,
+                    Code.INVALID_BACKEND,
+                    setting_path("backends", alias, "BACKEND"),
+                    f"{name!r} is not callable",
+                    "Give a dotted path to callable(alias, location, options) -> Store (a class works).",
+                )
+        if raw_options is not None and not isinstance(raw_options, Mapping):
+            _backend_problem(
+                problems,
+                Code.WRONG_CONTAINER,
+                setting_path("backends", alias, "OPTIONS"),
+                f"must be a dict, got {type(raw_options).__name__}",
+            )
+        else:
+            options = dict(raw_options or {})
+    else:
+        _backend_problem(
+            problems,
+            Code.INVALID_BACKEND,
+            setting_path("backends", alias, "BACKEND"),
+            f"must be 'memory', 'redis' or a dotted path to a backend factory, got {backend!r}"
+            if backend is not None
+            else "BACKEND is missing",
+            _did_you_mean(backend, BUILTIN_BACKENDS)
+            or "For example \"BACKEND\": \"redis\" with \"LOCATION\": \"redis://127.0.0.1:6379/0\".",
+        )
+    if len(problems) > before:
+        return None
+    return BackendSpec(alias, str(name), location, MappingProxyType(dict(options)), at)
+
+
+def _shorthand_backend(raw: Mapping[str, Any], analysis: Analysis) -> tuple[BackendSpec | None, list[Problem]]:
+    """``backends["default"]`` written the old way: top-level backend, redis_url and redis_key_prefix."""
+    shorthand_paths = {setting_path(k) for k in (*_SHORTHAND_KEYS, "redis_fault_policy")}
+    problems = [p for p in analysis.option_problems if p.path in shorthand_paths]
+    if problems:
+        return None, problems
+    backend = str(raw.get("backend", "memory")).lower()
+    if backend == "memory":
+        return BackendSpec("default", "memory", path=setting_path("backend")), []
+    options = {"key_prefix": raw.get("redis_key_prefix", "r4")}
+    return BackendSpec(
+        "default", "redis", raw.get("redis_url"), MappingProxyType(options), setting_path("backend")
+    ), []
+
+
+def _parse_backends(raw: Mapping[str, Any], analysis: Analysis) -> None:
+    """Fill ``analysis.backends`` / ``broken_backends`` from ``backends`` and the top-level shorthand."""
+    section = raw.get("backends")
+    entries: Mapping[Any, Any] = {}
+    if section is not None and not isinstance(section, Mapping):
+        analysis.problems.append(
+            Problem(
+                Code.WRONG_CONTAINER,
+                setting_path("backends"),
+                f"must be a dict of name -> backend, got {type(section).__name__}",
+                'Write it as {"shared": {"BACKEND": "redis", "LOCATION": "redis://127.0.0.1:6379/0"}}.',
+            )
+        )
+    elif section is not None:
+        entries = section
+    for alias, entry in entries.items():
+        if not isinstance(alias, str) or not alias:
+            analysis.problems.append(
+                Problem(
+                    Code.WRONG_CONTAINER,
+                    setting_path("backends", alias),
+                    f"names must be non-empty strings, got {alias!r}",
+                )
+            )
+            continue
+        problems: list[Problem] = []
+        spec = _parse_backend_entry(alias, entry, problems)
+        analysis.problems.extend(problems)
+        if spec is None:
+            analysis.broken_backends[alias] = problems
+        else:
+            analysis.backends[alias] = spec
+    if "default" in entries:
+        written = [k for k in _SHORTHAND_KEYS if k in raw]
+        if written:
+            problem = Problem(
+                Code.BACKEND_SHORTHAND_CONFLICT,
+                setting_path("backends", "default"),
+                f"set twice: here and by the top-level shorthand {', '.join(written)}",
+                f"Keep one: move {', '.join(written)} into backends['default'] "
+                '(e.g. {"BACKEND": "redis", "LOCATION": <redis_url>, "OPTIONS": {"key_prefix": <redis_key_prefix>}}) '
+                "and remove the top-level keys.",
+            )
+            analysis.problems.append(problem)
+            analysis.backends.pop("default", None)
+            analysis.broken_backends.setdefault("default", []).append(problem)
+        return
+    spec, problems = _shorthand_backend(raw, analysis)
+    if spec is None:
+        analysis.broken_backends["default"] = problems
+    else:
+        analysis.backends["default"] = spec
+
+
+def _bind_backends(raw: Mapping[str, Any], analysis: Analysis) -> None:
+    """Check each rate limiter's backend name and fill in its ``on_backend_error`` default.
+
+    An instance naming an unknown backend, or one whose backend is broken, becomes broken itself (first use
+    raises the same problems ``manage.py check`` prints); other instances are unaffected.
+    """
+    policy = raw.get("redis_fault_policy")
+    shorthand = _FAULT_POLICY_AS_ON_ERROR.get(policy.lower(), "local") if isinstance(policy, str) else "local"
+    specs = analysis.specs["ratelimiters"]
+    for name, spec in list(specs.items()):
+        alias = spec.options["backend"]
+        backend = analysis.backends.get(alias)
+        if backend is None:
+            problems = analysis.broken_backends.get(alias)
+            if problems is None:
+                known = sorted({*analysis.backends, *analysis.broken_backends})
+                problem = Problem(
+                    Code.UNKNOWN_BACKEND,
+                    spec.origins.get("backend", f'{spec.path}["backend"]'),
+                    f"unknown backend {alias!r}; configured: {', '.join(repr(k) for k in known)}",
+                    _did_you_mean(alias, known)
+                    or f'Declare it: {setting_path("backends", alias)} = {{"BACKEND": "redis", "LOCATION": "redis://..."}}.',
+                )
+                if problem not in analysis.problems:
+                    analysis.problems.append(problem)
+                problems = [problem]
+            del specs[name]
+            analysis.broken["ratelimiters"][name] = list(problems)
+            continue
+        if spec.options["on_backend_error"] is None and backend.backend == "redis":
+            options = {**spec.options, "on_backend_error": shorthand}
+            specs[name] = InstanceSpec(
+                spec.kind, spec.name, spec.config, MappingProxyType(options), spec.path, spec.origins
+            )
+
+
+def per_process_rate_limiters(analysis: Analysis) -> tuple[str, ...]:
+    """Rate limiter names whose state lives in each process (a memory backend, or a broken setting)."""
+
+    def on_memory(name: str) -> bool:
+        spec = analysis.specs["ratelimiters"].get(name)
+        alias = spec.options["backend"] if spec is not None else "default"
+        backend = analysis.backends.get(alias)
+        return backend is None or backend.per_process
+
+    return tuple(n for n in analysis.names("ratelimiters") if on_memory(n))
+
+
 # ------------------------------------------------------------------------------------------ analyse
 
 
@@ -1072,7 +1454,13 @@ def _add_drf_scopes(rates: object, analysis: Analysis) -> None:
             analysis.problems.append(problem)
             analysis.broken["ratelimiters"][scope] = [problem]
             continue
-        options = {"key": DRF_SCOPE_KEY, "max_keys": DEFAULT_MAX_KEYS, "key_idle_timeout": None}
+        options = {
+            "key": DRF_SCOPE_KEY,
+            "max_keys": DEFAULT_MAX_KEYS,
+            "key_idle_timeout": None,
+            "backend": "default",
+            "on_backend_error": None,
+        }
         analysis.specs["ratelimiters"][scope] = InstanceSpec(
             "ratelimiters", scope, config, MappingProxyType(options), drf_scope_path(scope)
         )
@@ -1119,7 +1507,9 @@ def analyse(raw: object, drf_rates: object = None) -> Analysis:
     _parse_options(raw, analysis)
     _parse_retry_budgets(raw.get(RETRY_BUDGETS), analysis)
     _check_retry_budgets(analysis)
+    _parse_backends(raw, analysis)
     _add_drf_scopes(drf_rates, analysis)
+    _bind_backends(raw, analysis)
     _check_redis_periods(analysis)
     _check_redis_algorithms(analysis)
     return analysis
@@ -1213,18 +1603,18 @@ def _check_redis_algorithms(analysis: Analysis) -> None:
 
     Only that instance breaks (it raises on use); the others and ``r4 status`` work.
     """
-    if analysis.options is None or analysis.options.backend != "redis":
-        return
     specs = analysis.specs["ratelimiters"]
     for name, spec in list(specs.items()):
         algorithm = spec.config.algorithm
-        if algorithm == "cycle":
+        backend = analysis.backends.get(spec.options["backend"])
+        if algorithm == "cycle" or backend is None or backend.backend != "redis":
             continue
         problem = Problem(
             Code.ALGORITHM_NOT_ON_BACKEND,
             spec.origins.get("algorithm", f'{spec.path}["algorithm"]'),
             f"algorithm {algorithm!r} is implemented by the memory backend only, but backend is 'redis'",
-            f"Use algorithm 'cycle' for this limiter, or set {setting_path('backend')} to 'memory'.",
+            f"Use algorithm 'cycle' for this limiter, or a memory backend for it "
+            f"({setting_path('ratelimiters', 'instances', name, 'backend')}, or {setting_path('backend')} = 'memory').",
         )
         if problem not in analysis.problems:
             analysis.problems.append(problem)
@@ -1233,17 +1623,18 @@ def _check_redis_algorithms(analysis: Analysis) -> None:
 
 
 def _check_redis_periods(analysis: Analysis) -> None:
-    """With the Redis backend, a period its script cannot keep exact is an error (found at check time).
+    """On a redis backend, a period its script cannot keep exact is an error (found at check time).
 
     Periods up to ~10.4 days are counted in nanoseconds, longer ones (monthly, yearly quotas) in whole
     microseconds. Only that instance breaks: it raises on use, while the others and ``r4 status`` work.
     """
-    if analysis.options is None or analysis.options.backend != "redis":
-        return
     from .backends.base import MAX_NS_PERIOD, redis_period_error
 
     specs = analysis.specs["ratelimiters"]
     for name, spec in list(specs.items()):
+        backend = analysis.backends.get(spec.options["backend"])
+        if backend is None or backend.backend != "redis":
+            continue
         error = redis_period_error(int(spec.config.limit_refresh_period))
         if error is not None:
             problem = Problem(
@@ -1253,7 +1644,8 @@ def _check_redis_periods(analysis: Analysis) -> None:
                 f"Write it in whole microseconds (ms, s, m, h or d), e.g. '30d'; periods up to "
                 f"{format_duration(MAX_NS_PERIOD)} are exact to the nanosecond."
                 if "microseconds" in error
-                else "Use a shorter period, or the memory backend for this limit.",
+                else "Use a shorter period, or a memory backend for this limit "
+                f"({setting_path('ratelimiters', 'instances', name, 'backend')}).",
             )
             if problem not in analysis.problems:
                 analysis.problems.append(problem)

@@ -74,7 +74,7 @@ from .headers import (
     window_seconds,
 )
 from .ip import ClientIPResolver
-from .keyed import KeyedRateLimiter, _redis_of, acquire_all_keyed
+from .keyed import KeyedRateLimiter, _is_mixed, _redis_of, aacquire_all_keyed, acquire_all_keyed
 from .keys import KeyFunc, compile_key
 from .middleware import bulkhead_retry_after_ns, rejection_response
 from .responses import HANDLED_EXCEPTIONS
@@ -351,11 +351,16 @@ class _RatePlan:
         #: True when the limits live in Redis: every decision and quota is a round trip, so async
         #: paths await redis.asyncio and read quotas off the event loop.
         self.remote = redis_module is not None
+        # Limits in memory and in Redis (backends chosen per instance) go through keyed's mixed path;
+        # limits all in one place are bound to that place's function directly.
+        mixed = self.remote and _is_mixed(
+            [(limit.keyed if limit.keyed is not None else limit.limiter, None) for limit in limits]
+        )
         self.acquire_all: Callable[..., tuple[int, int] | None] = (
-            redis_module.acquire_all_keyed if redis_module is not None else acquire_all_keyed
+            redis_module.acquire_all_keyed if self.remote and not mixed else acquire_all_keyed  # type: ignore[union-attr]
         )
         self.aacquire_all: Callable[..., Any] | None = (
-            redis_module.aacquire_all_keyed if redis_module is not None else None
+            None if not self.remote else aacquire_all_keyed if mixed else redis_module.aacquire_all_keyed  # type: ignore[union-attr]
         )
         self.limits = limits
         self.style = style

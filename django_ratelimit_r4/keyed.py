@@ -53,6 +53,7 @@ __all__ = [
     "KeyedRateLimiter",
     "KeyedRateLimiterMetrics",
     "KeyedRateLimiterView",
+    "aacquire_all_keyed",
     "acquire_all_keyed",
 ]
 
@@ -446,6 +447,23 @@ class KeyedRateLimiter:
             self._publish(FAILED_ACQUIRE, permits)
         return -1
 
+    def give_back(self, key: str, permits: int, since_ns: int) -> None:
+        """Undo a grant of ``permits`` to ``key`` decided at or after ``since_ns`` (a reading of this store's
+        clock), while the cycle containing ``since_ns`` is still the current one (see
+        :meth:`MemoryBackend.give_back <django_ratelimit_r4.backends.memory.MemoryBackend.give_back>`)."""
+        with self._lock:
+            if since_ns < self._anchor:
+                return
+            now = self._now() - self._anchor
+            cycle = now // self._period
+            if (since_ns - self._anchor) // self._period != cycle:
+                return
+            stored, permissions, packed = self._load(key)
+            if packed is None or stored != cycle:
+                return  # full or reset since: nothing of this grant is left to give back
+            self._store(key, packed, stored, cycle, min(permissions + permits, self._limit))
+            self.successful_calls -= 1
+
     def drain_permissions(self, key: str) -> int:
         """Set ``key``'s refreshed permissions to 0 (debt kept) and return how many were drained."""
         with self._lock:
@@ -697,28 +715,86 @@ def _peek_unkeyed(limiter: RateLimiter, permits: int) -> int:
 _REDIS_MODULE = __package__ + ".backends.redis"
 
 
-def _redis_of(entries: Sequence[tuple[Any, Any]]) -> Any | None:
-    """``backends.redis`` when every entry is Redis-backed, None when none is; TypeError when mixed.
-
-    A process that never imported ``backends.redis`` has no Redis-backed limiter (and ``redis`` stays
-    optional), so the in-memory path pays one dict lookup. Memory and Redis limiters cannot be decided
-    all-or-nothing together: that would hold the in-memory locks across a network round trip.
-    """
+def _remote_flags(entries: Sequence[tuple[Any, Any]]) -> tuple[Any | None, list[bool]]:
+    """``(backends.redis or None, which entries are Redis-backed)``; TypeError for two Redis connections."""
     module = sys.modules.get(_REDIS_MODULE)
     if module is None:
-        return None
+        return None, [False] * len(entries)
     remote = (module.RedisBackend, module.RedisKeyedRateLimiter)
-    flags = [isinstance(lim.backend if isinstance(lim, RateLimiter) else lim, remote) for lim, _ in entries]
+    holders = [lim.backend if isinstance(lim, RateLimiter) else lim for lim, _ in entries]
+    flags = [isinstance(holder, remote) for holder in holders]
     if not any(flags):
-        return None
-    if not all(flags):
-        on_redis = [lim.name for (lim, _), flag in zip(entries, flags, strict=True) if flag]
-        in_memory = [lim.name for (lim, _), flag in zip(entries, flags, strict=True) if not flag]
+        return None, flags
+    connections = {id(h._connection()) for h, flag in zip(holders, flags, strict=True) if flag}  # type: ignore[union-attr]
+    if len(connections) > 1:
+        names = [lim.name for (lim, _), flag in zip(entries, flags, strict=True) if flag]
         raise TypeError(
-            f"cannot decide Redis-backed rate limiters {on_redis} and in-memory ones {in_memory} "
-            "all-or-nothing in one call; give every limiter of one decision the same backend"
+            f"cannot decide rate limiters {names} all-or-nothing in one call: they live in different Redis "
+            "servers (or backends with different connection OPTIONS), and one script cannot reach both; "
+            "give them one redis backend"
         )
-    return module
+    return module, flags
+
+
+def _redis_of(entries: Sequence[tuple[Any, Any]]) -> Any | None:
+    """``backends.redis`` when some entry is Redis-backed, None when none is.
+
+    A process that never imported ``backends.redis`` has no Redis-backed limiter (and ``redis`` stays
+    optional), so the in-memory path pays one dict lookup. Entries on two Redis connections raise
+    ``TypeError``; memory and Redis entries together are decided by :func:`acquire_all_keyed`'s mixed path.
+    """
+    return _remote_flags(entries)[0]
+
+
+def _is_mixed(entries: Sequence[tuple[Any, Any]]) -> bool:
+    """True when some entries are Redis-backed and others are not."""
+    module, flags = _remote_flags(entries)
+    return module is not None and not all(flags)
+
+
+def _give_back(entries: Sequence[tuple[Any, Any]], since: Sequence[int], permits: int) -> None:
+    """Undo the grants of in-memory entries decided after ``since`` (see ``MemoryBackend.give_back``)."""
+    for (limiter, key), since_ns in zip(entries, since, strict=True):
+        if isinstance(limiter, KeyedRateLimiter):
+            limiter.give_back(key, permits, since_ns)
+        else:
+            limiter.backend.give_back(permits, since_ns)
+
+
+def _split(entries: Sequence[tuple[Any, Any]], flags: list[bool]) -> tuple[list[int], list[int]]:
+    local = [i for i, flag in enumerate(flags) if not flag]
+    remote = [i for i, flag in enumerate(flags) if flag]
+    return local, remote
+
+
+def _mixed_first_half(
+    entries: Sequence[tuple[Any, Any]], local: list[int], permits: int
+) -> tuple[tuple[int, int] | None, list[tuple[Any, Any]], list[int]]:
+    """Decide the in-memory entries (all-or-nothing, committed); the clock readings taken before it."""
+    local_entries = [entries[i] for i in local]
+    since = [limiter.clock.now_ns() for limiter, _ in local_entries]
+    outcome = _acquire_memory(local_entries, permits, publish_granted=False)
+    if outcome is not None:
+        return (local[outcome[0]], outcome[1]), local_entries, since
+    return None, local_entries, since
+
+
+def _mixed_second_half(
+    entries: Sequence[tuple[Any, Any]],
+    local_entries: list[tuple[Any, Any]],
+    since: list[int],
+    remote: list[int],
+    outcome: tuple[int, int] | None,
+    permits: int,
+) -> tuple[int, int] | None:
+    """After the Redis entries answered: give the in-memory permits back on a rejection; publish."""
+    if outcome is None:
+        for limiter, _ in local_entries:
+            if limiter.events.wants_successful:
+                limiter._publish(SUCCESSFUL_ACQUIRE, permits)
+        return None
+    _give_back(local_entries, since, permits)
+    return remote[outcome[0]], outcome[1]
 
 
 def acquire_all_keyed(
@@ -737,13 +813,85 @@ def acquire_all_keyed(
 
     Redis-backed entries (``RedisKeyedRateLimiter``, or a ``RateLimiter`` on a ``RedisBackend``) are
     handed to :func:`django_ratelimit_r4.backends.redis.acquire_all_keyed` (one atomic script, same
-    result). Mixing Redis-backed and in-memory entries raises ``TypeError``.
+    result). When some entries are in memory and others in Redis (backends chosen per instance), the
+    in-memory ones are decided first (all-or-nothing, under their locks, no I/O), then the Redis ones in
+    one round trip; if Redis rejects, the in-memory permits are given back. So each backend stays exact
+    (never more than its limit); the only cost is that a concurrent in-memory decision may be rejected
+    during that round trip by permits that are then given back (and none is given back across a cycle
+    boundary). Entries on two different Redis connections raise ``TypeError``.
     """
     if permits < 1:
         raise ValueError(f"permits must be >= 1, got {permits}")
-    redis_module = _redis_of(entries)
+    redis_module, flags = _remote_flags(entries)
     if redis_module is not None:
-        return redis_module.acquire_all_keyed(entries, permits)  # type: ignore[no-any-return]
+        if all(flags):
+            return redis_module.acquire_all_keyed(entries, permits)  # type: ignore[no-any-return]
+        local, remote = _split(entries, flags)
+        worst, local_entries, since = _mixed_first_half(entries, local, permits)
+        if worst is not None:
+            return worst
+        if len(remote) == 1:
+            outcome = _one_remote(entries[remote[0]], _one_remote_wait(entries[remote[0]], permits), permits)
+        else:
+            outcome = redis_module.acquire_all_keyed([entries[i] for i in remote], permits)
+        return _mixed_second_half(entries, local_entries, since, remote, outcome, permits)
+    return _acquire_memory(entries, permits)
+
+
+async def aacquire_all_keyed(
+    entries: Sequence[tuple[Any, str | None]], permits: int = 1
+) -> tuple[int, int] | None:
+    """Async twin of :func:`acquire_all_keyed`: Redis entries are awaited on ``redis.asyncio``; in-memory
+    ones are decided inline (integer work under locks, never across an ``await``)."""
+    if permits < 1:
+        raise ValueError(f"permits must be >= 1, got {permits}")
+    redis_module, flags = _remote_flags(entries)
+    if redis_module is None:
+        return _acquire_memory(entries, permits)
+    if all(flags):
+        return await redis_module.aacquire_all_keyed(entries, permits)  # type: ignore[no-any-return]
+    local, remote = _split(entries, flags)
+    worst, local_entries, since = _mixed_first_half(entries, local, permits)
+    if worst is not None:
+        return worst
+    if len(remote) == 1:
+        limiter, key = entries[remote[0]]
+        wait = await (limiter.backend.aacquire(permits, 0) if key is None else limiter._adecide(key, permits, 0))
+        outcome = _one_remote(entries[remote[0]], wait, permits)
+    else:
+        outcome = await redis_module.aacquire_all_keyed([entries[i] for i in remote], permits)
+    return _mixed_second_half(entries, local_entries, since, remote, outcome, permits)
+
+
+def _one_remote_wait(entry: tuple[Any, Any], permits: int) -> int:
+    """The one Redis entry of a mixed decision, decided alone (one round trip, timeout 0): wait or -wait."""
+    limiter, key = entry
+    if key is None:
+        return int(limiter.backend.acquire(permits, 0))
+    return int(limiter._decide(key, permits, 0))
+
+
+def _one_remote(entry: tuple[Any, Any], wait: int, permits: int) -> tuple[int, int] | None:
+    """Shape a single Redis decision like ``acquire_all_keyed``'s result, publishing its events."""
+    limiter = entry[0]
+    if wait >= 0:
+        if limiter.events.wants_successful:
+            limiter._publish(SUCCESSFUL_ACQUIRE, permits)
+        return None
+    refuse_never_grantable(limiter, permits, 0)
+    if limiter.events.wants_failed:
+        limiter._publish(FAILED_ACQUIRE, permits)
+    return 0, -wait
+
+
+def _acquire_memory(
+    entries: Sequence[tuple[Any, str | None]], permits: int, publish_granted: bool = True
+) -> tuple[int, int] | None:
+    """:func:`acquire_all_keyed` over in-memory entries only (see there).
+
+    ``publish_granted=False`` leaves the SUCCESSFUL_ACQUIRE events to the caller (a mixed decision publishes
+    them only once Redis granted too).
+    """
     keyed: list[tuple[int, KeyedRateLimiter, str]] = []
     plain: list[tuple[int, RateLimiter]] = []
     for index, (limiter, key) in enumerate(entries):
@@ -787,7 +935,7 @@ def acquire_all_keyed(
         for store in reversed(held):
             store._lock.release()
     if worst is None:
-        for limiter, _ in entries:
+        for limiter, _ in entries if publish_granted else ():
             if limiter.events.wants_successful:
                 limiter._publish(SUCCESSFUL_ACQUIRE, permits)
         return None

@@ -36,6 +36,7 @@ from .core.config import import_string
 from .core.rates import parse_rate
 
 if TYPE_CHECKING:
+    from .backends.base import Store, StoreFactory
     from .core.adaptivethrottler import AdaptiveThrottler
     from .core.bulkhead import Bulkhead
     from .core.circuitbreaker import CircuitBreaker
@@ -127,16 +128,18 @@ def _warn_if_multiprocess(state: _State) -> None:
     why = detect_multiprocess(os.environ, sys.argv)
     if why is None:
         return
-    names = ", ".join(repr(n) for n in state.analysis.names("ratelimiters"))
+    names = ", ".join(repr(n) for n in conf.per_process_rate_limiters(state.analysis))
     logger.warning(
         "rate limiters %s keep their state in this process's memory (pid %d), but the server looks "
         "multi-process (%s): every worker has its own budget, so a limit of 10 becomes 10 x N workers. "
-        'For one budget across workers use the redis backend (%s = "redis"); if per-process limits are '
-        'intended, silence this and the check with SILENCED_SYSTEM_CHECKS = ["%s"].',
+        'For one budget across workers use the redis backend (%s = "redis", or a %s entry named by the '
+        "instance's \"backend\"); if per-process limits are intended, silence this and the check with "
+        'SILENCED_SYSTEM_CHECKS = ["%s"].',
         names,
         pid,
         why,
         conf.setting_path("backend"),
+        conf.setting_path("backends"),
         check_id,
     )
 
@@ -148,11 +151,7 @@ def _recheck_in_child() -> None:
     state = _state
     if state is None or not (state.instances["ratelimiters"] or state.keyed):
         return
-    try:
-        in_memory = _redis_options(state) is None
-    except ImproperlyConfigured:
-        return
-    if in_memory:
+    if any(store.per_process for store in state.stores.values()):
         _warn_if_multiprocess(state)
 
 
@@ -196,7 +195,7 @@ class MisconfiguredInstance(ImproperlyConfigured):
 class _State:
     """Instances of one generation of the setting."""
 
-    __slots__ = ("analysis", "budgets", "generation", "instances", "keyed")
+    __slots__ = ("analysis", "budgets", "generation", "instances", "keyed", "stores")
 
     def __init__(self, analysis: conf.Analysis, generation: int) -> None:
         self.analysis = analysis
@@ -205,6 +204,8 @@ class _State:
         self.keyed: dict[str, KeyedRateLimiter] = {}
         #: Retry budgets by name, built with the first retry that uses one (shared by every such retry).
         self.budgets: dict[str, RetryBudget] = {}
+        #: The built entries of ``RATELIMIT_R4["backends"]``, by alias (one per generation).
+        self.stores: dict[str, Store] = {}
 
 
 def _current_state() -> _State:
@@ -274,26 +275,16 @@ def _build(state: _State, kind: str, name: str) -> Any:
         instance = state.instances[kind].get(name)
         if instance is None:
             spec = _spec(state, kind, name)
-            redis_options = _redis_options(state) if kind == "ratelimiters" else None
-            if redis_options is None:
-                if kind == "ratelimiters":
-                    _warn_if_multiprocess(state)
-                budget = spec.options.get("budget") if kind == "retries" else None
-                if budget is not None:
-                    instance = _primitive_class(kind)(
-                        name, spec.config, clock=_clock, budget=_retry_budget(state, budget)
-                    )
-                else:
-                    instance = _primitive_class(kind)(name, spec.config, clock=_clock)
-            else:
-                from .backends.redis import redis_backend  # imported only when configured
-
-                factory = redis_backend(
-                    redis_options.redis_url,  # type: ignore[arg-type]
-                    prefix=redis_options.redis_key_prefix,
-                    fault_policy=redis_options.redis_fault_policy,
-                )
+            if kind == "ratelimiters":
+                store = _store_of(state, spec)
+                factory = store.backend_factory(spec.options["on_backend_error"])
                 instance = _primitive_class(kind)(name, spec.config, clock=_clock, backend=factory)
+            elif kind == "retries" and spec.options.get("budget") is not None:
+                instance = _primitive_class(kind)(
+                    name, spec.config, clock=_clock, budget=_retry_budget(state, spec.options["budget"])
+                )
+            else:
+                instance = _primitive_class(kind)(name, spec.config, clock=_clock)
             state.instances[kind][name] = instance
             for callback in build_callbacks:
                 callback(kind, name, instance)
@@ -322,19 +313,21 @@ def _retry_budget(state: _State, name: str) -> RetryBudget:
     return budget
 
 
-def _redis_options(state: _State) -> conf.R4Options | None:
-    """The options when rate limiters live in Redis, else None.
+def _store_of(state: _State, spec: conf.InstanceSpec) -> Store:
+    """The built store (``RATELIMIT_R4["backends"]`` entry) of a rate limiter spec; caller holds the lock.
 
-    A setting that asks for Redis but has invalid options raises (``ImproperlyConfigured`` listing them)
-    rather than silently falling back to per-process memory.
+    Built once per generation through the entry's factory (``"memory"``, ``"redis"`` or a dotted path): the
+    registry knows no backend by name. An instance on a per-process store logs the multi-process warning.
     """
-    options = state.analysis.options
-    if options is None:
-        raw = state.analysis.raw
-        if isinstance(raw, Mapping) and str(raw.get("backend", "")).lower() == "redis":
-            conf.get_options()  # raises with every problem
-        return None
-    return options if options.backend == "redis" else None
+    alias = spec.options["backend"]
+    store = state.stores.get(alias)
+    if store is None:
+        backend = state.analysis.backends[alias]  # analyse() made every bound alias valid
+        factory: StoreFactory = import_string(backend.factory_path)
+        store = state.stores[alias] = factory(alias, backend.location, backend.options)
+    if store.per_process:
+        _warn_if_multiprocess(state)
+    return store
 
 
 def _get(kind: str, name: str) -> Any:
@@ -378,34 +371,14 @@ def get_keyed_rate_limiter(name: str) -> KeyedRateLimiter:
             keyed = state.keyed.get(name)
             if keyed is None:
                 spec = _spec(state, "ratelimiters", name)
-                redis_options = _redis_options(state)
-                built: Any
-                if redis_options is None:
-                    from .keyed import KeyedRateLimiter  # written separately; imported only when used
-
-                    _warn_if_multiprocess(state)
-
-                    built = KeyedRateLimiter(
-                        name,
-                        spec.config,
-                        clock=_clock,
-                        max_keys=spec.options["max_keys"],
-                        idle_timeout_ns=spec.options["key_idle_timeout"],
-                    )
-                else:
-                    from .backends.redis import RedisKeyedRateLimiter
-
-                    built = RedisKeyedRateLimiter(
-                        name,
-                        spec.config,
-                        clock=_clock,
-                        url=redis_options.redis_url,  # type: ignore[arg-type]
-                        prefix=redis_options.redis_key_prefix,
-                        fault_policy=redis_options.redis_fault_policy,
-                        max_keys=spec.options["max_keys"],
-                        idle_timeout_ns=spec.options["key_idle_timeout"],
-                    )
-                keyed = built
+                keyed = _store_of(state, spec).keyed_rate_limiter(
+                    name,
+                    spec.config,
+                    clock=_clock,
+                    max_keys=spec.options["max_keys"],
+                    idle_timeout_ns=spec.options["key_idle_timeout"],
+                    on_error=spec.options["on_backend_error"],
+                )
                 state.keyed[name] = keyed
                 for callback in build_callbacks:
                     callback("ratelimiters", name, keyed)
@@ -450,7 +423,9 @@ def get_retry_budget(name: str) -> RetryBudget:
 def instance_options(kind: str, name: str) -> Mapping[str, Any]:
     """The per-instance options that are not config fields, with defaults filled in.
 
-    ``ratelimiters``: ``key`` (spec or None), ``max_keys`` (int), ``key_idle_timeout`` (ns or None).
+    ``ratelimiters``: ``key`` (spec or None), ``max_keys`` (int), ``key_idle_timeout`` (ns or None),
+    ``backend`` (the ``RATELIMIT_R4["backends"]`` alias) and ``on_backend_error`` (``"local"``, ``"allow"``,
+    ``"deny"``; the redis default filled in, None on a memory backend unless written).
     ``bulkheads``: ``retry_after`` (ns). ``retries``: ``budget`` (a retry budget's name or None). Other kinds:
     empty. Raises like the accessors.
     """

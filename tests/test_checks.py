@@ -414,6 +414,121 @@ CASES = [
         id="E019-key-prefix",
     ),
     pytest.param(
+        {"backends": {"shared": {"BACKEND": "redis", "LOCATION": "redis://r:6379/0", "OPTIONS": {"socket_timout": "50ms"}}}},
+        "E002",
+        'RATELIMIT_R4["backends"]["shared"]["OPTIONS"]["socket_timout"]',
+        "unknown option 'socket_timout' for a redis backend",
+        "Did you mean 'socket_timeout'?",
+        id="E002-backend-options",
+    ),
+    pytest.param(
+        {"backends": {"shared": {"backend": "redis", "LOCATION": "redis://r:6379/0"}}},
+        "E002",
+        'RATELIMIT_R4["backends"]["shared"]["backend"]',
+        "unknown key 'backend' of a backend",
+        "Did you mean 'BACKEND'?",
+        id="E002-backend-entry",
+    ),
+    pytest.param(
+        {"backends": [{"BACKEND": "redis"}]},
+        "E003",
+        'RATELIMIT_R4["backends"]',
+        "must be a dict of name -> backend, got list",
+        '{"shared": {"BACKEND": "redis"',
+        id="E003-backends",
+    ),
+    pytest.param(
+        {"backends": {"shared": {"BACKEND": "rediss", "LOCATION": "redis://r:6379/0"}}},
+        "E009",
+        'RATELIMIT_R4["backends"]["shared"]["BACKEND"]',
+        "must be 'memory', 'redis' or a dotted path to a backend factory, got 'rediss'",
+        "Did you mean 'redis'?",
+        id="E009-BACKEND",
+    ),
+    pytest.param(
+        {"backends": {"shared": {"BACKEND": "myapp.nowhere.Store"}}},
+        "E009",
+        'RATELIMIT_R4["backends"]["shared"]["BACKEND"]',
+        "cannot import 'myapp.nowhere.Store'",
+        "callable(alias, location, options) -> Store",
+        id="E009-BACKEND-path",
+    ),
+    pytest.param(
+        {"backends": {"shared": {"BACKEND": "redis", "LOCATION": "http://cache:6379"}}},
+        "E011",
+        'RATELIMIT_R4["backends"]["shared"]["LOCATION"]',
+        "must be a redis://, rediss:// or unix:// URL, got 'http://cache:6379'",
+        "For example",
+        id="E011-LOCATION",
+    ),
+    pytest.param(
+        {"backends": {"shared": {"BACKEND": "redis"}}},
+        "E011",
+        'RATELIMIT_R4["backends"]["shared"]["LOCATION"]',
+        "a redis backend needs LOCATION",
+        "redis://127.0.0.1:6379/0",
+        id="E011-LOCATION-missing",
+    ),
+    pytest.param(
+        {"backends": {"shared": {"BACKEND": "redis", "LOCATION": "redis://r/0", "OPTIONS": {"socket_timeout": 0.05}}}},
+        "E019",
+        'RATELIMIT_R4["backends"]["shared"]["OPTIONS"]["socket_timeout"]',
+        "bare number 0.05 has no unit",
+        "'500ms'",
+        id="E019-backend-timeout",
+    ),
+    pytest.param(
+        {"backends": {"shared": {"BACKEND": "redis", "LOCATION": "redis://r/0", "OPTIONS": {"max_connections": 0}}}},
+        "E019",
+        'RATELIMIT_R4["backends"]["shared"]["OPTIONS"]["max_connections"]',
+        "must be an integer >= 1, got 0",
+        "Connections per pool",
+        id="E019-backend-max-connections",
+    ),
+    pytest.param(
+        {
+            "backends": {"shared": {"BACKEND": "redis", "LOCATION": "redis://r:6379/0"}},
+            "ratelimiters": {"instances": {"api": {"backend": "shraed"}}},
+        },
+        "E028",
+        f'{RL}["instances"]["api"]["backend"]',
+        "unknown backend 'shraed'; configured: 'default', 'shared'",
+        "Did you mean 'shared'?",
+        id="E028",
+    ),
+    pytest.param(
+        rl(configs={"default": {"backend": "elsewhere"}}),
+        "E028",
+        f'{RL}["configs"]["default"]["backend"]',
+        "unknown backend 'elsewhere'",
+        'RATELIMIT_R4["backends"]["elsewhere"] = {"BACKEND": "redis"',
+        id="E028-inherited",
+    ),
+    pytest.param(
+        rl({"on_backend_error": "alow"}),
+        "E029",
+        f'{RL}["instances"]["api"]["on_backend_error"]',
+        "must be 'local', 'allow' or 'deny', got 'alow'",
+        "Did you mean 'allow'?",
+        id="E029",
+    ),
+    pytest.param(
+        rl({"on_backend_error": "open"}),
+        "E029",
+        f'{RL}["instances"]["api"]["on_backend_error"]',
+        "must be 'local', 'allow' or 'deny', got 'open'",
+        "redis_fault_policy 'open' is written 'allow' here.",
+        id="E029-old-word",
+    ),
+    pytest.param(
+        {"backend": "redis", "backends": {"default": {"BACKEND": "memory"}}},
+        "E030",
+        'RATELIMIT_R4["backends"]["default"]',
+        "set twice: here and by the top-level shorthand backend",
+        "move backend into backends['default']",
+        id="E030",
+    ),
+    pytest.param(
         {"headers": "draft10"},
         "E012",
         'RATELIMIT_R4["headers"]',
@@ -868,6 +983,42 @@ def test_redis_backend_without_the_package(monkeypatch: pytest.MonkeyPatch) -> N
     assert [m.id for m in messages] == ["ratelimit_r4.E010"]
     assert messages[0].msg.startswith('RATELIMIT_R4["backend"]: ')
     assert "pip install 'django-ratelimit-r4[redis]'" in messages[0].hint
+
+
+def test_a_redis_backends_entry_without_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_find_spec = conf.importlib.util.find_spec
+    monkeypatch.setattr(
+        conf.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "redis" else real_find_spec(name, *a),
+    )
+    setting = {
+        "backends": {"shared": {"BACKEND": "redis", "LOCATION": "redis://127.0.0.1:6379/0"}},
+        "ratelimiters": {"instances": {"api": {"backend": "shared"}, "pool": {}}},
+    }
+    with override_settings(RATELIMIT_R4=setting):
+        messages = ours(check_settings())
+    assert [m.id for m in messages] == ["ratelimit_r4.E010"]
+    assert messages[0].msg.startswith('RATELIMIT_R4["backends"]["shared"]["BACKEND"]: ')
+    assert "pip install 'django-ratelimit-r4[redis]'" in messages[0].hint
+    analysis = conf.analyse(setting)
+    assert list(analysis.specs["ratelimiters"]) == ["pool"]  # only the instance on that backend is broken
+    assert [p.check_id for p in analysis.broken["ratelimiters"]["api"]] == ["ratelimit_r4.E010"]
+
+
+def test_multiprocess_warning_names_only_the_per_process_limiters(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WEB_CONCURRENCY", "4")
+    setting = {
+        "backends": {"shared": {"BACKEND": "redis", "LOCATION": "redis://r:6379/0"}},
+        "ratelimiters": {"instances": {"global": {"backend": "shared"}, "pool": {}}},
+    }
+    with override_settings(RATELIMIT_R4=setting):
+        messages = ours(check_settings())
+    assert [m.id for m in messages] == ["ratelimit_r4.W001"]
+    assert "rate limiters 'pool' keep their state in memory" in messages[0].msg
+    setting["ratelimiters"]["instances"]["pool"] = {"backend": "shared"}
+    with override_settings(RATELIMIT_R4=setting):
+        assert ours(check_settings()) == []
 
 
 def test_redis_backend_with_package_and_url_is_clean() -> None:

@@ -55,6 +55,8 @@ def test_status_json_after_11_calls_shows_zero_available(fresh: Any) -> None:
         "key": None,
         "max_keys": 100_000,
         "key_idle_timeout": None,
+        "backend": "default",
+        "on_backend_error": None,
     }
     assert "in-memory backend" in err and "--url" in err
 
@@ -232,13 +234,22 @@ def test_misconfigured_instance_is_a_command_error(settings: Any) -> None:
     assert items == []  # broken instances are skipped; manage.py check reports them
 
 
-def test_shared_backend_note(fresh: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from django_ratelimit_r4 import conf
-
-    options = conf.get_options()
-    monkeypatch.setattr(conf, "get_options", lambda: type(options)(backend="redis"))
+def test_shared_backend_note(settings: Any) -> None:
+    pytest.importorskip("redis")
+    # Rate limiters all on a redis backend (nothing listens on port 1: the state read is a fault, not an error).
+    settings.RATELIMIT_R4 = {
+        "backends": {"shared": {"BACKEND": "redis", "LOCATION": "redis://127.0.0.1:1/15"}},
+        "ratelimiters": {"instances": {"api": {"backend": "shared", "limit_refresh_period": "1s"}}},
+    }
     _, err = run("status", "api")
     assert "shared redis state" in err and "in-memory" not in err
+    # One of them per process: the note says so.
+    settings.RATELIMIT_R4 = {
+        **settings.RATELIMIT_R4,
+        "ratelimiters": {"instances": {"api": {"backend": "shared"}, "pool": {}}},
+    }
+    _, err = run("status", "api")
+    assert "in-memory backend" in err
 
 
 def test_empty_setting(settings: Any) -> None:

@@ -99,7 +99,8 @@ def urlconf(**views: Any) -> types.ModuleType:
         ("docs/configuration.md", "# settings.py"),
         ("docs/usage.md", '"sustained": {'),
         ("docs/testing.md", "# settings.py"),
-        ("docs/redis.md", '"backend": "redis"'),
+        ("docs/redis.md", '"backends": {'),
+        ("docs/configuration.md", '"backends": {'),
     ],
 )
 @pytest.mark.usefixtures("fake_requests")
@@ -382,6 +383,8 @@ def test_configuration_tables_list_every_field_with_its_real_default(section: st
         "key_idle_timeout": None,
         "retry_after": conf.DEFAULT_BULKHEAD_RETRY_AFTER,
         "budget": None,
+        "backend": "default",
+        "on_backend_error": None,
     }
     for name, documented in rows.items():
         actual = extras[name] if name in (*kind.extras, *kind.shorthands) else getattr(defaults, name)
@@ -391,9 +394,13 @@ def test_configuration_tables_list_every_field_with_its_real_default(section: st
 def test_configuration_top_level_options_table() -> None:
     rows = _table("## Top-level options")
     defaults = conf.R4Options()
-    assert set(rows) == {f.name for f in dataclasses.fields(conf.R4Options)}
+    # backends (its own section, "## Backends") is analysed per entry, not an R4Options field.
+    assert set(rows) == {f.name for f in dataclasses.fields(conf.R4Options)} | {"backends"}
     for name, documented in rows.items():
-        if name == "stall_detector":
+        if name == "backends":
+            assert ast.literal_eval(documented) == {"default": {"BACKEND": "memory"}}
+            assert conf.analyse({}).backends["default"].backend == "memory"
+        elif name == "stall_detector":
             value = ast.literal_eval(documented)
             stall = defaults.stall_detector
             assert value == {"enabled": stall.enabled, "threshold": "20ms"}

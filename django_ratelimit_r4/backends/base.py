@@ -14,8 +14,8 @@ needs to keep only the two integers per key and call it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from ..core.clock import Clock
 
@@ -25,6 +25,8 @@ __all__ = [
     "REDIS_MAX_PERIOD_NS",
     "BackendFactory",
     "RateLimiterBackend",
+    "Store",
+    "StoreFactory",
     "decide",
     "div_ceil",
     "nanos_to_wait",
@@ -183,4 +185,46 @@ class BackendFactory(Protocol):
         self, name: str, limit_for_period: int, limit_refresh_period_ns: int, clock: Clock
     ) -> RateLimiterBackend:
         """Return the backend for the limiter ``name``, full, anchored at ``clock``'s current time."""
+        ...
+
+
+@runtime_checkable
+class Store(Protocol):
+    """One entry of ``RATELIMIT_R4["backends"]``: builds the state holders of the rate limiters naming it.
+
+    The registry builds one store per entry (through its ``BACKEND`` factory, see :class:`StoreFactory`)
+    and asks it for every rate limiter configured with ``"backend": <alias>``. ``on_error`` is the
+    instance's ``on_backend_error`` (``"local"``, ``"allow"``, ``"deny"``, or None when not written and
+    the backend has no default): a store whose state lives elsewhere applies it while that place fails.
+    """
+
+    #: The entry's name in ``RATELIMIT_R4["backends"]``.
+    alias: str
+    #: True when every process has its own budgets (the memory store): the registry warns (W001) under a
+    #: multi-process server.
+    per_process: bool
+
+    def backend_factory(self, on_error: str | None) -> BackendFactory:
+        """The :class:`BackendFactory` a ``RateLimiter`` of this store is built with."""
+        ...
+
+    def keyed_rate_limiter(
+        self,
+        name: str,
+        config: Any,
+        *,
+        clock: Clock,
+        max_keys: int,
+        idle_timeout_ns: int | None,
+        on_error: str | None,
+    ) -> Any:
+        """The per-key store of rate limiter ``name`` (``KeyedRateLimiter``'s interface)."""
+        ...
+
+
+class StoreFactory(Protocol):
+    """What a ``BACKEND`` dotted path names: ``factory(alias, location, options) -> Store`` (a class works)."""
+
+    def __call__(self, alias: str, location: str | None, options: Mapping[str, Any]) -> Store:
+        """Build the store of ``RATELIMIT_R4["backends"][alias]`` from its ``LOCATION`` and ``OPTIONS``."""
         ...

@@ -12,14 +12,14 @@ import functools
 import math
 import threading
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..core.clock import Clock
 from .algorithms import GCRA, SLIDING_WINDOW
 from .base import BackendFactory, RateLimiterBackend, div_ceil, nanos_to_wait, refresh
 
-__all__ = ["GcraBackend", "MemoryBackend", "SlidingWindowBackend", "acquire_many", "memory_backend"]
+__all__ = ["GcraBackend", "MemoryBackend", "MemoryStore", "SlidingWindowBackend", "acquire_many", "memory_backend"]
 
 
 class MemoryBackend:
@@ -145,6 +145,24 @@ class MemoryBackend:
             self._cycle_end = self._anchor + (cycle + 1) * self._period
             self._permissions = permissions - drained
             return drained
+
+    def give_back(self, permits: int, since_ns: int) -> None:
+        """Undo a grant of ``permits`` decided at or after ``since_ns`` (a reading of this backend's clock).
+
+        Given back only while the cycle containing ``since_ns`` is still the current one (capped at the
+        limit); after a cycle boundary nothing is: that cycle is over, and crediting the next one would let it
+        grant more than its limit. Used when another part of an all-or-nothing decision rejected.
+        """
+        with self._lock:
+            if since_ns < self._anchor:
+                return  # reset since
+            now = self._now()
+            if (since_ns - self._anchor) // self._period != (now - self._anchor) // self._period:
+                return
+            if now >= self._cycle_end:
+                self._roll(now)
+            self._permissions = min(self._permissions + permits, self._limit)
+            self.successful_calls -= 1
 
     def change_limit(self, limit_for_period: int) -> None:
         """Use the new limit from now on; the current permissions are capped only at the next refresh."""
@@ -597,3 +615,38 @@ def memory_backend(config: Any) -> BackendFactory:
     if config.algorithm == SLIDING_WINDOW:
         return SlidingWindowBackend
     return MemoryBackend
+
+
+class MemoryStore:
+    """``{"BACKEND": "memory"}``: every rate limiter naming it keeps its state in this process.
+
+    A :class:`~.base.Store`; it takes no ``LOCATION`` and no ``OPTIONS``, and never fails, so an instance's
+    ``on_backend_error`` does not apply.
+    """
+
+    per_process = True
+
+    def __init__(self, alias: str, location: str | None = None, options: Mapping[str, Any] | None = None) -> None:
+        self.alias = alias
+
+    def backend_factory(self, on_error: str | None) -> BackendFactory:
+        """:class:`MemoryBackend` itself (its constructor is the factory)."""
+        return MemoryBackend
+
+    def keyed_rate_limiter(
+        self,
+        name: str,
+        config: Any,
+        *,
+        clock: Clock,
+        max_keys: int,
+        idle_timeout_ns: int | None,
+        on_error: str | None,
+    ) -> Any:
+        """An in-process :class:`~django_ratelimit_r4.keyed.KeyedRateLimiter`."""
+        from ..keyed import KeyedRateLimiter  # the keyed store imports this module's package
+
+        return KeyedRateLimiter(name, config, clock=clock, max_keys=max_keys, idle_timeout_ns=idle_timeout_ns)
+
+    def __repr__(self) -> str:
+        return f"MemoryStore({self.alias!r})"

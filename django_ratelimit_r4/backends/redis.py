@@ -43,7 +43,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -66,8 +66,9 @@ from ..core.ratelimiter import (
     refuse_never_grantable,
 )
 from ..core.waiting import Waiters
-from ..keyed import KeyedRateLimiterMetrics
-from .base import MAX_NS_PERIOD, MAX_PERIOD_NS, RateLimiterBackend, redis_period_error
+from ..keyed import KeyedRateLimiter, KeyedRateLimiterMetrics
+from .base import MAX_NS_PERIOD, MAX_PERIOD_NS, BackendFactory, RateLimiterBackend, redis_period_error
+from .memory import MemoryBackend
 
 if TYPE_CHECKING:
     from ..keyed import KeyedRateLimiterView
@@ -104,8 +105,9 @@ logger = logging.getLogger("django_ratelimit_r4.redis")
 
 #: Prefix of every key this backend writes.
 DEFAULT_PREFIX = "r4"
-#: "open": a decision Redis cannot make is granted; "closed": rejected with FAULT_RETRY_AFTER_NS.
-FAULT_POLICIES = ("open", "closed")
+#: "open": a decision Redis cannot make is granted; "closed": rejected with FAULT_RETRY_AFTER_NS; "local":
+#: decided by an in-process limiter of the same config (``on_backend_error`` "allow", "deny", "local").
+FAULT_POLICIES = ("open", "closed", "local")
 #: The wait (Retry-After) of a rejection made by the "closed" fault policy.
 FAULT_RETRY_AFTER_NS = 1_000_000_000
 #: After a Redis error, decisions use the fault policy without calling Redis for this long.
@@ -164,14 +166,19 @@ class RedisConnection:
     :meth:`fault`). Each of the four can be set in the URL's query string.
     """
 
-    def __init__(self, url: str, socket_timeout: float = SOCKET_TIMEOUT_S) -> None:
+    def __init__(
+        self, url: str, socket_timeout: float = SOCKET_TIMEOUT_S, options: Mapping[str, Any] | None = None
+    ) -> None:
         self.url = url
         self.pid = os.getpid()
+        #: The options given (a backend's OPTIONS), part of this connection's identity (see :func:`connection`).
+        self.extra: Mapping[str, Any] = dict(options or {})
         self._options: dict[str, Any] = {
             "socket_timeout": socket_timeout,
             "socket_connect_timeout": CONNECT_TIMEOUT_S,
             "max_connections": MAX_CONNECTIONS,
             "timeout": POOL_TIMEOUT_S,
+            **self.extra,
         }
         self.sync: redis.Redis = redis.Redis(
             connection_pool=redis.BlockingConnectionPool.from_url(
@@ -446,7 +453,7 @@ def _redact(url: str) -> str:
     return scheme + sep + rest
 
 
-_connections: dict[str, RedisConnection] = {}
+_connections: dict[Any, RedisConnection] = {}
 _connections_lock = threading.Lock()
 _pid = os.getpid()
 
@@ -469,14 +476,20 @@ def close_connections() -> None:
         conn.close()
 
 
-def connection(url: str) -> RedisConnection:
-    """The process-wide :class:`RedisConnection` of ``url`` (created once per process)."""
-    conn = _connections.get(url)
+def connection(url: str, options: Mapping[str, Any] | None = None) -> RedisConnection:
+    """The process-wide :class:`RedisConnection` of ``url`` with ``options`` (created once per process).
+
+    ``options`` are redis-py pool options (``socket_timeout``, ``socket_connect_timeout`` in seconds,
+    ``max_connections``, ``timeout``): backends with the same URL and options share one connection (and one
+    fault state); the URL's query string still overrides them (redis-py's rule).
+    """
+    ident = url if not options else (url, tuple(sorted(options.items())))
+    conn = _connections.get(ident)
     if conn is None or conn.pid != _pid:
         with _connections_lock:
-            conn = _connections.get(url)
+            conn = _connections.get(ident)
             if conn is None or conn.pid != _pid:
-                conn = _connections[url] = RedisConnection(url)
+                conn = _connections[ident] = RedisConnection(url, options=options)
     return conn
 
 
@@ -527,6 +540,8 @@ class _Clocked:
     faults: int
     successful_calls: int
     failed_calls: int
+    #: The in-process limiter deciding while Redis fails, under fault policy "local" (else None).
+    _local: Any = None
     # Time unit (ns per unit), units per microsecond (script argument), period in units, K alignment.
     _unit: int
     _m: bytes
@@ -595,7 +610,7 @@ class _Clocked:
     def _connection(self) -> RedisConnection:
         conn = self._conn
         if conn.pid != _pid:
-            conn = self._conn = connection(self._url)
+            conn = self._conn = connection(self._url, conn.extra)
         return conn
 
     def _fault(
@@ -680,13 +695,13 @@ class _Clocked:
         conn = self._connection()
         if conn.is_down():
             self._fault(conn, None, "acquire")
-            return self._fault_wait
+            return self._fault_decision(state_key, permits, timeout_ns)
         replies = conn.replies
         try:
             wait = self._roundtrip(state_key, b"a", permits, timeout_ns)
         except _FAULTS as exc:
             self._fault(conn, exc, "acquire", replies)
-            return self._fault_wait
+            return self._fault_decision(state_key, permits, timeout_ns)
         return self._count(wait * self._unit)
 
     async def _aacquire_at(self, state_key: str, permits: int, timeout_ns: int) -> int:
@@ -696,13 +711,13 @@ class _Clocked:
         conn = self._connection()
         if conn.is_down():
             self._fault(conn, None, "acquire")
-            return self._fault_wait
+            return self._fault_decision(state_key, permits, timeout_ns)
         replies = conn.replies
         try:
             wait = await self._aroundtrip(state_key, b"a", permits, timeout_ns)
         except _FAULTS as exc:
             self._fault(conn, exc, "acquire", replies)
-            return self._fault_wait
+            return self._fault_decision(state_key, permits, timeout_ns)
         return self._count(wait * self._unit)
 
     def _state_reply(self, reply: Any) -> tuple[int, int, int, int]:
@@ -719,7 +734,7 @@ class _Clocked:
                 return self._state_reply(self._roundtrip(state_key, b"s", 1, 0))
             except _FAULTS as exc:
                 conn.fault(exc, "state", replies)
-        return self._fault_state()
+        return self._fault_state(state_key)
 
     async def _astate_at(self, state_key: str) -> tuple[int, int, int, int]:
         """Async twin of :meth:`_state_at` on ``redis.asyncio``: one round trip, never blocks the loop."""
@@ -730,13 +745,24 @@ class _Clocked:
                 return self._state_reply(await self._aroundtrip(state_key, b"s", 1, 0))
             except _FAULTS as exc:
                 conn.fault(exc, "state", replies)
-        return self._fault_state()
+        return self._fault_state(state_key)
 
-    def _fault_state(self) -> tuple[int, int, int, int]:
+    def _fault_state(self, state_key: str) -> tuple[int, int, int, int]:
         # What a state read shows while Redis cannot answer: the fault policy's decision, as a state.
+        if self._local is not None:
+            return _local_state(self, state_key)
         if self.fault_policy == "open":
             return 0, self._limit, 0, self._period
         return 0, 0, FAULT_RETRY_AFTER_NS, FAULT_RETRY_AFTER_NS
+
+    def _fault_decision(self, state_key: str, permits: int, timeout_ns: int) -> int:
+        # The fault policy's decision: "local" asks the in-process limiter, the others answer a constant.
+        local = self._local
+        if local is None:
+            return self._fault_wait
+        if isinstance(local, MemoryBackend):
+            return local.acquire(permits, timeout_ns)
+        return local._decide(state_key, permits, timeout_ns)  # type: ignore[no-any-return]
 
     def _drain_at(self, state_key: str) -> int:
         """Drain ``state_key``'s refreshed permissions to 0 (debt kept); how many were drained, 0 on a fault."""
@@ -779,13 +805,14 @@ class RedisBackend(_Clocked):
         url: str,
         prefix: str = DEFAULT_PREFIX,
         fault_policy: str = "open",
+        connection_options: Mapping[str, Any] | None = None,
     ) -> None:
         if fault_policy not in FAULT_POLICIES:
-            raise ValueError(f"fault_policy must be 'open' or 'closed', got {fault_policy!r}")
+            raise ValueError(f"fault_policy must be 'open', 'closed' or 'local', got {fault_policy!r}")
         self.name = name
         self.fault_policy = fault_policy
         self._url = url
-        self._conn = connection(url)
+        self._conn = connection(url, connection_options)
         base = f"{prefix}:rl:{_name_part(name)}"
         self.anchor_key = base + ":anchor"
         self.state_key = base + ":state"
@@ -797,6 +824,8 @@ class RedisBackend(_Clocked):
         self.faults = 0
         self._use_clock(clock)
         self._fault_wait = 0 if fault_policy == "open" else -FAULT_RETRY_AFTER_NS
+        if fault_policy == "local":
+            self._local = MemoryBackend(name, self._limit, self._period, clock)
         if self._now is not None:
             # A test clock: start full at its current time, like MemoryBackend. With server time the shared
             # state is left alone (other processes may be using it).
@@ -842,6 +871,8 @@ class RedisBackend(_Clocked):
         """Use ``limit_for_period`` from the next decision on (it travels with every call)."""
         self._limit = int(limit_for_period)
         self._build_lim()
+        if self._local is not None:
+            self._local.change_limit(limit_for_period)
 
     def reset(self, clock: Clock) -> None:
         """Cycle 0 starts now (per ``clock``'s mode) and the state is full; this process's counters reset.
@@ -849,6 +880,8 @@ class RedisBackend(_Clocked):
         This resets the budget for every process sharing it. A fault is logged, never raised.
         """
         self._use_clock(clock)
+        if self._local is not None:
+            self._local.reset(clock)
         with self._counter_lock:
             self.successful_calls = 0
             self.failed_calls = 0
@@ -910,8 +943,8 @@ def _many_members(leader: _Clocked, entries: Sequence[tuple[Any, str | None]], p
             members.append(_Member(target, target.anchor_key, target._state_key(key)))
         else:
             raise TypeError(f"cannot combine {type(target).__name__} with Redis limiters in one decision")
-        if target._url != leader._url:
-            raise ValueError("all Redis limiters of one decision must use the same redis_url")
+        if target._connection() is not leader._connection():
+            raise ValueError("all Redis limiters of one decision must use the same Redis (URL and OPTIONS)")
     if len({m.state for m in members}) != len(members):
         raise ValueError("the same rate limiter (and key) appears more than once")
     return members
@@ -968,26 +1001,26 @@ def _sync_many(leader: _Clocked, members: list[_Member], permits: int) -> Any:
     conn = leader._connection()
     if conn.is_down():
         leader._fault(conn, None, "acquire_many")
-        return _FAULT
+        return _fault_reply(members, permits)
     replies = conn.replies
     try:
         return _many_call(conn, leader, members, permits)
     except _FAULTS as exc:
         leader._fault(conn, exc, "acquire_many", replies)
-        return _FAULT
+        return _fault_reply(members, permits)
 
 
 async def _async_many(leader: _Clocked, members: list[_Member], permits: int) -> Any:
     conn = leader._connection()
     if conn.is_down():
         leader._fault(conn, None, "acquire_many")
-        return _FAULT
+        return _fault_reply(members, permits)
     replies = conn.replies
     try:
         return await _amany_call(conn, leader, members, permits)
     except _FAULTS as exc:
         leader._fault(conn, exc, "acquire_many", replies)
-        return _FAULT
+        return _fault_reply(members, permits)
 
 
 def _bump(counter: Any, granted: bool) -> None:
@@ -1014,10 +1047,16 @@ def _many_result(members: list[_Member], reply: Any) -> tuple[int, int] | None:
     return reply[0] - 1, reply[1] * members[reply[0] - 1].counter._unit
 
 
-def redis_backend(url: str, *, prefix: str = DEFAULT_PREFIX, fault_policy: str = "open") -> Any:
+def redis_backend(
+    url: str,
+    *,
+    prefix: str = DEFAULT_PREFIX,
+    fault_policy: str = "open",
+    connection_options: Mapping[str, Any] | None = None,
+) -> Any:
     """A :class:`~.base.BackendFactory` building :class:`RedisBackend` on ``url`` for ``RateLimiter(backend=...)``."""
     if fault_policy not in FAULT_POLICIES:
-        raise ValueError(f"fault_policy must be 'open' or 'closed', got {fault_policy!r}")
+        raise ValueError(f"fault_policy must be 'open', 'closed' or 'local', got {fault_policy!r}")
 
     def factory(name: str, limit_for_period: int, limit_refresh_period_ns: int, clock: Clock) -> RedisBackend:
         return RedisBackend(
@@ -1028,6 +1067,7 @@ def redis_backend(url: str, *, prefix: str = DEFAULT_PREFIX, fault_policy: str =
             url=url,
             prefix=prefix,
             fault_policy=fault_policy,
+            connection_options=connection_options,
         )
 
     return factory
@@ -1088,9 +1128,10 @@ class RedisKeyedRateLimiter(_Clocked):
         fault_policy: str = "open",
         max_keys: int = 100_000,
         idle_timeout_ns: int | None = None,
+        connection_options: Mapping[str, Any] | None = None,
     ) -> None:
         if fault_policy not in FAULT_POLICIES:
-            raise ValueError(f"fault_policy must be 'open' or 'closed', got {fault_policy!r}")
+            raise ValueError(f"fault_policy must be 'open', 'closed' or 'local', got {fault_policy!r}")
         self.name = name
         self.config: RateLimiterConfig = config if config is not None else RateLimiterConfig()
         self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
@@ -1103,7 +1144,7 @@ class RedisKeyedRateLimiter(_Clocked):
         self._use_period(int(self.config.limit_refresh_period))
         self._timeout_ns = int(self.config.timeout_duration)
         self._url = url
-        self._conn = connection(url)
+        self._conn = connection(url, connection_options)
         self._base = f"{prefix}:rlk:{_name_part(name)}"
         self.anchor_key = self._base + ":anchor"
         self._key_prefix = self._base + ":k:"
@@ -1117,6 +1158,10 @@ class RedisKeyedRateLimiter(_Clocked):
         self.lossy_evictions = 0
         self.faults = 0
         self._fault_wait = 0 if fault_policy == "open" else -FAULT_RETRY_AFTER_NS
+        if fault_policy == "local":
+            self._local = KeyedRateLimiter(
+                name, self.config, clock=self.clock, max_keys=max_keys, idle_timeout_ns=idle_timeout_ns
+            )
         self._use_clock(self.clock)
         if self._now is not None:
             self.reset()
@@ -1245,6 +1290,8 @@ class RedisKeyedRateLimiter(_Clocked):
     def reset(self, key: str | None = None) -> None:
         """Forget ``key`` (full again), or with no key every key of this limiter (cluster-wide) and the
         counters of this process, with cycle 0 starting now. A fault is logged, never raised."""
+        if self._local is not None:
+            self._local.reset(None if key is None else self._state_key(key))
         conn = self._connection()
         try:
             if key is not None:
@@ -1265,6 +1312,8 @@ class RedisKeyedRateLimiter(_Clocked):
         """Read time from ``clock`` (see the module doc for the two time modes) and reset everything."""
         self.clock = clock
         self._use_clock(clock)
+        if self._local is not None:
+            self._local.set_clock(clock)
         self.reset()
 
     def __len__(self) -> int:
@@ -1362,3 +1411,115 @@ async def aacquire_all_keyed(
     return _entries_outcome(
         owners, _many_result(members, await _async_many(leader, members, permits)), permits
     )
+
+
+# --------------------------------------------------------------------------- fault policy "local", and the store
+
+
+def _local_state(owner: _Clocked, state_key: str) -> tuple[int, int, int, int]:
+    """The state4 of ``state_key`` in ``owner``'s in-process fallback (fault policy "local")."""
+    local = owner._local
+    if isinstance(local, MemoryBackend):
+        cycle, permissions, wait = local.state()
+        _, reset_ns = local.quota()
+    else:
+        cycle, permissions, wait = local.state(state_key)
+        _, reset_ns = local.quota(state_key)
+    return cycle, permissions, wait, reset_ns
+
+
+def _fault_reply(members: list[_Member], permits: int) -> Any:
+    """What an all-or-nothing decision Redis could not make answers: ``_FAULT`` (the first member's "open" or
+    "closed" policy decides), or under "local" the in-process limiters' decision shaped as the script's reply.
+
+    The local decision takes each member's permits in turn and gives back the ones already taken when a later
+    member rejects (exact per member; not atomic across members, which only matters while Redis is down).
+    """
+    if members[0].counter._local is None:
+        return _FAULT
+    taken: list[tuple[Any, str, int]] = []
+    for index, member in enumerate(members):
+        local = member.counter._local
+        if local is None:  # a member on another policy: its own policy cannot be mixed in, refuse as "closed"
+            wait = -FAULT_RETRY_AFTER_NS
+        else:
+            since = local._now()
+            wait = (
+                local.acquire(permits, 0)
+                if isinstance(local, MemoryBackend)
+                else local._decide(member.state, permits, 0)
+            )
+        if wait < 0:
+            for earlier, state_key, since_ns in taken:
+                if isinstance(earlier, MemoryBackend):
+                    earlier.give_back(permits, since_ns)
+                else:
+                    earlier.give_back(state_key, permits, since_ns)
+            unit = member.counter._unit  # _many_result scales the script's wait by it: round up to it here
+            return [index + 1, -(wait // unit), index + 1]
+        taken.append((local, member.state, since))
+    return [0]
+
+
+#: ``on_backend_error`` (the setting's words) -> the Redis backend's fault policy.
+_ON_ERROR_POLICY = {"allow": "open", "deny": "closed", "local": "local", None: "local"}
+
+
+class RedisStore:
+    """``{"BACKEND": "redis", "LOCATION": url, "OPTIONS": {...}}``: rate limiters naming it share their budgets
+    through Redis (a :class:`~.base.Store`).
+
+    ``OPTIONS``: ``key_prefix`` (default ``"r4"``) and the connection's ``socket_timeout``,
+    ``socket_connect_timeout``, ``max_connections`` and ``timeout`` (pool wait), timeouts in seconds. Stores
+    with the same URL and connection options share one :class:`RedisConnection` per process (and its fault
+    state). An instance's ``on_backend_error`` picks the fault policy: ``"local"`` (default), ``"allow"``,
+    ``"deny"``.
+    """
+
+    per_process = False
+
+    def __init__(self, alias: str, location: str | None, options: Mapping[str, Any] | None = None) -> None:
+        if not location:
+            raise ValueError(f"redis backend {alias!r} needs a LOCATION (a redis:// URL)")
+        self.alias = alias
+        self.url = location
+        options = dict(options or {})
+        self.prefix: str = options.pop("key_prefix", DEFAULT_PREFIX)
+        #: The redis-py pool options (timeouts in seconds, max_connections).
+        self.connection_options: Mapping[str, Any] = options
+
+    def backend_factory(self, on_error: str | None) -> BackendFactory:
+        """A factory of :class:`RedisBackend` on this store's connection, with ``on_error``'s fault policy."""
+        factory: BackendFactory = redis_backend(
+            self.url,
+            prefix=self.prefix,
+            fault_policy=_ON_ERROR_POLICY[on_error],
+            connection_options=self.connection_options,
+        )
+        return factory
+
+    def keyed_rate_limiter(
+        self,
+        name: str,
+        config: Any,
+        *,
+        clock: Clock,
+        max_keys: int,
+        idle_timeout_ns: int | None,
+        on_error: str | None,
+    ) -> RedisKeyedRateLimiter:
+        """A :class:`RedisKeyedRateLimiter` on this store's connection, with ``on_error``'s fault policy."""
+        return RedisKeyedRateLimiter(
+            name,
+            config,
+            clock=clock,
+            url=self.url,
+            prefix=self.prefix,
+            fault_policy=_ON_ERROR_POLICY[on_error],
+            max_keys=max_keys,
+            idle_timeout_ns=idle_timeout_ns,
+            connection_options=self.connection_options,
+        )
+
+    def __repr__(self) -> str:
+        return f"RedisStore({self.alias!r}, url={_redact(self.url)!r}, prefix={self.prefix!r})"

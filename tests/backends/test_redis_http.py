@@ -324,7 +324,7 @@ def test_multi_limit_keyed_and_unkeyed(on_redis: Any) -> None:
     assert available("per_ip", "ip:" + B["REMOTE_ADDR"]) == 1  # ... and B kept its permit
 
 
-def test_keyed_acquire_all_keyed_hands_off_to_redis_and_refuses_mixing(on_redis: Any) -> None:
+def test_keyed_acquire_all_keyed_hands_off_to_redis_and_decides_mixed_entries(on_redis: Any) -> None:
     burst, sustained = get_rate_limiter("burst"), get_rate_limiter("sustained")
     per_ip_store = registry.get_keyed_rate_limiter("per_ip")
     entries = [(burst, None), (sustained, None), (per_ip_store, "a")]
@@ -336,28 +336,25 @@ def test_keyed_acquire_all_keyed_hands_off_to_redis_and_refuses_mixing(on_redis:
     assert (available("sustained"), per_ip_store.quota("b")[0]) == (1, 2)
     from django_ratelimit_r4.core.ratelimiter import RateLimiter
 
-    in_memory = RateLimiter("mem")
-    with pytest.raises(
-        TypeError, match=r"Redis-backed rate limiters \['burst'\] and in-memory ones \['mem'\]"
-    ):
-        acquire_all_keyed([(burst, None), (in_memory, None)])
-    assert available("burst") == 0  # the refused call took nothing
+    in_memory = RateLimiter("mem", clock=on_redis)
+    # Memory and Redis together (issue 9): memory decides first, Redis says no, memory gets its permit back.
+    assert acquire_all_keyed([(burst, None), (in_memory, None)]) == (0, 500_000_000)
+    assert available("burst") == 0
+    assert in_memory.metrics.available_permissions == 50
 
 
-def test_a_gate_mixing_memory_and_redis_is_refused_when_its_plan_is_built(
-    on_redis: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from django_ratelimit_r4.core.ratelimiter import RateLimiter
+def test_a_gate_mixing_memory_and_redis_decides_both(on_redis: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig
 
-    in_memory = RateLimiter("burst")
+    in_memory = RateLimiter("burst", RateLimiterConfig(limit_for_period=2, limit_refresh_period="1s"), clock=on_redis)
     real = registry.get_rate_limiter
     monkeypatch.setattr(
         registry, "get_rate_limiter", lambda name, key=None: in_memory if name == "burst" else real(name)
     )
     gate = RateLimitGate(["burst", "sustained"])
-    with pytest.raises(TypeError, match=r"gate \['burst', 'sustained'\].*\['sustained'\].*\['burst'\]"):
-        gate.plan()
-    assert available("sustained") == 3
+    assert gate.plan().remote
+    gate.acquire()
+    assert (in_memory.metrics.available_permissions, available("sustained")) == (1, 2)
 
 
 # ------------------------------------------------------------------------------------------------ async

@@ -420,11 +420,18 @@ class Command(BaseCommand):
         return Remote(url, token)
 
     def _note_local(self) -> None:
-        try:
-            backend = conf.get_options().backend
-        except ImproperlyConfigured:
-            backend = "memory"
-        if backend == "memory":
+        analysis = conf.get_analysis()
+        default = analysis.backends.get("default")
+        shared = sorted(
+            {
+                b.backend
+                for b in (analysis.backends.get(s.options["backend"]) for s in analysis.specs["ratelimiters"].values())
+                if b is not None and not b.per_process
+            }
+            or ({default.backend} if default is not None and not default.per_process else set())
+        )
+        backend = ", ".join(shared)
+        if conf.per_process_rate_limiters(analysis) or not shared:
             self.stderr.write(
                 "note: with the in-memory backend every server process keeps its own state; this shows (and "
                 "changes) only this command's own process, freshly built. Use --url to reach a running server."
