@@ -162,3 +162,22 @@ def test_http_retry_after_and_ratelimit_fields_from_state(r4_clock: FakeClock) -
         api = next(i for i in json.loads(out.getvalue()) if i["type"] == "ratelimiter" and i["name"] == "api")
         assert api["config"]["algorithm"] == "gcra" and api["config"]["burst"] == 2
         assert api["state"]["successful_calls"] == 3 and api["state"]["failed_calls"] == 1
+
+
+@pytest.mark.django_db(databases=[])
+def test_drf_throttles_with_gcra_and_a_keyed_sliding_window(r4_clock: FakeClock) -> None:
+    from django.core.cache import cache
+
+    cache.clear()
+    with override_settings(RATELIMIT_R4=smooth_settings()):
+        client = Client()
+        assert [client.get("/drf/").status_code for _ in range(3)] == [200, 200, 429]  # gcra burst 2
+        r4_clock.advance(0.1)
+        assert client.get("/drf/").status_code == 200
+        a = {"REMOTE_ADDR": "203.0.113.7"}
+        assert [client.get("/drf-keyed/", **a).status_code for _ in range(3)] == [200, 200, 429]
+        r4_clock.advance(0.95)
+        rejected = client.get("/drf-keyed/", **a)
+        assert rejected.status_code == 429 and rejected["Retry-After"] == "1"  # 50 ms left, rounded up
+        r4_clock.advance(0.05)
+        assert client.get("/drf-keyed/", **a).status_code == 200
