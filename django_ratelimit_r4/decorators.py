@@ -54,7 +54,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponseBase
 
 from . import conf, registry
-from .backends.memory import MemoryBackend
+from .backends.memory import GcraBackend, MemoryBackend, SlidingWindowBackend
 from .core.exceptions import (
     BulkheadFull,
     CallNotPermitted,
@@ -75,6 +75,7 @@ from .headers import (
 )
 from .ip import ClientIPResolver
 from .keyed import KeyedRateLimiter, _is_mixed, _redis_of, aacquire_all_keyed, acquire_all_keyed
+from .keyed_smooth import SmoothKeyedRateLimiter
 from .keys import KeyFunc, compile_key
 from .middleware import bulkhead_retry_after_ns, rejection_response
 from .responses import HANDLED_EXCEPTIONS
@@ -104,6 +105,9 @@ _UNCOUNTED_BY_DEFAULT: frozenset[str] = frozenset({"OPTIONS"})
 _METHOD_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")  # RFC 9110 token
 
 _SF_INT_MAX = 999_999_999_999_999
+#: Backends and keyed stores whose quota is read without I/O: the allowed-request fast paths take them.
+_IN_MEMORY_BACKENDS = (MemoryBackend, GcraBackend, SlidingWindowBackend)
+_IN_MEMORY_KEYED = (KeyedRateLimiter, SmoothKeyedRateLimiter)
 _SKIP = object()  # a key function said None: that limit does not apply to this request
 _RERAISE = object()
 _PK_SALT_PREFIX = b"django-ratelimit-r4:pk:"
@@ -369,18 +373,18 @@ class _RatePlan:
         only = limits[0] if len(limits) == 1 else None
         self.single = only.limiter if only is not None else None
         self.single_keyed = only if only is not None and only.keyed is not None else None
-        # The allowed-request fast path: a single unkeyed in-memory limit with draft-10 headers reads
-        # MemoryBackend.quota() (a lock-free snapshot, no I/O) and writes the two fields inline.
+        # The allowed-request fast path: a single unkeyed in-memory limit with draft-10 headers reads its
+        # backend's quota() (no I/O; MemoryBackend's is a lock-free snapshot) and writes the two fields inline.
         backend = self.single.backend if self.single is not None else None
         self.fast_quota: Callable[[], tuple[int, int]] | None = (
-            backend.quota if self.draft10 and type(backend) is MemoryBackend else None
+            backend.quota if self.draft10 and backend is not None and type(backend) in _IN_MEMORY_BACKENDS else None
         )
         # The same for a single in-memory keyed limit: KeyedRateLimiter.acquire_quota() decides and
         # returns the header figures in one locked step, and each client's constants (key, pk hash,
         # policy string) are built once. With key "ip" and no trusted proxies they are found by the
         # REMOTE_ADDR text itself, so a returning client costs one dict read, no key function call.
         keyed = self.single_keyed
-        fast = keyed if self.draft10 and keyed is not None and type(keyed.keyed) is KeyedRateLimiter else None
+        fast = keyed if self.draft10 and keyed is not None and type(keyed.keyed) in _IN_MEMORY_KEYED else None
         self.fast_keyed: _Limit | None = fast
         self.keyed_entries: dict[str, _KeyedEntry] = {}
         self.keyed_by_remote_addr = fast is not None and fast.by_remote_addr
