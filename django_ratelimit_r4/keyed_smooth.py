@@ -233,6 +233,42 @@ class SmoothKeyedRateLimiter(KeyedRateLimiter):
     def _commit_peek_locked(self, key: str, peek: Any, permits: int) -> None:
         self._take(key, self._states.get(key), self._now(), permits, 0)
 
+    def give_back(self, key: str, permits: int, since_ns: int) -> None:
+        """Undo a grant of ``permits`` to ``key`` decided at or after ``since_ns``, as the unkeyed backends of
+        the same algorithm do (``GcraBackend.give_back``, ``SlidingWindowBackend.give_back``)."""
+        with self._lock:
+            state = self._states.get(key)
+            if state is None or since_ns < self._anchor:
+                return
+            now = self._now()
+            if self._gcra:
+                scaled = now * self._limit
+                if state <= scaled:
+                    return
+                state = max(state - permits * self._period, scaled)
+                if state <= scaled:
+                    del self._states[key]  # full again: absent
+                else:
+                    self._states[key] = state
+            else:
+                limit = self._limit
+                if permits > limit:
+                    return
+                head = state[limit]
+                newest = head - permits
+                if newest < 0:
+                    newest += limit
+                if state[newest] < since_ns:
+                    return
+                free = min(state[head], now - self._period)
+                for _ in range(permits):
+                    head -= 1
+                    if head < 0:
+                        head += limit
+                    state[head] = free
+                state[limit] = head
+            self.successful_calls -= 1
+
     def purge(self) -> int:
         """Drop every full entry now; returns how many. O(live keys); for housekeeping."""
         with self._lock:

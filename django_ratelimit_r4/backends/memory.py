@@ -345,6 +345,22 @@ class GcraBackend:
                 self._tat = max(self._tat, scaled) + drained * self._step
             return drained
 
+    def give_back(self, permits: int, since_ns: int) -> None:
+        """Undo a grant of ``permits`` decided at or after ``since_ns`` (another part of an all-or-nothing
+        decision rejected): ``tat`` moves back by their emission intervals, no earlier than now (full).
+
+        Exact unless the limiter was idle (full) at a decision between the grant and now; never credits more
+        than the limiter would hold had the grant not happened, up to that case.
+        """
+        with self._lock:
+            if since_ns < self._anchor:
+                return  # reset since
+            scaled = self._now() * self._scale
+            if self._tat <= scaled:
+                return  # full again: nothing of the grant is left
+            self._tat = max(self._tat - permits * self._step, scaled)
+            self.successful_calls -= 1
+
     def change_limit(self, limit_for_period: int) -> None:
         """Use the new rate from now on; the time until full is kept (``tat`` is rescaled)."""
         with self._lock:
@@ -534,6 +550,32 @@ class SlidingWindowBackend:
             if drained:
                 self._write_locked(now, drained)
             return drained
+
+    def give_back(self, permits: int, since_ns: int) -> None:
+        """Undo a grant of ``permits`` decided at or after ``since_ns`` (another part of an all-or-nothing
+        decision rejected): the newest ``permits`` logged times (at or after ``since_ns``) become free slots.
+
+        The slots the grant overwrote held times already outside the window when it was decided, so freeing
+        them is exact for every later instant (when no other grant came in between).
+        """
+        with self._lock:
+            if since_ns < self._anchor or permits > self._limit:
+                return
+            ring, limit = self._ring, self._limit
+            head = self._head
+            newest = head - permits
+            if newest < 0:
+                newest += limit
+            if ring[newest] < since_ns:
+                return  # not all of them were logged after since_ns: nothing safe to undo
+            free = min(ring[head], self._now() - self._period)
+            for _ in range(permits):
+                head -= 1
+                if head < 0:
+                    head += limit
+                ring[head] = free
+            self._head = head
+            self.successful_calls -= 1
 
     def change_limit(self, limit_for_period: int) -> None:
         """Use the new limit from now on, keeping the newest logged times (a larger log starts the new slots
