@@ -649,3 +649,21 @@ class TestMultiprocess:
         body = ExportToDjangoView(RequestFactory().get("/metrics")).content.decode()
         assert 'resilience4j_ratelimiter_calls_total{kind="successful",name="slow"} 14.0' in body
         assert "resilience4j_ratelimiter_available_permissions{" in body
+
+
+def test_gcra_and_sliding_window_limiters_export_their_state(installed: None, r4_clock: Any) -> None:
+    """The smooth algorithms answer the same metrics: available permissions now, calls, wait for one permit."""
+
+    from tests import views
+
+    setting = views.r4_settings()
+    setting["ratelimiters"]["instances"]["api"].update({"algorithm": "gcra", "burst": 2})
+    setting["ratelimiters"]["instances"]["slow"].update({"algorithm": "sliding_window"})
+    with override_settings(RATELIMIT_R4=setting):
+        for name in ("api", "slow"):
+            limiter = r4.get_rate_limiter(name)
+            for _ in range(3):
+                limiter.acquire_permission()
+        assert value("resilience4j_ratelimiter_available_permissions", name="api") == 0
+        assert value("resilience4j_ratelimiter_available_permissions", name="slow") == 7
+        assert "resilience4j_ratelimiter" in exposition()
