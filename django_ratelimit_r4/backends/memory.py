@@ -468,16 +468,16 @@ class SlidingWindowBackend:
                 # the oldest logged permit has left the window and no reservation is pending.
                 ring = self._ring
                 head = self._head
-                if ring[head] + self._period <= now >= ring[head - 1]:  # index -1 when head is 0: last slot
+                at = ring[head] + self._period
+                newest = ring[head - 1]  # index -1 when head is 0: the last slot
+                if newest > at:
+                    at = newest
+                if at <= now:
                     ring[head] = now
                     head += 1
                     self._head = head if head < self._limit else 0
                     self.successful_calls += 1
                     return 0
-                at = ring[head] + self._period
-                newest = ring[head - 1]
-                if newest > at:
-                    at = newest
                 wait = at - now  # > 0 here
                 if timeout_ns and timeout_ns >= wait:
                     ring[head] = at
