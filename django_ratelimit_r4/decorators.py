@@ -579,10 +579,7 @@ class RateLimitGate:
         if outcome is not None:
             index, wait = outcome
             limiter, key = entries[index]
-            exc = RequestNotPermitted(limiter, wait)
-            if key is not None:
-                exc.key = key  # type: ignore[attr-defined]
-            raise exc
+            raise RequestNotPermitted(limiter, wait, key=key)
 
     def _acquire(self, plan: _RatePlan, keys: list[Any]) -> None:
         """Take the permits (no waiting) or raise RequestNotPermitted with the largest wait."""
@@ -842,7 +839,7 @@ class RateLimitGate:
         if plan.single is not None:
             self._annotate_single(plan, plan.single, response)
         elif plan.single_keyed is not None:
-            key = getattr(exc, "key", None)
+            key = exc.key
             if key is not None:
                 self._annotate_keyed(plan, plan.single_keyed, key, response)
         else:
@@ -861,7 +858,7 @@ class RateLimitGate:
         if plan.single is not None:
             keys: list[Any] = [None]
         elif plan.single_keyed is not None:
-            key = getattr(exc, "key", None)
+            key = exc.key
             if key is None:
                 return response
             keys = [key]

@@ -579,9 +579,7 @@ class KeyedRateLimiter:
     def _rejection(self, key: str, permits: int, wait_ns: int) -> RequestNotPermitted:
         if self.events.wants_failed:
             self._publish(FAILED_ACQUIRE, permits)
-        exc = RequestNotPermitted(self, wait_ns)  # type: ignore[arg-type]
-        exc.key = key  # type: ignore[attr-defined]
-        return exc
+        return RequestNotPermitted(self, wait_ns, key=key)  # type: ignore[arg-type]
 
     def _publish(self, event_type: str, permits: int) -> None:
         self.events.publish(RateLimiterEvent(event_type, self.name, number_of_permits=permits))

@@ -88,20 +88,26 @@ class RequestNotPermitted(ResilienceError):
     """A rate limiter refused a permit (Resilience4j's ``RequestNotPermitted``).
 
     ``rate_limiter`` is a ``RateLimiter``, a client's view (``get_rate_limiter(name, key=...)``) or a
-    keyed store. Without ``wait_ns`` the wait is read from it whenever :attr:`wait_ns` is read.
+    keyed store. Without ``wait_ns`` the wait is read from it whenever :attr:`wait_ns` is read. ``key`` is the
+    client key a per-key limiter refused (for logs; responses never echo it), None for a shared limiter.
     """
 
-    def __init__(self, rate_limiter: RateLimiter, wait_ns: int | None = None) -> None:
+    #: The refused client's key (None: a shared limiter); a class default so rejections pickled without one load.
+    key: str | None = None
+
+    def __init__(self, rate_limiter: RateLimiter, wait_ns: int | None = None, *, key: str | None = None) -> None:
         self.rate_limiter = rate_limiter
         self.name = rate_limiter.name
         self._wait_ns = wait_ns
+        if key is not None:
+            self.key = key
 
     @property
     def wait_ns(self) -> int:
         """The wait given at construction, else the limiter's wait now (see :func:`rate_limiter_wait_ns`)."""
         wait = self._wait_ns
         if wait is None:
-            return rate_limiter_wait_ns(self.rate_limiter, getattr(self, "key", None))
+            return rate_limiter_wait_ns(self.rate_limiter, self.key)
         return wait
 
     @wait_ns.setter
@@ -115,7 +121,7 @@ class RequestNotPermitted(ResilienceError):
         """
         wait = self._wait_ns
         if wait is None:
-            wait = self._wait_ns = await arate_limiter_wait_ns(self.rate_limiter, getattr(self, "key", None))
+            wait = self._wait_ns = await arate_limiter_wait_ns(self.rate_limiter, self.key)
         return wait
 
     def _settled(self) -> dict[str, Any]:

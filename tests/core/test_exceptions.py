@@ -256,3 +256,21 @@ def test_rejections_survive_pickling_without_their_live_instance() -> None:
         copy = pickle.loads(pickle.dumps(exc))
         assert type(copy) is type(exc)
         assert (copy.name, copy.wait_ns, copy.retry_after, str(copy)) == (exc.name, exc.wait_ns, exc.retry_after, str(exc))
+
+
+def test_a_rejection_knows_its_key() -> None:
+    """``RequestNotPermitted(..., key=...)``: a per-client rejection carries its key (for logs), pickled too."""
+    import pickle
+
+    from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig
+    from django_ratelimit_r4.keyed import KeyedRateLimiter
+
+    assert RequestNotPermitted(SimpleNamespace(name="rl"), 1).key is None  # type: ignore[arg-type]
+    exc = RequestNotPermitted(RateLimiter("api"), 1_000, key="ip:203.0.113.7")
+    assert exc.key == "ip:203.0.113.7"
+    assert pickle.loads(pickle.dumps(exc)).key == "ip:203.0.113.7"
+    store = KeyedRateLimiter("per_ip", RateLimiterConfig(limit_for_period=1, limit_refresh_period="1h"))
+    store.acquire_or_raise("k")
+    with pytest.raises(RequestNotPermitted) as info:
+        store.acquire_or_raise("k")
+    assert info.value.key == "k" and info.value.wait_ns > 0
