@@ -108,7 +108,7 @@ class Code(enum.Enum):
     INVALID_KEY = ("E007", "invalid rate limiter 'key' spec")
     INVALID_INSTANCE_OPTION = (
         "E008",
-        "invalid per-instance option: max_keys, key_idle_timeout or retry_after",
+        "invalid per-instance option: max_keys, key_idle_timeout, retry_after or lease_ttl",
     )
     INVALID_BACKEND = (
         "E009",
@@ -160,7 +160,7 @@ class Code(enum.Enum):
         "E027",
         "a rate limiter's algorithm is not 'cycle' with backend 'redis' (Redis implements 'cycle' only)",
     )
-    UNKNOWN_BACKEND = ("E028", "a rate limiter's backend names no entry of RATELIMIT_R4['backends']")
+    UNKNOWN_BACKEND = ("E028", "a rate limiter's or bulkhead's backend names no entry of RATELIMIT_R4['backends']")
     INVALID_ON_BACKEND_ERROR = ("E029", "on_backend_error is not 'local', 'allow' or 'deny'")
     BACKEND_SHORTHAND_CONFLICT = (
         "E030",
@@ -237,7 +237,7 @@ KINDS: dict[str, Kind] = {
             BulkheadConfig,
             "django_ratelimit_r4.core.bulkhead.Bulkhead",
             "get_bulkhead",
-            ("retry_after",),
+            ("retry_after", "backend", "lease_ttl", "on_backend_error"),
         ),
         Kind(
             "circuitbreakers",
@@ -535,6 +535,24 @@ def _parse_retry_after(value: object) -> Nanos:
     return nanos
 
 
+#: A shared bulkhead's lease lives this long without renewal (a killed worker's slots come back within it).
+DEFAULT_LEASE_TTL = Nanos(10_000_000_000)
+#: The shortest ``lease_ttl``: each process renews its leases every third of it.
+MIN_LEASE_TTL = Nanos(300_000_000)
+
+
+def _parse_lease_ttl(value: object) -> Nanos:
+    nanos = _parse_positive_duration(value)
+    if nanos < MIN_LEASE_TTL or nanos > MAX_PERIOD_NS:
+        raise _Invalid(
+            f"must be between {format_duration(MIN_LEASE_TTL)} and {format_duration(MAX_PERIOD_NS)}, "
+            f"got {format_duration(nanos)}",
+            "A worker killed mid-call gives its slots back after this; keep it well above your longest pause "
+            '(GC, CPU starvation): the default "10s" suits most.',
+        )
+    return nanos
+
+
 def _parse_idle_timeout(value: object) -> Nanos | None:
     return None if value is None else _parse_positive_duration(value)
 
@@ -586,7 +604,11 @@ _EXTRAS: dict[str, tuple[Callable[[Any], Any], Any, Code]] = {
     "key_idle_timeout": (_parse_idle_timeout, None, Code.INVALID_INSTANCE_OPTION),
     "retry_after": (_parse_retry_after, DEFAULT_BULKHEAD_RETRY_AFTER, Code.INVALID_INSTANCE_OPTION),
     "budget": (_parse_budget_name, None, Code.UNKNOWN_RETRY_BUDGET),
+    "lease_ttl": (_parse_lease_ttl, DEFAULT_LEASE_TTL, Code.INVALID_INSTANCE_OPTION),
 }
+
+#: Extra options whose default differs in one section: a bulkhead stays in-process unless it names a backend.
+_SECTION_DEFAULTS: dict[tuple[str, str], Any] = {("bulkheads", "backend"): None}
 
 
 # ------------------------------------------------------------------------------------------ sections
@@ -830,7 +852,7 @@ class _Section:
         for extra in self.kind.extras:
             parser, default, code = _EXTRAS[extra]
             if extra not in merged:
-                options[extra] = default
+                options[extra] = _SECTION_DEFAULTS.get((section, extra), default)
                 continue
             try:
                 options[extra] = parser(merged[extra])
@@ -1351,16 +1373,23 @@ def _parse_backends(raw: Mapping[str, Any], analysis: Analysis) -> None:
 
 
 def _bind_backends(raw: Mapping[str, Any], analysis: Analysis) -> None:
-    """Check each rate limiter's backend name and fill in its ``on_backend_error`` default.
+    """Check the backend name of each rate limiter and bulkhead, and fill in its ``on_backend_error`` default.
 
     An instance naming an unknown backend, or one whose backend is broken, becomes broken itself (first use
     raises the same problems ``manage.py check`` prints); other instances are unaffected.
     """
     policy = raw.get("redis_fault_policy")
     shorthand = _FAULT_POLICY_AS_ON_ERROR.get(policy.lower(), "local") if isinstance(policy, str) else "local"
-    specs = analysis.specs["ratelimiters"]
+    for section in ("ratelimiters", "bulkheads"):
+        _bind_section_backends(analysis, section, shorthand)
+
+
+def _bind_section_backends(analysis: Analysis, section: str, shorthand: str) -> None:
+    specs = analysis.specs[section]
     for name, spec in list(specs.items()):
         alias = spec.options["backend"]
+        if alias is None:
+            continue  # a bulkhead naming no backend: in-process
         backend = analysis.backends.get(alias)
         if backend is None:
             problems = analysis.broken_backends.get(alias)
@@ -1377,7 +1406,7 @@ def _bind_backends(raw: Mapping[str, Any], analysis: Analysis) -> None:
                     analysis.problems.append(problem)
                 problems = [problem]
             del specs[name]
-            analysis.broken["ratelimiters"][name] = list(problems)
+            analysis.broken[section][name] = list(problems)
             continue
         if spec.options["on_backend_error"] is None and backend.backend == "redis":
             options = {**spec.options, "on_backend_error": shorthand}

@@ -279,6 +279,8 @@ def _build(state: _State, kind: str, name: str) -> Any:
                 store = _store_of(state, spec)
                 factory = store.backend_factory(spec.options["on_backend_error"])
                 instance = _primitive_class(kind)(name, spec.config, clock=_clock, backend=factory)
+            elif kind == "bulkheads" and spec.options["backend"] is not None:
+                instance = _shared_bulkhead(state, spec)
             elif kind == "retries" and spec.options.get("budget") is not None:
                 instance = _primitive_class(kind)(
                     name, spec.config, clock=_clock, budget=_retry_budget(state, spec.options["budget"])
@@ -328,6 +330,25 @@ def _store_of(state: _State, spec: conf.InstanceSpec) -> Store:
     if store.per_process:
         _warn_if_multiprocess(state)
     return store
+
+
+def _shared_bulkhead(state: _State, spec: conf.InstanceSpec) -> Any:
+    """A bulkhead naming a backend: the store's cluster-wide bulkhead, or an in-process one on a memory store."""
+    store = _store_of(state, spec)
+    build = getattr(store, "bulkhead", None)
+    if build is None:
+        if store.per_process:
+            return _primitive_class("bulkheads")(spec.name, spec.config, clock=_clock)
+        raise ImproperlyConfigured(
+            f"{spec.path}: backend {spec.options['backend']!r} ({type(store).__name__}) cannot hold a bulkhead"
+        )
+    return build(
+        spec.name,
+        spec.config,
+        clock=_clock,
+        lease_ttl_ns=spec.options["lease_ttl"],
+        on_error=spec.options["on_backend_error"],
+    )
 
 
 def _get(kind: str, name: str) -> Any:

@@ -99,7 +99,8 @@ def urlconf(**views: Any) -> types.ModuleType:
         ("docs/configuration.md", "# settings.py"),
         ("docs/usage.md", '"sustained": {'),
         ("docs/testing.md", "# settings.py"),
-        ("docs/redis.md", '"backends": {'),
+        ("docs/redis.md", '"backends": {\n'),
+        ("docs/redis.md", '"lease_ttl": "10s"'),
         ("docs/configuration.md", '"backends": {'),
     ],
 )
@@ -383,8 +384,9 @@ def test_configuration_tables_list_every_field_with_its_real_default(section: st
         "key_idle_timeout": None,
         "retry_after": conf.DEFAULT_BULKHEAD_RETRY_AFTER,
         "budget": None,
-        "backend": "default",
+        "backend": None if section == "bulkheads" else "default",
         "on_backend_error": None,
+        "lease_ttl": conf.DEFAULT_LEASE_TTL,
     }
     for name, documented in rows.items():
         actual = extras[name] if name in (*kind.extras, *kind.shorthands) else getattr(defaults, name)

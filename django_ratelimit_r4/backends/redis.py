@@ -1519,5 +1519,22 @@ class RedisStore:
             connection_options=self.connection_options,
         )
 
+    def bulkhead(
+        self, name: str, config: Any, *, clock: Clock, lease_ttl_ns: int, on_error: str | None
+    ) -> Any:
+        """A cluster-wide :class:`~.redis_bulkhead.RedisBulkhead` on this store's connection."""
+        from .redis_bulkhead import RedisBulkhead  # imported only when a bulkhead names this store
+
+        return RedisBulkhead(
+            name,
+            config,
+            url=self.url,
+            prefix=self.prefix,
+            lease_ttl=lease_ttl_ns,
+            fault_policy=_ON_ERROR_POLICY[on_error],
+            clock=clock,
+            connection_options=self.connection_options,
+        )
+
     def __repr__(self) -> str:
         return f"RedisStore({self.alias!r}, url={_redact(self.url)!r}, prefix={self.prefix!r})"

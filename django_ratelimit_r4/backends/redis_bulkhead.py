@@ -46,7 +46,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from importlib import resources
 from typing import Any, ParamSpec, TypeVar
 
@@ -216,6 +216,10 @@ class RedisBulkhead:
     ``lease_ttl``: how long a lease lives without renewal (default :data:`DEFAULT_LEASE_TTL`; at least
     :data:`MIN_LEASE_TTL_NS`). ``fault_policy``: one of :data:`BULKHEAD_FAULT_POLICIES`. ``clock`` is
     accepted for symmetry and unused: waits and leases run on Redis server time and real time.
+    ``connection_options``: redis-py pool options, as a backend's ``OPTIONS`` (see :func:`~.redis.connection`).
+
+    In settings: ``"backend": "<alias>"`` on a bulkhead instance, ``RATELIMIT_R4["backends"][alias]`` a redis
+    backend, with ``lease_ttl`` and ``on_backend_error`` (``"local"``, ``"allow"``, ``"deny"``).
 
     From async code use the async forms (``async with``, ``acall``, ``aacquire_permission`` with
     ``aon_complete``): the sync ``on_complete`` makes a blocking round trip.
@@ -231,6 +235,7 @@ class RedisBulkhead:
         lease_ttl: Any = DEFAULT_LEASE_TTL,
         fault_policy: str = "local",
         clock: Clock | None = None,
+        connection_options: Mapping[str, Any] | None = None,
     ) -> None:
         if fault_policy not in BULKHEAD_FAULT_POLICIES:
             raise ValueError(f"fault_policy must be one of {BULKHEAD_FAULT_POLICIES}, got {fault_policy!r}")
@@ -241,6 +246,7 @@ class RedisBulkhead:
             )
         self.name = name
         self.url = url
+        self.connection_options: Mapping[str, Any] = dict(connection_options or {})
         self.prefix = prefix
         self.fault_policy = fault_policy
         self.clock = clock if clock is not None else SYSTEM_CLOCK
@@ -290,7 +296,7 @@ class RedisBulkhead:
 
     @property
     def _conn(self) -> RedisConnection:
-        return connection(self.url)
+        return connection(self.url, self.connection_options)
 
     # -- permits ---------------------------------------------------------------------------------
 
@@ -401,13 +407,18 @@ class RedisBulkhead:
         self.clock = clock
 
     def reset(self) -> None:
-        """Zero this process's counters and delete the shared state (every lease, cluster-wide). For tests."""
+        """Zero this process's counters and delete the shared state (every lease, cluster-wide). For tests
+        (``r4_clock`` and ``r4_reset`` call it); never raises: with Redis unreachable only this process resets."""
         self._permitted = self._rejected = self._finished = self._faults = self._lost_total = 0
         with self._lock:
             self._live.clear()
             self._lost = self._open = self._local_held = 0
+        self._local.reset()
         self._cluster = 0
-        self._conn.sync.delete(*self._keys)
+        try:
+            self._conn.sync.delete(*self._keys)
+        except _FAULTS as exc:
+            self._conn.fault(exc, f"bulkhead {self.name!r} reset")
 
     def cluster_concurrent_calls(self) -> int:
         """Leases alive in the whole cluster now (one round trip; a fault raises)."""
@@ -697,7 +708,7 @@ class RedisBulkhead:
         client = redis.Redis.from_url(
             self.url,
             socket_timeout=self._renew_every_s + 5.0,
-            socket_connect_timeout=CONNECT_TIMEOUT_S,
+            socket_connect_timeout=self.connection_options.get("socket_connect_timeout", CONNECT_TIMEOUT_S),
             max_connections=2,
         )
         conn = self._conn
