@@ -130,12 +130,9 @@ if op == 'a' or op == 's' or op == 'm' then
       end
     elseif not rejecting then
       p = p - permits
-      local value
-      if current < 1e14 and current > -1e14 and p < 1e14 and p > -1e14 then
-        value = current .. ' ' .. p .. ' ' .. token -- integers below 1e14 print exactly (%.14g)
-      else
-        value = string.format('%.0f %.0f ', current, p) .. token
-      end
+      -- %d prints an integer-valued double through a C long: exact below 2^53 and much cheaper than the
+      -- %.14g of tostring / concatenation (about 1 µs per decision).
+      local value = string.format('%d %d ', current, p) .. token
       local ms = false
       if not (keep and p >= 0) then
         -- Expires when lazily refreshed to full: after div_ceil(limit - p, limit) cycles from this one.

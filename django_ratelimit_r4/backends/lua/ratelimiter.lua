@@ -94,7 +94,7 @@ local function store(e, permissions)
     redis.call('DEL', KEYS[2 * e.i])
     return
   end
-  local value = string.format('%.0f %.0f ', e.current, permissions) .. e.anchor
+  local value = string.format('%d %d ', e.current, permissions) .. e.anchor
   if e.keep and permissions >= 0 then
     redis.call('SET', KEYS[2 * e.i], value, 'KEEPTTL')
     return
