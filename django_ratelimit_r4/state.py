@@ -187,7 +187,7 @@ def _keys(keyed: Any) -> dict[str, dict[str, int]]:
 
 def _bulkhead_state(bulkhead: Any) -> dict[str, Any]:
     m = bulkhead.metrics
-    return {
+    out = {
         "available_concurrent_calls": m.available_concurrent_calls,
         "max_allowed_concurrent_calls": m.max_allowed_concurrent_calls,
         "concurrent_calls": m.concurrent_calls,
@@ -196,6 +196,10 @@ def _bulkhead_state(bulkhead: Any) -> dict[str, Any]:
         "rejected_calls": m.rejected_calls,
         "finished_calls": m.finished_calls,
     }
+    cluster = getattr(m, "cluster_concurrent_calls", None)
+    if cluster is not None:  # a cluster-wide bulkhead: leases alive cluster-wide as of its last reply
+        out["cluster_concurrent_calls"] = cluster
+    return out
 
 
 def _circuitbreaker_state(breaker: Any) -> dict[str, Any]:

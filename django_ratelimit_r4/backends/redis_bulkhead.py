@@ -275,6 +275,7 @@ class RedisBulkhead:
     def _fresh_process(self) -> None:
         """Forget this process's holdings (after a fork the parent keeps them, and renews them)."""
         self._lock = threading.Lock()
+        self._connection: RedisConnection | None = None
         self._proc = uuid.uuid4().hex[:16]
         self._ids = itertools.count(1)
         self._wake_key = f"{self._base}:wake:{self._proc}"
@@ -296,7 +297,10 @@ class RedisBulkhead:
 
     @property
     def _conn(self) -> RedisConnection:
-        return connection(self.url, self.connection_options)
+        conn = self._connection  # looked up once per process: no per-call hashing of the options
+        if conn is None:
+            conn = self._connection = connection(self.url, self.connection_options)
+        return conn
 
     # -- permits ---------------------------------------------------------------------------------
 

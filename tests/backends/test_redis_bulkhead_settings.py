@@ -55,7 +55,9 @@ def test_a_bulkhead_naming_a_redis_backend_is_shared_by_every_worker(redis_url: 
         assert type(registry.get_bulkhead("local")) is Bulkhead
         assert type(registry.get_bulkhead("on_memory")) is Bulkhead
         # Another worker (same name, same backend) takes the cluster's only slot.
-        worker = RedisBulkhead("partner", BulkheadConfig(max_concurrent_calls=1), url=redis_url, prefix=prefix)
+        worker = RedisBulkhead(
+            "partner", BulkheadConfig(max_concurrent_calls=1), url=redis_url, prefix=prefix
+        )
         try:
             assert worker.try_acquire_permission()
             response = Client().get("/partner/")
@@ -104,3 +106,28 @@ def test_r4_reset_frees_the_shared_slots_and_never_raises(redis_url: str, prefix
     with override_settings(RATELIMIT_R4=setting("redis://127.0.0.1:1/15", prefix)):
         registry.get_bulkhead("partner")
         registry.reset_all()  # Redis unreachable: only this process resets
+
+
+def test_the_state_endpoint_shows_the_cluster_count(redis_url: str, prefix: str) -> None:
+    from django_ratelimit_r4 import state
+
+    with override_settings(RATELIMIT_R4=setting(redis_url, prefix, max_concurrent_calls=3)):
+        shared = registry.get_bulkhead("partner")
+        worker = RedisBulkhead(
+            "partner", BulkheadConfig(max_concurrent_calls=3), url=redis_url, prefix=prefix
+        )
+        try:
+            assert worker.try_acquire_permission() and shared.try_acquire_permission()
+            [item] = state.snapshot(["bulkhead:partner"])
+            assert item["config"]["max_concurrent_calls"] == 3
+            s = item["state"]
+            assert (
+                s["concurrent_calls"],
+                s["cluster_concurrent_calls"],
+                s["available_concurrent_calls"],
+            ) == (1, 2, 1)
+            [local] = state.snapshot(["bulkhead:local"])
+            assert "cluster_concurrent_calls" not in local["state"]
+        finally:
+            worker.close()
+            shared.close()
