@@ -723,7 +723,8 @@ class RedisBulkhead:
                     self._work.clear()
                     if not self._busy():
                         self._work.wait()
-                        next_renew = min(next_renew, time.monotonic() + self._renew_every_s)
+                        # Idle meant no lease: whatever is held now was just taken with a full TTL.
+                        next_renew = time.monotonic() + self._renew_every_s
                         continue
                 try:
                     left = next_renew - time.monotonic()

@@ -27,7 +27,12 @@ def partner_view(request: HttpRequest) -> HttpResponse:
     return HttpResponse("ok")
 
 
-urlpatterns = [path("partner/", partner_view)]
+@bulkhead("partner")
+async def async_partner_view(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+urlpatterns = [path("partner/", partner_view), path("async-partner/", async_partner_view)]
 
 
 def setting(url: str, prefix: str, **partner: Any) -> dict[str, Any]:
@@ -128,6 +133,30 @@ def test_the_state_endpoint_shows_the_cluster_count(redis_url: str, prefix: str)
             ) == (1, 2, 1)
             [local] = state.snapshot(["bulkhead:local"])
             assert "cluster_concurrent_calls" not in local["state"]
+        finally:
+            worker.close()
+            shared.close()
+
+
+async def test_an_async_view_uses_the_shared_slots_without_blocking_the_loop(
+    redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.test import AsyncClient
+
+    from tests.noblock import forbid_blocking
+
+    with override_settings(RATELIMIT_R4=setting(redis_url, prefix)):
+        shared = registry.get_bulkhead("partner")
+        worker = RedisBulkhead("partner", BulkheadConfig(max_concurrent_calls=1), url=redis_url, prefix=prefix)
+        try:
+            client = AsyncClient()
+            with forbid_blocking(monkeypatch) as blocking:
+                assert (await client.get("/async-partner/")).status_code == 200
+                assert await worker.atry_acquire_permission()
+                response = await client.get("/async-partner/")
+                await worker.aon_complete()
+            assert blocking == [], blocking
+            assert response.status_code == 503 and response["Retry-After"] == "3"
         finally:
             worker.close()
             shared.close()
