@@ -111,6 +111,8 @@ def _jsonable(value: Any) -> Any:
         return value.name
     if isinstance(value, (tuple, list, frozenset, set)):
         return [_jsonable(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # a bulkhead's adaptive options
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, type) or callable(value):
         return _dotted(value)
     return repr(value)

@@ -189,7 +189,7 @@ BH_AVAILABLE = _Spec(
 BH_MAX = _Spec(
     "resilience4j_bulkhead_max_allowed_concurrent_calls",
     "gauge",
-    "The configured max_concurrent_calls.",
+    "The configured max_concurrent_calls; for an adaptive bulkhead, its current limit.",
     ("name",),
     "livesum",
 )

@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import inspect
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from threading import get_ident
 from typing import Any, ParamSpec, TypeVar
 
+from .adaptivelimit import AdaptiveLimitConfig, AIMDLimit, Gradient2Limit, make_limit
 from .clock import SYSTEM_CLOCK, Clock, MonotonicClock
 from .config import Validator
 from .events import Event, EventPublisher
-from .exceptions import BulkheadFull
+from .exceptions import BulkheadFull, ConfigurationError
 
 __all__ = [
     "CALL_FINISHED",
@@ -33,12 +35,17 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class BulkheadConfig:
-    """Configuration of a :class:`Bulkhead` (Resilience4j's semaphore ``BulkheadConfig``)."""
+    """Configuration of a :class:`Bulkhead` (Resilience4j's semaphore ``BulkheadConfig``).
+
+    ``adaptive`` (not in Resilience4j): a dict of :class:`~django_ratelimit_r4.core.adaptivelimit.AdaptiveLimitConfig`
+    fields (or one) making ``max_concurrent_calls`` the initial limit of an adaptive concurrency limit.
+    """
 
     max_concurrent_calls: int = 25
     max_wait_duration: Any = 0
     fair_call_handling: bool = True
     writable_stack_trace_enabled: bool = True
+    adaptive: Any = None
 
     def __post_init__(self) -> None:
         v = Validator(self)
@@ -46,7 +53,45 @@ class BulkheadConfig:
         v.duration("max_wait_duration")
         v.boolean("fair_call_handling")
         v.boolean("writable_stack_trace_enabled")
+        self._check_adaptive(v)
         v.done()
+
+    def _check_adaptive(self, v: Validator) -> None:
+        value = self.adaptive
+        if value is None or isinstance(value, AdaptiveLimitConfig):
+            adaptive = value
+        elif isinstance(value, Mapping):
+            known = tuple(f.name for f in dataclasses.fields(AdaptiveLimitConfig))
+            unknown = [k for k in value if k not in known]
+            if unknown:
+                v.error(
+                    "adaptive",
+                    f"unknown option(s) {', '.join(repr(k) for k in unknown)}",
+                    f"Known options: {', '.join(known)}.",
+                )
+                return
+            try:
+                adaptive = AdaptiveLimitConfig(**value)
+            except ConfigurationError as exc:
+                for err in exc.errors:
+                    v.error("adaptive", f'["{err.field}"] {err.message}', err.hint)
+                return
+            object.__setattr__(self, "adaptive", adaptive)
+        else:
+            v.error(
+                "adaptive",
+                f"must be None or a dict of adaptive limit options, got {type(value).__name__}",
+                'For example {"algorithm": "gradient2", "min_limit": 5, "max_limit": 500}.',
+            )
+            return
+        initial = self.max_concurrent_calls
+        if adaptive is not None and isinstance(initial, int) and not adaptive.min_limit <= initial <= adaptive.max_limit:
+            v.error(
+                "max_concurrent_calls",
+                f"is the initial limit of the adaptive bulkhead and must be within min_limit..max_limit "
+                f"({adaptive.min_limit}..{adaptive.max_limit}), got {initial}",
+                "Set max_concurrent_calls to the limit to start from (e.g. the Little's-law value for the healthy case).",
+            )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -139,7 +184,7 @@ class BulkheadMetrics:
 
     @property
     def max_allowed_concurrent_calls(self) -> int:
-        """The configured ``max_concurrent_calls``."""
+        """The configured ``max_concurrent_calls``; for an adaptive bulkhead, the current limit."""
         return self._bulkhead._max
 
     @property
@@ -192,6 +237,8 @@ class Bulkhead:
     """
 
     __slots__ = (
+        "_adaptive",
+        "_drop_types",
         "_finished",
         "_in_use",
         "_lock",
@@ -222,12 +269,23 @@ class Bulkhead:
         self._permitted = 0
         self._rejected = 0
         self._finished = 0
+        self._set_adaptive()
         self.events = BulkheadEvents()
         self.metrics = BulkheadMetrics(self)
         self._set_clock(clock if clock is not None else SYSTEM_CLOCK)
 
     def __repr__(self) -> str:
         return f"Bulkhead({self.name!r}, in_use={self._in_use}/{self._max}, waiting={len(self._waiters)})"
+
+    def _set_adaptive(self) -> None:
+        """Build the adaptive limit (if configured) starting at ``max_concurrent_calls``."""
+        adaptive = self.config.adaptive
+        self._adaptive: Gradient2Limit | AIMDLimit | None = (
+            make_limit(adaptive, self.config.max_concurrent_calls) if adaptive is not None else None
+        )
+        self._drop_types: tuple[type[BaseException], ...] = (
+            (adaptive.drop_exceptions or (Exception,)) if adaptive is not None else ()
+        )
 
     # -- permits ---------------------------------------------------------------------------------
 
@@ -278,13 +336,29 @@ class Bulkhead:
         if waiter is not None:
             self._wake(waiter)
 
-    def on_complete(self) -> None:
-        """Give back the permit of a finished call and publish ``CALL_FINISHED``."""
+    def on_complete(self, *, start_ns: int | None = None, dropped: bool = False) -> None:
+        """Give back the permit of a finished call and publish ``CALL_FINISHED``.
+
+        For an adaptive bulkhead, ``start_ns`` (the clock's ``now_ns()`` when the call started) makes the call a
+        sample of the limit algorithm (latency = now - start_ns; ``dropped``: it failed as a drop). ``call`` and
+        ``acall`` pass both; without ``start_ns`` the limit does not move.
+        """
+        granted: list[_Waiter] = []
         with self._lock:
             self._finished += 1
-            waiter = self._release_locked()
+            adaptive = self._adaptive
+            if adaptive is not None and start_ns is not None:
+                before = self._max
+                self._max = adaptive.update(self._now() - start_ns, self._in_use, dropped)
+                waiter = self._release_locked()
+                if self._max > before:  # grown: hand the new slots to waiters at once, in FIFO order
+                    granted = self._grant_free_slots_locked()
+            else:
+                waiter = self._release_locked()
         if waiter is not None:
             self._wake(waiter)
+        for other in granted:
+            self._wake(other)
         if self.events.has_listeners:
             self._emit(CALL_FINISHED)
 
@@ -310,19 +384,47 @@ class Bulkhead:
         """Run ``fn(*args, **kwargs)`` holding a permit; raise :class:`BulkheadFull` if none came."""
         if not self.try_acquire_permission():
             raise BulkheadFull(self)
+        if self._adaptive is not None:
+            return self._sampled(fn, args, kwargs)
         try:
             return fn(*args, **kwargs)
         finally:
             self.on_complete()
 
+    def _sampled(self, fn: Callable[..., R], args: Any, kwargs: Any) -> R:
+        """An adaptive bulkhead's call: the permit is held; its latency and outcome feed the limit."""
+        start = self._now()
+        try:
+            result = fn(*args, **kwargs)
+        except Exception as exc:
+            self.on_complete(start_ns=start, dropped=isinstance(exc, self._drop_types))
+            raise
+        except BaseException:
+            self.on_complete()  # interrupted: the permit goes back, the limit learns nothing
+            raise
+        self.on_complete(start_ns=start)
+        return result
+
     async def acall(self, fn: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs) -> R:
         """Await ``fn(*args, **kwargs)`` holding a permit; raise :class:`BulkheadFull` if none came."""
         if not await self.atry_acquire_permission():
             raise BulkheadFull(self)
+        if self._adaptive is None:
+            try:
+                return await fn(*args, **kwargs)
+            finally:
+                self.on_complete()
+        start = self._now()
         try:
-            return await fn(*args, **kwargs)
-        finally:
+            result = await fn(*args, **kwargs)
+        except Exception as exc:
+            self.on_complete(start_ns=start, dropped=isinstance(exc, self._drop_types))
+            raise
+        except BaseException:  # cancelled: the permit goes back, the limit learns nothing
             self.on_complete()
+            raise
+        self.on_complete(start_ns=start)
+        return result
 
     def decorate(self, fn: Callable[P, R]) -> Callable[P, R]:
         """Wrap ``fn`` (sync or ``async def``) so each call runs through :meth:`call` / :meth:`acall`."""
@@ -352,6 +454,7 @@ class Bulkhead:
             self.config = new_config
             self._max = new_config.max_concurrent_calls
             self._max_wait_ns = int(new_config.max_wait_duration)
+            self._set_adaptive()
             granted = self._grant_free_slots_locked()
         for waiter in granted:
             self._wake(waiter)
@@ -366,6 +469,8 @@ class Bulkhead:
         with self._lock:
             self._in_use = 0
             self._permitted = self._rejected = self._finished = 0
+            self._max = self.config.max_concurrent_calls  # an adaptive limit starts over too
+            self._set_adaptive()
             granted = self._grant_free_slots_locked()
         for waiter in granted:
             self._wake(waiter)

@@ -1,0 +1,217 @@
+"""Adaptive concurrency limits on the bulkhead (Netflix Gradient2Limit / AIMDLimit), on the fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import statistics
+
+import pytest
+
+from django_ratelimit_r4.core.adaptivelimit import AdaptiveLimitConfig, AIMDLimit, Gradient2Limit
+from django_ratelimit_r4.core.bulkhead import Bulkhead, BulkheadConfig
+from django_ratelimit_r4.core.clock import FakeClock
+from django_ratelimit_r4.core.exceptions import BulkheadFull, ConfigurationError
+
+S = 1_000_000_000
+MS = 1_000_000
+
+
+def test_defaults_are_netflixs() -> None:
+    cfg = AdaptiveLimitConfig()
+    assert (cfg.algorithm, cfg.min_limit, cfg.max_limit) == ("gradient2", 20, 200)
+    assert (cfg.smoothing, cfg.queue_size, cfg.long_window, cfg.rtt_tolerance) == (0.2, 4, 600, 1.5)
+    assert (cfg.backoff_ratio, cfg.timeout) == (0.9, 5 * S)
+
+
+@pytest.mark.parametrize(
+    ("adaptive", "text"),
+    [
+        ({"algorithm": "vegas"}, "[\"algorithm\"] must be one of 'gradient2', 'aimd'"),
+        ({"min_limt": 5}, "unknown option(s) 'min_limt'"),
+        ({"min_limit": 50, "max_limit": 40}, "[\"max_limit\"] must be >= min_limit (50)"),
+        ({"backoff_ratio": 1.0}, "[\"backoff_ratio\"] must be < 1"),
+        ({"timeout": 5}, "[\"timeout\"] bare number"),
+        ("gradient2", "must be None or a dict"),
+    ],
+)
+def test_invalid_adaptive_options_are_named(adaptive: object, text: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        BulkheadConfig(max_concurrent_calls=25, adaptive=adaptive)
+    assert any(e.field == "adaptive" and text in e.message for e in info.value.errors), info.value.errors
+
+
+def test_the_initial_limit_must_lie_within_min_and_max() -> None:
+    with pytest.raises(ConfigurationError) as info:
+        BulkheadConfig(max_concurrent_calls=2, adaptive={"min_limit": 5})
+    assert [e.field for e in info.value.errors] == ["max_concurrent_calls"]
+    assert "5..200" in info.value.errors[0].message
+
+
+def test_aimd_steps_are_netflixs() -> None:
+    limit = AIMDLimit(20, AdaptiveLimitConfig(algorithm="aimd", min_limit=5, max_limit=22, timeout="1s"))
+    assert limit.update(10 * MS, inflight=10, dropped=False) == 21  # half used: +1
+    assert limit.update(10 * MS, inflight=10, dropped=False) == 21  # 10 of 21: under half, unchanged
+    assert limit.update(10 * MS, inflight=11, dropped=False) == 22
+    assert limit.update(10 * MS, inflight=22, dropped=False) == 22  # capped at max_limit
+    assert limit.update(10 * MS, inflight=5, dropped=False) == 22  # under half used: unchanged
+    assert limit.update(10 * MS, inflight=22, dropped=True) == 19  # int(22 * 0.9)
+    assert limit.update(2 * S, inflight=22, dropped=False) == 17  # slower than timeout: a drop
+    for _ in range(30):
+        limit.update(10 * MS, inflight=1, dropped=True)
+    assert limit.limit == 5  # floored at min_limit
+
+
+def test_gradient2_shrinks_on_queueing_and_grows_while_latency_holds() -> None:
+    cfg = AdaptiveLimitConfig(min_limit=5, max_limit=100)
+    limit = Gradient2Limit(50, cfg)
+    for _ in range(20):
+        limit.update(50 * MS, inflight=50, dropped=False)
+    grown = limit.limit
+    assert grown > 50  # gradient 1: + queue_size, smoothed
+    limit.update(500 * MS, inflight=50, dropped=False)  # 10x the baseline: gradient clamped at 0.5
+    assert limit.limit == int(grown * 0.8 + (grown * 0.5 + 4) * 0.2) or limit.limit < grown
+    assert limit.update(50 * MS, inflight=1, dropped=False) == limit.limit  # app-limited: unchanged
+
+
+def _simulate(bulkhead: Bulkhead, clock: FakeClock, *, rate: int, servers: int, phases: list[tuple[int, float]]) -> list[dict]:
+    """Calls arrive every 1/rate s; the dependency runs ``servers`` at a time (FIFO queue beyond) and each takes the
+    phase's service time. Returns, per phase: admitted latencies, rejection times (s into the phase), completions
+    and the limit sampled every 100 ms."""
+    t0 = clock.now_ns()
+    done_heap: list[tuple[int, int, int, int]] = []  # (finish, seq, start, phase)
+    free_at = [0] * servers
+    out: list[dict] = [{"latencies": [], "rejected_at": [], "completed": 0, "limits": []} for _ in phases]
+    bounds, end = [], 0
+    for seconds, _ in phases:
+        bounds.append((end, end + seconds * S))
+        end += seconds * S
+    step, next_arrival, next_sample, seq = S // rate, 0, 0, 0
+
+    def phase_of(t: int) -> int:
+        return next(i for i, (a, z) in enumerate(bounds) if a <= t < z)
+
+    while True:
+        t = min(next_arrival, done_heap[0][0] if done_heap else end)
+        if t >= end:
+            return out
+        clock.advance_ns(t0 + t - clock.now_ns())
+        while next_sample <= t:
+            out[phase_of(next_sample)]["limits"].append(bulkhead.metrics.max_allowed_concurrent_calls)
+            next_sample += S // 10
+        if done_heap and done_heap[0][0] == t:
+            finish, _, start, p = heapq.heappop(done_heap)
+            bulkhead.on_complete(start_ns=start)
+            out[p]["latencies"].append((finish - (start - t0)) / S)
+            out[p]["completed"] += 1
+            continue
+        p = phase_of(t)
+        if bulkhead.try_acquire_permission():
+            begin = max(heapq.heappop(free_at), t)
+            finish = begin + int(phases[p][1] * S)
+            heapq.heappush(free_at, finish)
+            seq += 1
+            heapq.heappush(done_heap, (finish, seq, clock.now_ns(), p))
+        else:
+            out[p]["rejected_at"].append((t - bounds[p][0]) / S)
+        next_arrival += step
+
+
+PHASES = [(30, 0.05), (30, 0.5), (30, 0.05)]  # the partner: 50 ms, a step to 500 ms, back
+RATE, SERVERS = 200, 20  # 200 calls/s offered; the partner serves 20 at a time (40/s once it takes 500 ms)
+
+
+def _run(config: BulkheadConfig) -> list[dict]:
+    clock = FakeClock()
+    return _simulate(Bulkhead("acquirer", config, clock=clock), clock, rate=RATE, servers=SERVERS, phases=PHASES)
+
+
+@pytest.mark.parametrize(
+    "adaptive",
+    [
+        {"algorithm": "gradient2", "min_limit": 5, "max_limit": 500},
+        {"algorithm": "aimd", "min_limit": 5, "max_limit": 500, "timeout": "750ms"},
+    ],
+    ids=["gradient2", "aimd"],
+)
+def test_simulated_step_in_partner_latency(adaptive: dict) -> None:
+    """Healthy: Little's law says 200/s x 50 ms = 10 in flight. Sick: the partner does 40/s, so 20 in flight is
+    all it can use (40/s x 500 ms) and more only queues. A fixed bulkhead sized for the sick case by Little's law
+    on the offered load (200/s x 500 ms = 100) queues every admitted call behind 80 others."""
+    healthy, sick, back = _run(BulkheadConfig(max_concurrent_calls=20, adaptive=adaptive))
+    _, fixed_sick, _ = _run(BulkheadConfig(max_concurrent_calls=100))
+    # Healthy before and after: nothing turned away, the limit stays above the 10 calls in flight.
+    assert healthy["rejected_at"] == [] and min(healthy["limits"]) >= 10
+    # Back to 50 ms: refusals only while the sick phase's calls drain (under 5 s), then the healthy load passes.
+    assert max(back["rejected_at"], default=0) < 5 and min(back["limits"][50:]) >= 10
+    # Sick: most of the partner's capacity is used (40/s) while admitted calls wait far less than behind the
+    # fixed bulkhead sized for the sick case, whose limit the adaptive one stays well below.
+    assert sick["completed"] >= 0.8 * 40 * 30
+    assert statistics.median(sick["latencies"]) <= 0.5 * statistics.median(fixed_sick["latencies"])
+    assert statistics.median(sick["limits"][100:]) <= 50
+
+
+def test_no_permit_leaks_on_exceptions_or_cancellation() -> None:
+    clock = FakeClock()
+    bulkhead = Bulkhead("b", BulkheadConfig(max_concurrent_calls=5, adaptive={"min_limit": 1}), clock=clock)
+
+    def boom() -> None:
+        raise ValueError("boom")
+
+    for _ in range(20):
+        with pytest.raises(ValueError):
+            bulkhead.call(boom)
+
+    async def main() -> None:
+        async def slow() -> None:
+            await asyncio.sleep(3600)
+
+        tasks = [asyncio.ensure_future(bulkhead.acall(slow)) for _ in range(3)]
+        await asyncio.sleep(0)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run(main())
+    assert bulkhead.metrics.concurrent_calls == 0
+    assert bulkhead.metrics.available_concurrent_calls == bulkhead.metrics.max_allowed_concurrent_calls
+
+
+def test_a_grown_limit_hands_slots_to_waiters_in_fifo_order() -> None:
+    clock = FakeClock()
+    config = BulkheadConfig(
+        max_concurrent_calls=2, max_wait_duration="10s", adaptive={"algorithm": "aimd", "min_limit": 1, "max_limit": 4}
+    )
+    bulkhead = Bulkhead("b", config, clock=clock)
+    order: list[int] = []
+
+    async def main() -> None:
+        assert await bulkhead.atry_acquire_permission() and await bulkhead.atry_acquire_permission()
+        start = clock.now_ns()
+
+        async def wait(i: int) -> None:
+            await bulkhead.aacquire_permission()
+            order.append(i)
+
+        waiters = [asyncio.ensure_future(wait(i)) for i in range(3)]
+        await asyncio.sleep(0)
+        bulkhead.on_complete(start_ns=start)  # a sample at 2 in flight: the limit grows 2 -> 3
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert bulkhead.metrics.max_allowed_concurrent_calls == 3
+        assert order == [0, 1]  # the released slot and the new one, oldest first
+        for w in waiters:
+            w.cancel()
+        await asyncio.gather(*waiters, return_exceptions=True)
+
+    asyncio.run(main())
+
+
+def test_without_samples_an_adaptive_bulkhead_behaves_like_a_fixed_one() -> None:
+    clock = FakeClock()
+    bulkhead = Bulkhead("b", BulkheadConfig(max_concurrent_calls=2, adaptive={"min_limit": 1}), clock=clock)
+    with bulkhead, bulkhead, pytest.raises(BulkheadFull):
+        bulkhead.acquire_permission()
+    assert bulkhead.metrics.max_allowed_concurrent_calls == 2
+    bulkhead.reset()
+    assert bulkhead.metrics.max_allowed_concurrent_calls == 2
