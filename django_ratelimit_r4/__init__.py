@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .backends import memory as _memory  # noqa: F401  (registers the in-process backends with core)
+
 __version__ = "0.1.0"
 
 __all__ = [

@@ -41,14 +41,8 @@ __all__ = [
     "sliding_quota",
 ]
 
-CYCLE = "cycle"
-GCRA = "gcra"
-SLIDING_WINDOW = "sliding_window"
-#: Valid values of ``RateLimiterConfig.algorithm``; the first is the default.
-ALGORITHMS: tuple[str, ...] = (CYCLE, GCRA, SLIDING_WINDOW)
-#: Largest ``limit_for_period`` of a sliding window: its log holds that many 8-byte times (800 KB).
-MAX_SLIDING_WINDOW_LIMIT = 100_000
-
+# The names live with RateLimiterConfig in the framework-free layer (core/ imports nothing outside core/).
+from ..core.backend import ALGORITHMS, CYCLE, GCRA, MAX_SLIDING_WINDOW_LIMIT, SLIDING_WINDOW
 
 # ---------------------------------------------------------------------------------------------------- GCRA
 

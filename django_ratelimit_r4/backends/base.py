@@ -14,9 +14,10 @@ needs to keep only the two integers per key and call it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
+from ..core.backend import BackendFactory, RateLimiterBackend
 from ..core.clock import Clock
 
 __all__ = [
@@ -121,71 +122,6 @@ def decide(
     if granted:
         permissions -= permits
     return current_cycle, permissions, wait, granted
-
-
-@runtime_checkable
-class RateLimiterBackend(Protocol):
-    """Where one limiter's state lives; every method is atomic with respect to the others.
-
-    ``acquire`` returns a single int so the hot path allocates nothing: ``>= 0`` means granted with the
-    permits reserved (the value is how long the caller must wait before using them, usually 0); ``< 0`` means
-    rejected with nothing reserved, and ``-value`` is the wait that was needed (always > 0).
-
-    A backend doing I/O may also define ``async def aacquire(permits, timeout_ns) -> int``,
-    ``async def aacquire_many(backends, permits)`` and ``async def aquota()`` (same results); the async paths of ``RateLimiter`` and
-    ``aacquire_all`` then await them instead of calling the blocking methods on the event loop.
-    """
-
-    #: Decisions granted / rejected through :meth:`acquire` and :meth:`acquire_many` since the last reset.
-    successful_calls: int
-    failed_calls: int
-
-    def acquire(self, permits: int, timeout_ns: int) -> int:
-        """Decide and, when the wait fits in ``timeout_ns``, reserve ``permits``. See the class doc."""
-        ...
-
-    def state(self) -> tuple[int, int, int]:
-        """``(cycle, available_permissions, nanos_to_wait for one permit)`` now, without changing anything."""
-        ...
-
-    def quota(self) -> tuple[int, int]:
-        """``(remaining, reset_ns)`` for the RateLimit header fields, without changing anything.
-
-        ``reset_ns`` is the time to the next cycle boundary while permits remain, else the wait for one
-        permit; ``remaining`` may be negative (reservation debt). A backend doing I/O may also define
-        ``async def aquota()`` (same result) for the async paths.
-        """
-        ...
-
-    def drain(self) -> int:
-        """Set the refreshed current permissions to 0 (any debt stays) and return how many were removed."""
-        ...
-
-    def change_limit(self, limit_for_period: int) -> None:
-        """Use ``limit_for_period`` from now on; the stored cycle and permissions are kept (Resilience4j)."""
-        ...
-
-    def reset(self, clock: Clock) -> None:
-        """Forget all state and counters; cycles are counted again from ``clock``'s current time, full."""
-        ...
-
-    def acquire_many(self, backends: Sequence[RateLimiterBackend], permits: int) -> tuple[int, int] | None:
-        """All-or-nothing over ``backends`` (all of this backend's type, ``self`` among them), timeout 0.
-
-        Returns None when every backend granted and reserved ``permits``; otherwise nothing is reserved
-        anywhere and the result is ``(index of the rejecting backend with the largest wait, that wait)``.
-        """
-        ...
-
-
-class BackendFactory(Protocol):
-    """Builds one limiter's backend. ``MemoryBackend`` itself is such a factory (its constructor)."""
-
-    def __call__(
-        self, name: str, limit_for_period: int, limit_refresh_period_ns: int, clock: Clock
-    ) -> RateLimiterBackend:
-        """Return the backend for the limiter ``name``, full, anchored at ``clock``'s current time."""
-        ...
 
 
 @runtime_checkable

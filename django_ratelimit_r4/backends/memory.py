@@ -15,6 +15,7 @@ from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..core.backend import register_memory_backends
 from ..core.clock import Clock
 from .algorithms import GCRA, SLIDING_WINDOW
 from .base import BackendFactory, RateLimiterBackend, div_ceil, nanos_to_wait, refresh
@@ -692,3 +693,6 @@ class MemoryStore:
 
     def __repr__(self) -> str:
         return f"MemoryStore({self.alias!r})"
+
+
+register_memory_backends(MemoryBackend, memory_backend)  # core's RateLimiter defaults to these (core.backend)

@@ -9,9 +9,16 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, ParamSpec, TypeVar, cast
 
-from ..backends.algorithms import ALGORITHMS, CYCLE, GCRA, MAX_SLIDING_WINDOW_LIMIT, SLIDING_WINDOW
-from ..backends.base import BackendFactory, RateLimiterBackend
-from ..backends.memory import MemoryBackend, memory_backend
+from .backend import (
+    ALGORITHMS,
+    CYCLE,
+    GCRA,
+    MAX_SLIDING_WINDOW_LIMIT,
+    SLIDING_WINDOW,
+    BackendFactory,
+    RateLimiterBackend,
+    memory_backends,
+)
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Validator
 from .durations import MAX_PERIOD_NS, format_duration
@@ -301,10 +308,11 @@ class RateLimiter:
         self.events = RateLimiterEvents()
         self.metrics = RateLimiterMetrics(self)
         factory: BackendFactory
+        default, for_config = memory_backends()  # the in-process backends, injected (see core.backend)
         if self.config.algorithm == CYCLE:
-            factory = backend if backend is not None else MemoryBackend
-        elif backend is None or backend is MemoryBackend:
-            factory = memory_backend(self.config)
+            factory = backend if backend is not None else default
+        elif backend is None or backend is default:
+            factory = for_config(self.config)
         else:
             raise ValueError(
                 f"rate limiter {name!r}: algorithm {self.config.algorithm!r} needs the memory backend "
