@@ -338,14 +338,16 @@ class RedisBulkhead:
 
     def on_complete(self) -> None:
         """Give back the permit of a finished call and publish ``CALL_FINISHED`` (one round trip)."""
-        self._finished += 1
+        with self._lock:
+            self._finished += 1
         self._release()
         if self.events.has_listeners:
             self._emit(CALL_FINISHED)
 
     async def aon_complete(self) -> None:
         """Async twin of :meth:`on_complete`."""
-        self._finished += 1
+        with self._lock:
+            self._finished += 1
         await self._arelease()
         if self.events.has_listeners:
             self._emit(CALL_FINISHED)
@@ -525,7 +527,8 @@ class RedisBulkhead:
             self._emit(CALL_REJECTED)
 
     def _fallback(self) -> bool:
-        self._faults += 1
+        with self._lock:
+            self._faults += 1
         if self.fault_policy == "open":
             with self._lock:
                 self._open += 1
@@ -543,7 +546,8 @@ class RedisBulkhead:
     async def _afallback(self) -> bool:
         if self.fault_policy != "local":
             return self._fallback()
-        self._faults += 1
+        with self._lock:
+            self._faults += 1
         if await self._local.atry_acquire_permission():
             with self._lock:
                 self._local_held += 1

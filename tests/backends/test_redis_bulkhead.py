@@ -110,7 +110,9 @@ return n
 """
 
 
-def _peak_worker(url: str, prefix: str, n: int, threads: int, rounds: int, barrier: Any, out: Any) -> None:
+def _peak_worker(
+    url: str, prefix: str, n: int, threads: int, rounds: int, barrier: Any, inside: Any, out: Any
+) -> None:
     b = bulkhead(url, prefix, n, "20s")
     client = redis.Redis.from_url(url)
     peak = client.register_script(_PEAK)
@@ -122,6 +124,7 @@ def _peak_worker(url: str, prefix: str, n: int, threads: int, rounds: int, barri
             barrier.wait(60)
             with b:
                 peak(keys=[cur, top])
+                inside.wait(60)  # N holders meet here: N is reached whatever the load, and held
                 client.decr(cur)
             done[i] += 1
 
@@ -136,12 +139,15 @@ def _peak_worker(url: str, prefix: str, n: int, threads: int, rounds: int, barri
 
 def test_peak_is_exactly_n_across_4_processes(redis_url: str, prefix: str) -> None:
     """4 processes x 8 threads, all released together by a barrier, 15 rounds: never more than N at once
-    cluster-wide (measured in Redis around each call), N reached, every call served (waits, no refusals)."""
-    n, procs, threads, rounds = 5, 4, 8, 15
+    cluster-wide (measured in Redis around each call), every call served (waits, no refusals). Inside its
+    slot each call waits for N holders (a barrier of N parties across processes), so N is reached and held
+    in every group whatever the load, while the others queue for the hand-off; an N+1-th holder would show
+    in the peak."""
+    n, procs, threads, rounds = 4, 4, 8, 15  # 32 callers per round: 8 groups of N
     ctx = multiprocessing.get_context("fork")
-    barrier, out = ctx.Barrier(procs * threads), ctx.Queue()
+    barrier, inside, out = ctx.Barrier(procs * threads), ctx.Barrier(n), ctx.Queue()
     workers = [
-        ctx.Process(target=_peak_worker, args=(redis_url, prefix, n, threads, rounds, barrier, out))
+        ctx.Process(target=_peak_worker, args=(redis_url, prefix, n, threads, rounds, barrier, inside, out))
         for _ in range(procs)
     ]
     for p in workers:
