@@ -28,7 +28,16 @@ from typing import Any
 
 from .config import Validator
 
-__all__ = ["AIMD", "ALGORITHMS", "GRADIENT2", "AIMDLimit", "AdaptiveLimitConfig", "Gradient2Limit", "make_limit"]
+__all__ = [
+    "AIMD",
+    "ALGORITHMS",
+    "GRADIENT2",
+    "AIMDLimit",
+    "AdaptiveLimitConfig",
+    "Gradient2Limit",
+    "WindowedLimit",
+    "make_limit",
+]
 
 GRADIENT2 = "gradient2"
 AIMD = "aimd"
@@ -57,6 +66,14 @@ class AdaptiveLimitConfig:
     timeout: Any = "5s"
     #: Exceptions that count as drops (empty: every ``Exception``). Gradient2 ignores drops.
     drop_exceptions: Any = ()
+    #: Netflix's ``WindowedLimit`` around the algorithm: one sample per window (average latency, most in flight,
+    #: any drop) instead of one per call.
+    windowed: bool = False
+    #: With ``windowed``: a window closes after at least this many calls ...
+    window_size: int = 10
+    #: ... and after twice its fastest call, kept within these bounds (Netflix: 1 s and 1 s).
+    min_window_time: Any = "1s"
+    max_window_time: Any = "1s"
 
     def __post_init__(self) -> None:
         v = Validator(self)
@@ -78,6 +95,10 @@ class AdaptiveLimitConfig:
             v.error("backoff_ratio", f"must be < 1, got {self.backoff_ratio:g}")
         v.duration("timeout", min_ns=1)
         v.exception_classes("drop_exceptions")
+        v.boolean("windowed")
+        v.integer("window_size", minimum=10)
+        v.duration("min_window_time", min_ns=100_000_000)
+        v.duration("max_window_time", min_ns=100_000_000)
         v.done()
 
 
@@ -105,7 +126,7 @@ class Gradient2Limit:
             self._long_rtt = self._long_rtt * (1 - factor) + rtt * factor
         return self._long_rtt
 
-    def update(self, rtt_ns: int, inflight: int, dropped: bool) -> int:
+    def update(self, rtt_ns: int, inflight: int, dropped: bool, end_ns: int = 0) -> int:
         """The new limit after one call that took ``rtt_ns`` with ``inflight`` calls holding permits."""
         cfg = self.cfg
         estimated = self.estimated_limit
@@ -134,7 +155,7 @@ class AIMDLimit:
         self.limit = initial_limit
         self._timeout_ns = int(cfg.timeout)
 
-    def update(self, rtt_ns: int, inflight: int, dropped: bool) -> int:
+    def update(self, rtt_ns: int, inflight: int, dropped: bool, end_ns: int = 0) -> int:
         """The new limit after one call: x ``backoff_ratio`` on a drop or timeout, +1 when half-used or more."""
         limit = self.limit
         if dropped or rtt_ns > self._timeout_ns:
@@ -145,8 +166,56 @@ class AIMDLimit:
         return self.limit
 
 
-def make_limit(cfg: AdaptiveLimitConfig, initial_limit: int) -> Gradient2Limit | AIMDLimit:
-    """The algorithm ``cfg`` names, starting at ``initial_limit``."""
-    if cfg.algorithm == AIMD:
-        return AIMDLimit(initial_limit, cfg)
-    return Gradient2Limit(initial_limit, cfg)
+class WindowedLimit:
+    """Netflix's ``WindowedLimit`` with its average sample window: the wrapped algorithm sees one sample per
+    window (mean latency, most calls in flight, whether any call dropped). A window closes at the first call
+    ending after ``2 x its fastest call`` (clamped to ``min_window_time``..``max_window_time``) and counts only
+    with ``window_size`` calls or more. Calls faster than 100 µs are ignored, as in Netflix's."""
+
+    __slots__ = ("_count", "_delegate", "_drop", "_max_inflight", "_min_rtt", "_next_update", "_sum", "cfg")
+
+    def __init__(self, delegate: Gradient2Limit | AIMDLimit, cfg: AdaptiveLimitConfig) -> None:
+        self.cfg = cfg
+        self._delegate = delegate
+        self._next_update = 0
+        self._clear()
+
+    def _clear(self) -> None:
+        self._min_rtt = 0
+        self._sum = 0
+        self._count = 0
+        self._max_inflight = 0
+        self._drop = False
+
+    @property
+    def limit(self) -> int:
+        """The wrapped algorithm's current limit."""
+        return self._delegate.limit
+
+    def update(self, rtt_ns: int, inflight: int, dropped: bool, end_ns: int = 0) -> int:
+        """Add one call (ending at ``end_ns``); feed the algorithm when the window closes."""
+        if rtt_ns < 100_000:
+            return self._delegate.limit
+        self._min_rtt = rtt_ns if self._count == 0 else min(self._min_rtt, rtt_ns)
+        self._sum += rtt_ns
+        self._count += 1
+        self._max_inflight = max(self._max_inflight, inflight)
+        self._drop = self._drop or dropped
+        if end_ns > self._next_update:
+            cfg = self.cfg
+            span = min(max(self._min_rtt * 2, int(cfg.min_window_time)), int(cfg.max_window_time))
+            self._next_update = end_ns + span
+            ready = self._count >= cfg.window_size
+            mean, most, drop = self._sum // max(self._count, 1), self._max_inflight, self._drop
+            self._clear()
+            if ready:
+                return self._delegate.update(mean, most, drop)
+        return self._delegate.limit
+
+
+def make_limit(cfg: AdaptiveLimitConfig, initial_limit: int) -> Gradient2Limit | AIMDLimit | WindowedLimit:
+    """The algorithm ``cfg`` names, starting at ``initial_limit`` (inside a :class:`WindowedLimit` if asked)."""
+    limit: Gradient2Limit | AIMDLimit = (
+        AIMDLimit(initial_limit, cfg) if cfg.algorithm == AIMD else Gradient2Limit(initial_limit, cfg)
+    )
+    return WindowedLimit(limit, cfg) if cfg.windowed else limit

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from threading import get_ident
 from typing import Any, ParamSpec, TypeVar
 
-from .adaptivelimit import AdaptiveLimitConfig, AIMDLimit, Gradient2Limit, make_limit
+from .adaptivelimit import AdaptiveLimitConfig, AIMDLimit, Gradient2Limit, WindowedLimit, make_limit
 from .clock import SYSTEM_CLOCK, Clock, MonotonicClock
 from .config import Validator
 from .events import Event, EventPublisher
@@ -280,7 +280,7 @@ class Bulkhead:
     def _set_adaptive(self) -> None:
         """Build the adaptive limit (if configured) starting at ``max_concurrent_calls``."""
         adaptive = self.config.adaptive
-        self._adaptive: Gradient2Limit | AIMDLimit | None = (
+        self._adaptive: Gradient2Limit | AIMDLimit | WindowedLimit | None = (
             make_limit(adaptive, self.config.max_concurrent_calls) if adaptive is not None else None
         )
         self._drop_types: tuple[type[BaseException], ...] = (
@@ -349,7 +349,8 @@ class Bulkhead:
             adaptive = self._adaptive
             if adaptive is not None and start_ns is not None:
                 before = self._max
-                self._max = adaptive.update(self._now() - start_ns, self._in_use, dropped)
+                now = self._now()
+                self._max = adaptive.update(now - start_ns, self._in_use, dropped, now)
                 waiter = self._release_locked()
                 if self._max > before:  # grown: hand the new slots to waiters at once, in FIFO order
                     granted = self._grant_free_slots_locked()

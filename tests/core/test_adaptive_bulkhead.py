@@ -22,6 +22,7 @@ def test_defaults_are_netflixs() -> None:
     assert (cfg.algorithm, cfg.min_limit, cfg.max_limit) == ("gradient2", 20, 200)
     assert (cfg.smoothing, cfg.queue_size, cfg.long_window, cfg.rtt_tolerance) == (0.2, 4, 600, 1.5)
     assert (cfg.backoff_ratio, cfg.timeout) == (0.9, 5 * S)
+    assert (cfg.windowed, cfg.window_size, cfg.min_window_time, cfg.max_window_time) == (False, 10, S, S)
 
 
 @pytest.mark.parametrize(
@@ -149,6 +150,35 @@ def test_simulated_step_in_partner_latency(adaptive: dict) -> None:
     assert sick["completed"] >= 0.8 * 40 * 30
     assert statistics.median(sick["latencies"]) <= 0.5 * statistics.median(fixed_sick["latencies"])
     assert statistics.median(sick["limits"][100:]) <= 50
+
+
+def test_windowed_aimd_settles_near_the_littles_law_value() -> None:
+    """Netflix's WindowedLimit around AIMD (one sample per second): in the slow phase the limit stays between 1x and
+    1.6x the 20 calls the partner can use, the partner's capacity is used in full, no admitted call waits 1 s,
+    and within 1 s of the partner's recovery the healthy load passes again."""
+    adaptive = {"algorithm": "aimd", "min_limit": 5, "max_limit": 500, "timeout": "750ms", "windowed": True}
+    healthy, sick, back = _run(BulkheadConfig(max_concurrent_calls=20, adaptive=adaptive))
+    assert healthy["rejected_at"] == []
+    assert min(sick["limits"][100:]) >= 20 and max(sick["limits"][100:]) <= 32, sick["limits"]
+    assert sick["completed"] >= 0.98 * 40 * 30
+    assert sorted(sick["latencies"])[int(0.99 * len(sick["latencies"]))] < 1.0
+    assert max(back["rejected_at"], default=0) < 1
+
+
+def test_windowed_limit_feeds_one_sample_per_window() -> None:
+    from django_ratelimit_r4.core.adaptivelimit import make_limit
+
+    limit = make_limit(AdaptiveLimitConfig(algorithm="aimd", min_limit=5, max_limit=100, windowed=True), 20)
+    end = 0
+    for _ in range(9):  # the first call closes the (empty) first window; then 9 calls: too few
+        end += 10 * MS
+        limit.update(10 * MS, 20, False, end)
+    assert limit.limit == 20
+    for _ in range(120):  # 1.2 s of calls: windows of 1 s (2 x 10 ms is below min_window_time)
+        end += 10 * MS
+        limit.update(10 * MS, 20, False, end)
+    assert limit.limit == 21  # exactly one window closed with enough samples
+    assert limit.update(50_000, 20, True, end + S) == 21  # faster than 100 µs: ignored, as in Netflix's
 
 
 def test_no_permit_leaks_on_exceptions_or_cancellation() -> None:
