@@ -343,19 +343,28 @@ class Bulkhead:
         sample of the limit algorithm (latency = now - start_ns; ``dropped``: it failed as a drop). ``call`` and
         ``acall`` pass both; without ``start_ns`` the limit does not move.
         """
+        if start_ns is not None and self._adaptive is not None:
+            self._complete_sample(start_ns, dropped)
+            return
+        with self._lock:
+            self._finished += 1
+            waiter = self._release_locked()
+        if waiter is not None:
+            self._wake(waiter)
+        if self.events.has_listeners:
+            self._emit(CALL_FINISHED)
+
+    def _complete_sample(self, start_ns: int, dropped: bool) -> None:
+        """:meth:`on_complete` of an adaptive bulkhead's call that started at ``start_ns``: the sample moves the limit."""
         granted: list[_Waiter] = []
         with self._lock:
             self._finished += 1
-            adaptive = self._adaptive
-            if adaptive is not None and start_ns is not None:
-                before = self._max
-                now = self._now()
-                self._max = adaptive.update(now - start_ns, self._in_use, dropped, now)
-                waiter = self._release_locked()
-                if self._max > before:  # grown: hand the new slots to waiters at once, in FIFO order
-                    granted = self._grant_free_slots_locked()
-            else:
-                waiter = self._release_locked()
+            before = self._max
+            now = self._now()
+            self._max = limit = self._adaptive.update(now - start_ns, self._in_use, dropped, now)  # type: ignore[union-attr]
+            waiter = self._release_locked()
+            if limit > before:  # grown: hand the new slots to waiters at once, in FIFO order
+                granted = self._grant_free_slots_locked()
         if waiter is not None:
             self._wake(waiter)
         for other in granted:
@@ -385,25 +394,22 @@ class Bulkhead:
         """Run ``fn(*args, **kwargs)`` holding a permit; raise :class:`BulkheadFull` if none came."""
         if not self.try_acquire_permission():
             raise BulkheadFull(self)
-        if self._adaptive is not None:
-            return self._sampled(fn, args, kwargs)
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            self.on_complete()
-
-    def _sampled(self, fn: Callable[..., R], args: Any, kwargs: Any) -> R:
-        """An adaptive bulkhead's call: the permit is held; its latency and outcome feed the limit."""
+        if self._adaptive is None:
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.on_complete()
+        # Adaptive: the call's latency and outcome are a sample of the limit algorithm.
         start = self._now()
         try:
             result = fn(*args, **kwargs)
         except Exception as exc:
-            self.on_complete(start_ns=start, dropped=isinstance(exc, self._drop_types))
+            self._complete_sample(start, isinstance(exc, self._drop_types))
             raise
         except BaseException:
             self.on_complete()  # interrupted: the permit goes back, the limit learns nothing
             raise
-        self.on_complete(start_ns=start)
+        self._complete_sample(start, False)
         return result
 
     async def acall(self, fn: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -419,12 +425,12 @@ class Bulkhead:
         try:
             result = await fn(*args, **kwargs)
         except Exception as exc:
-            self.on_complete(start_ns=start, dropped=isinstance(exc, self._drop_types))
+            self._complete_sample(start, isinstance(exc, self._drop_types))
             raise
         except BaseException:  # cancelled: the permit goes back, the limit learns nothing
             self.on_complete()
             raise
-        self.on_complete(start_ns=start)
+        self._complete_sample(start, False)
         return result
 
     def decorate(self, fn: Callable[P, R]) -> Callable[P, R]:
