@@ -974,3 +974,18 @@ def test_an_outage_is_logged_once_visible_everywhere_and_its_end_logged_once(
     [item] = state.snapshot(["api"])
     assert not item["state"]["backend"]["degraded"] and "DEGRADED" not in render_table([item])
     assert scrape.get_sample_value(degraded, {"name": "api"}) == 0.0
+
+
+def test_all_or_nothing_over_one_redis_limiter(redis_url: str, prefix: str) -> None:
+    """The script's single-limit fast path must keep the all-or-nothing reply shape for one entry."""
+    clock = FakeClock()
+    rl = limiter(redis_url, prefix, 2, "60s", clock=clock, name="lone")
+    keyed = rb.RedisKeyedRateLimiter(
+        "lone-k", RateLimiterConfig(limit_for_period=1, limit_refresh_period="60s"), clock=clock, url=redis_url,
+        prefix=prefix,
+    )
+    assert acquire_all([rl]) is None and acquire_all([rl]) is None
+    loser, wait = acquire_all([rl])  # type: ignore[misc]
+    assert loser is rl and wait == 60 * S
+    assert rb.acquire_all_keyed([(keyed, "c")]) is None
+    assert rb.acquire_all_keyed([(keyed, "c")]) == (0, 60 * S)

@@ -117,7 +117,7 @@ if op == 'a' or op == 's' or op == 'm' then
       return {current, p, wait, period - offset}
     end
     if timeout < wait then
-      if n == 1 then
+      if op == 'a' then
         return -wait
       end
       -- All-or-nothing: remember every rejecting limiter and the longest wait (compared in ns: the units
@@ -145,7 +145,7 @@ if op == 'a' or op == 's' or op == 'm' then
         end
         ms = math.min(math.ceil((d * period - offset) / (1000 * ARGV[j + 5])) + slack, 1e15)
       end
-      if n == 1 then
+      if op == 'a' then
         if ms then
           redis.call('SET', KEYS[2], value, 'PX', ms)
         else
