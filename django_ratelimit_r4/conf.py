@@ -158,7 +158,8 @@ class Code(enum.Enum):
     )
     ALGORITHM_NOT_ON_BACKEND = (
         "E027",
-        "a rate limiter's algorithm is not 'cycle' with backend 'redis' (Redis implements 'cycle' only)",
+        "a rate limiter's algorithm is not 'cycle', or a bulkhead is adaptive, with backend 'redis' "
+        "(Redis implements 'cycle' and fixed limits only)",
     )
     UNKNOWN_BACKEND = ("E028", "a rate limiter's or bulkhead's backend names no entry of RATELIMIT_R4['backends']")
     INVALID_ON_BACKEND_ERROR = ("E029", "on_backend_error is not 'local', 'allow' or 'deny'")
@@ -1541,6 +1542,7 @@ def analyse(raw: object, drf_rates: object = None) -> Analysis:
     _bind_backends(raw, analysis)
     _check_redis_periods(analysis)
     _check_redis_algorithms(analysis)
+    _check_redis_adaptive(analysis)
     return analysis
 
 
@@ -1649,6 +1651,26 @@ def _check_redis_algorithms(analysis: Analysis) -> None:
             analysis.problems.append(problem)
         del specs[name]
         analysis.broken["ratelimiters"][name] = [problem]
+
+
+def _check_redis_adaptive(analysis: Analysis) -> None:
+    """A cluster-wide (redis) bulkhead cannot be adaptive: its limit lives in Redis, the algorithm in one process."""
+    specs = analysis.specs["bulkheads"]
+    for name, spec in list(specs.items()):
+        backend = analysis.backends.get(spec.options.get("backend"))  # type: ignore[arg-type]
+        if spec.config.adaptive is None or backend is None or backend.backend != "redis":
+            continue
+        problem = Problem(
+            Code.ALGORITHM_NOT_ON_BACKEND,
+            spec.origins.get("adaptive", f'{spec.path}["adaptive"]'),
+            "an adaptive limit is implemented by the in-process bulkhead only, but this bulkhead's backend is 'redis'",
+            f"Drop 'adaptive' for the cluster-wide bulkhead, or remove its backend "
+            f"({setting_path('bulkheads', 'instances', name, 'backend')}) to keep an adaptive limit per process.",
+        )
+        if problem not in analysis.problems:
+            analysis.problems.append(problem)
+        del specs[name]
+        analysis.broken["bulkheads"][name] = [problem]
 
 
 def _check_redis_periods(analysis: Analysis) -> None:

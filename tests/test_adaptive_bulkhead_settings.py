@@ -70,3 +70,21 @@ def test_checks_name_the_adaptive_option(adaptive: dict, text: str) -> None:
         found = [(m.id, m.msg) for m in check_settings() if m.id.startswith("ratelimit_r4.")]
     assert len(found) == 1 and found[0][0] == "ratelimit_r4.E004", found
     assert found[0][1].startswith('RATELIMIT_R4["bulkheads"]["instances"]["db"]["adaptive"]: ') and text in found[0][1]
+
+
+def test_a_cluster_wide_bulkhead_cannot_be_adaptive() -> None:
+    setting = {
+        "backends": {"shared": {"BACKEND": "redis", "LOCATION": "redis://127.0.0.1:6379/15"}},
+        "bulkheads": {
+            "instances": {
+                "db": {"max_concurrent_calls": 25, "backend": "shared", "adaptive": {"algorithm": "aimd"}},
+                "local": {"max_concurrent_calls": 25, "adaptive": {"algorithm": "aimd"}},
+            }
+        },
+    }
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(conf, "raw_setting", lambda: setting)
+        found = [(m.id, m.msg, m.hint) for m in check_settings() if m.id.startswith("ratelimit_r4.")]
+    assert len(found) == 1 and found[0][0] == "ratelimit_r4.E027", found
+    assert found[0][1].startswith('RATELIMIT_R4["bulkheads"]["instances"]["db"]["adaptive"]: an adaptive limit')
+    assert "remove its backend" in found[0][2]
