@@ -325,7 +325,9 @@ class _RatePlan:
 
     __slots__ = (
         "aacquire_all",
+        "aacquire_all_quotas",
         "acquire_all",
+        "acquire_all_quotas",
         "draft10",
         "fast_keyed",
         "fast_quota",
@@ -337,6 +339,7 @@ class _RatePlan:
         "limits",
         "loads_session",
         "remote",
+        "remote_quotas",
         "salt",
         "single",
         "single_keyed",
@@ -370,8 +373,18 @@ class _RatePlan:
         self.style = style
         self.draft10 = style == DRAFT_10
         self.salt = salt
+        #: Limits all in one Redis with header fields on: one script call decides and reads the figures
+        #: (``acquire_quota`` / ``acquire_all_quotas``), so a request costs one round trip, headers included.
+        self.remote_quotas = self.remote and not mixed and style is not None
+        self.acquire_all_quotas: Callable[..., Any] | None = (
+            redis_module.acquire_all_quotas if self.remote_quotas else None  # type: ignore[union-attr]
+        )
+        self.aacquire_all_quotas: Callable[..., Any] | None = (
+            redis_module.aacquire_all_quotas if self.remote_quotas else None  # type: ignore[union-attr]
+        )
         only = limits[0] if len(limits) == 1 else None
-        self.single = only.limiter if only is not None else None
+        # (None for remote_quotas: _call's in-memory single-limit path is not taken.)
+        self.single = only.limiter if only is not None and not self.remote_quotas else None
         self.single_keyed = only if only is not None and only.keyed is not None else None
         # The allowed-request fast path: a single unkeyed in-memory limit with draft-10 headers reads its
         # backend's quota() (no I/O; MemoryBackend's is a lock-free snapshot) and writes the two fields inline.
@@ -597,6 +610,65 @@ class RateLimitGate:
         else:
             self._raise(entries, plan.acquire_all(entries, self.permits))
 
+    def _remote(
+        self, plan: _RatePlan, request: Any
+    ) -> tuple[RequestNotPermitted | None, list[Any], list[tuple[int, int]]]:
+        """``plan.remote_quotas``: decide and read the RateLimit figures in one round trip.
+
+        Returns ``(rejection or None, keys, (remaining, reset_ns) of each limit that applied)``.
+        """
+        keys = self._keys(plan, request)
+        try:
+            if len(plan.limits) == 1:
+                limit = plan.limits[0]
+                if limit.keyed is None:
+                    return None, keys, [limit.limiter.acquire_quota(self.permits)]  # type: ignore[union-attr]
+                if keys[0] is _SKIP:
+                    return None, keys, []
+                return None, keys, [limit.keyed.acquire_quota(keys[0], self.permits)]
+            entries = self._entries(plan, keys)
+            if not entries:
+                return None, keys, []
+            outcome, quotas = plan.acquire_all_quotas(entries, self.permits)  # type: ignore[misc]
+        except RequestNotPermitted as exc:
+            return exc, keys, list(exc.quotas or ())
+        return self._outcome(entries, outcome, quotas), keys, quotas
+
+    async def _aremote(
+        self, plan: _RatePlan, request: Any
+    ) -> tuple[RequestNotPermitted | None, list[Any], list[tuple[int, int]]]:
+        """Async twin of :meth:`_remote` (``redis.asyncio``, never blocks the loop)."""
+        keys = self._keys(plan, request)
+        try:
+            if len(plan.limits) == 1:
+                limit = plan.limits[0]
+                if limit.keyed is None:
+                    return None, keys, [await limit.limiter.aacquire_quota(self.permits)]  # type: ignore[union-attr]
+                if keys[0] is _SKIP:
+                    return None, keys, []
+                return None, keys, [await limit.keyed.aacquire_quota(keys[0], self.permits)]
+            entries = self._entries(plan, keys)
+            if not entries:
+                return None, keys, []
+            outcome, quotas = await plan.aacquire_all_quotas(entries, self.permits)  # type: ignore[misc]
+        except RequestNotPermitted as exc:
+            return exc, keys, list(exc.quotas or ())
+        return self._outcome(entries, outcome, quotas), keys, quotas
+
+    @staticmethod
+    def _outcome(
+        entries: list[tuple[Any, Any]], outcome: tuple[int, int] | None, quotas: list[tuple[int, int]]
+    ) -> RequestNotPermitted | None:
+        if outcome is None:
+            return None
+        index, wait = outcome
+        limiter, key = entries[index]
+        return RequestNotPermitted(limiter, wait, key=key, quotas=tuple(quotas))
+
+    @staticmethod
+    def _pairs(plan: _RatePlan, keys: list[Any]) -> list[tuple[_Limit, Any]]:
+        return [(limit, key) for limit, key in zip(plan.limits, keys, strict=True) if key is not _SKIP]
+
     def counts(self, request: Any) -> bool:
         """Whether ``request``'s method is counted by this gate (``methods``)."""
         return (request.method in self._methods) is not self._skip_if_listed
@@ -624,6 +696,10 @@ class RateLimitGate:
 
     def check(self, request: Any) -> tuple[RequestNotPermitted | None, dict[str, str]]:
         """Sync decision for ``request``: ``(None or the rejection, RateLimit header fields)``."""
+        plan = self.plan()
+        if plan.remote_quotas and (request.method in self._methods) is not self._skip_if_listed:
+            rejection, keys, quotas = self._remote(plan, request)
+            return rejection, self._fields(plan, self._pairs(plan, keys), quotas)
         try:
             keys = self.acquire(request)
             rejection = None
@@ -698,6 +774,15 @@ class RateLimitGate:
                 else:
                     _put_keyed(entry, remaining, reset_ns, response)
             return response
+        if plan.remote_quotas:
+            # Redis with header fields: one round trip decides and reads them.
+            rejection, keys, quotas = self._remote(plan, request)
+            if rejection is not None:
+                raise rejection
+            response = fn(*args, **kwargs)
+            if request is not None and isinstance(response, HttpResponseBase):
+                _set_all(response, self._fields(plan, self._pairs(plan, keys), quotas))
+            return response
         keyed = plan.single_keyed
         if keyed is not None and request is not None:
             key = keyed.key_func(request)  # type: ignore[misc]
@@ -725,6 +810,15 @@ class RateLimitGate:
             plan = self._refresh()
         if plan.loads_session and request is not None:
             await _aload_session(request)
+        if plan.remote_quotas:
+            # Redis with header fields: one awaited round trip decides and reads them.
+            rejection, applied, quotas = await self._aremote(plan, request)
+            if rejection is not None:
+                raise rejection
+            response = await fn(*args, **kwargs)
+            if request is not None and isinstance(response, HttpResponseBase):
+                _set_all(response, self._fields(plan, self._pairs(plan, applied), quotas))
+            return response
         single = plan.single
         keyed = plan.single_keyed
         key: Any = None
@@ -836,6 +930,9 @@ class RateLimitGate:
         plan = self.plan()
         if plan.style is None:
             return response
+        if self._own_quotas(plan, exc):
+            self._annotate_from(plan, response, request, exc)
+            return response
         if plan.single is not None:
             self._annotate_single(plan, plan.single, response)
         elif plan.single_keyed is not None:
@@ -846,6 +943,27 @@ class RateLimitGate:
             self._annotate(plan, response, self._keys(plan, request))
         return response
 
+    @staticmethod
+    def _own_quotas(plan: _RatePlan, exc: RequestNotPermitted) -> bool:
+        """``exc`` carries the figures of this gate's own decision (``plan.remote_quotas``)."""
+        if exc.quotas is None or not plan.remote_quotas:
+            return False
+        refused: object = exc.rate_limiter
+        return any(refused is limit.keyed or refused is limit.limiter for limit in plan.limits)
+
+    def _annotate_from(
+        self, plan: _RatePlan, response: HttpResponseBase, request: Any, exc: RequestNotPermitted
+    ) -> None:
+        """The RateLimit fields of a 429 from the figures its decision read (no second round trip)."""
+        if len(plan.limits) == 1:
+            keys = [exc.key if plan.limits[0].keyed is not None else None]
+        else:
+            keys = self._keys(plan, request)
+        pairs = self._pairs(plan, keys)
+        quotas = list(exc.quotas or ())
+        if len(pairs) == len(quotas):
+            _set_all(response, self._fields(plan, pairs, quotas))
+
     async def arejected_response(self, request: Any, exc: RequestNotPermitted) -> HttpResponseBase:
         """Async twin of :meth:`rejected_response` (Redis quotas read off the event loop)."""
         await exc.await_wait_ns()  # raised by the view itself without a wait: read it without blocking
@@ -854,6 +972,9 @@ class RateLimitGate:
             return self.rejected_response(request, exc)
         response = rejection_response(request, exc)
         if plan.style is None:
+            return response
+        if self._own_quotas(plan, exc):
+            self._annotate_from(plan, response, request, exc)
             return response
         if plan.single is not None:
             keys: list[Any] = [None]

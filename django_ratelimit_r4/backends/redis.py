@@ -720,6 +720,46 @@ class _Clocked:
             return self._fault_decision(state_key, permits, timeout_ns)
         return self._count(wait * self._unit)
 
+    def _acquire_quota_at(self, state_key: str, permits: int, timeout_ns: int) -> tuple[int, int, int]:
+        """:meth:`_acquire_at` whose one round trip also reads the RateLimit figures after the decision:
+        ``(wait, remaining, reset_ns)`` (see :func:`_quota`); on a fault, the policy's decision and view."""
+        if permits < 1:
+            raise ValueError(f"permits must be >= 1, got {permits!r}")
+        conn = self._connection()
+        if not conn.is_down():
+            replies = conn.replies
+            try:
+                return self._quota_reply(self._roundtrip(state_key, b"q", permits, timeout_ns))
+            except _FAULTS as exc:
+                self._fault(conn, exc, "acquire", replies)
+        else:
+            self._fault(conn, None, "acquire")
+        return self._fault_quota(state_key, permits, timeout_ns)
+
+    async def _aacquire_quota_at(self, state_key: str, permits: int, timeout_ns: int) -> tuple[int, int, int]:
+        """Async twin of :meth:`_acquire_quota_at` on ``redis.asyncio``."""
+        if permits < 1:
+            raise ValueError(f"permits must be >= 1, got {permits!r}")
+        conn = self._connection()
+        if not conn.is_down():
+            replies = conn.replies
+            try:
+                return self._quota_reply(await self._aroundtrip(state_key, b"q", permits, timeout_ns))
+            except _FAULTS as exc:
+                self._fault(conn, exc, "acquire", replies)
+        else:
+            self._fault(conn, None, "acquire")
+        return self._fault_quota(state_key, permits, timeout_ns)
+
+    def _quota_reply(self, reply: Any) -> tuple[int, int, int]:
+        wait, remaining, reset = reply
+        unit = self._unit
+        return self._count(wait * unit), remaining, reset * unit
+
+    def _fault_quota(self, state_key: str, permits: int, timeout_ns: int) -> tuple[int, int, int]:
+        wait = self._fault_decision(state_key, permits, timeout_ns)
+        return (wait, *_quota(self._fault_state(state_key)))
+
     def _state_reply(self, reply: Any) -> tuple[int, int, int, int]:
         cycle, permissions, wait, to_next = reply
         unit = self._unit
@@ -841,6 +881,15 @@ class RedisBackend(_Clocked):
         """Async twin of :meth:`acquire` on ``redis.asyncio``: never blocks the event loop."""
         return await self._aacquire_at(self.state_key, permits, timeout_ns)
 
+    def acquire_quota(self, permits: int, timeout_ns: int) -> tuple[int, int, int]:
+        """:meth:`acquire` and :meth:`quota` in one round trip: ``(wait, remaining, reset_ns)``, the figures
+        as :meth:`quota` reads them right after this decision (used by ``RateLimiter.acquire_quota``)."""
+        return self._acquire_quota_at(self.state_key, permits, timeout_ns)
+
+    async def aacquire_quota(self, permits: int, timeout_ns: int) -> tuple[int, int, int]:
+        """Async twin of :meth:`acquire_quota` on ``redis.asyncio``: never blocks the event loop."""
+        return await self._aacquire_quota_at(self.state_key, permits, timeout_ns)
+
     def state4(self) -> tuple[int, int, int, int]:
         """``(cycle, available_permissions, nanos_to_wait for 1, ns to the next cycle)``; writes nothing.
 
@@ -950,12 +999,12 @@ def _many_members(leader: _Clocked, entries: Sequence[tuple[Any, str | None]], p
     return members
 
 
-def _many_args(leader: _Clocked, members: list[_Member], permits: int) -> list[Any]:
+def _many_args(leader: _Clocked, members: list[_Member], permits: int, op: bytes = b"m") -> list[Any]:
     args: list[Any] = []
     for m in members:
         args.append(m.anchor)
         args.append(m.state)
-    args += [b"m", permits, len(members)]
+    args += [op, permits, len(members)]
     for m in members:
         args += m.counter._limiter_args()
     args.append(b"")  # the deadline: set by RedisConnection.call once a connection is held
@@ -972,55 +1021,71 @@ def _many_where(leader: _Clocked, n: int) -> tuple[int | None, range]:
     return 8 * n + 3, range(2 * n + 3, 8 * n + 3, 6)
 
 
-def _many_call(conn: RedisConnection, leader: _Clocked, members: list[_Member], permits: int) -> Any:
+def _many_call(
+    conn: RedisConnection, leader: _Clocked, members: list[_Member], permits: int, op: bytes = b"m"
+) -> Any:
     owners = [m.counter for m in members]
     at, tokens = _many_where(leader, len(members))
     try:
         return leader._settle(
-            conn.call(2 * len(members), _many_args(leader, members, permits), at, tokens), owners
+            conn.call(2 * len(members), _many_args(leader, members, permits, op), at, tokens), owners
         )
     except _Late:
         pass  # nothing was changed: once more with a fresh deadline
-    args = _many_args(leader, members, permits)
+    args = _many_args(leader, members, permits, op)
     return leader._settle(conn.call(2 * len(members), args, at, tokens), owners)
 
 
-async def _amany_call(conn: RedisConnection, leader: _Clocked, members: list[_Member], permits: int) -> Any:
+async def _amany_call(
+    conn: RedisConnection, leader: _Clocked, members: list[_Member], permits: int, op: bytes = b"m"
+) -> Any:
     owners = [m.counter for m in members]
     at, tokens = _many_where(leader, len(members))
     try:
-        args = _many_args(leader, members, permits)
+        args = _many_args(leader, members, permits, op)
         return leader._settle(await conn.acall(2 * len(members), args, at, tokens), owners)
     except _Late:
         pass  # nothing was changed: once more with a fresh deadline
-    args = _many_args(leader, members, permits)
+    args = _many_args(leader, members, permits, op)
     return leader._settle(await conn.acall(2 * len(members), args, at, tokens), owners)
 
 
-def _sync_many(leader: _Clocked, members: list[_Member], permits: int) -> Any:
+def _sync_many(leader: _Clocked, members: list[_Member], permits: int, op: bytes = b"m") -> Any:
     conn = leader._connection()
     if conn.is_down():
         leader._fault(conn, None, "acquire_many")
-        return _fault_reply(members, permits)
+        return _fault_reply(members, permits, op)
     replies = conn.replies
     try:
-        return _many_call(conn, leader, members, permits)
+        return _many_call(conn, leader, members, permits, op)
     except _FAULTS as exc:
         leader._fault(conn, exc, "acquire_many", replies)
-        return _fault_reply(members, permits)
+        return _fault_reply(members, permits, op)
 
 
-async def _async_many(leader: _Clocked, members: list[_Member], permits: int) -> Any:
+async def _async_many(leader: _Clocked, members: list[_Member], permits: int, op: bytes = b"m") -> Any:
     conn = leader._connection()
     if conn.is_down():
         leader._fault(conn, None, "acquire_many")
-        return _fault_reply(members, permits)
+        return _fault_reply(members, permits, op)
     replies = conn.replies
     try:
-        return await _amany_call(conn, leader, members, permits)
+        return await _amany_call(conn, leader, members, permits, op)
     except _FAULTS as exc:
         leader._fault(conn, exc, "acquire_many", replies)
-        return _fault_reply(members, permits)
+        return _fault_reply(members, permits, op)
+
+
+def _split_quotas(members: list[_Member], reply: Any) -> tuple[Any, list[tuple[int, int]]]:
+    """An "M" reply as ``("m"'s reply, each member's (remaining, reset_ns))``; a fault's reply carries the
+    policy's view instead."""
+    if type(reply) is tuple:  # _fault_reply: (its "m" reply, quotas already read)
+        return reply
+    n = len(members)
+    quotas = [
+        (reply[2 * i], reply[2 * i + 1] * members[i].counter._unit) for i in range(n)
+    ]
+    return reply[2 * n :], quotas
 
 
 def _bump(counter: Any, granted: bool) -> None:
@@ -1229,6 +1294,37 @@ class RedisKeyedRateLimiter(_Clocked):
         if self.events.wants_successful:
             self._publish(SUCCESSFUL_ACQUIRE, permits)
 
+    def acquire_quota(self, key: str, permits: int = 1) -> tuple[int, int]:
+        """:meth:`acquire_or_raise` returning ``key``'s ``(remaining, reset_ns)`` as :meth:`quota` reads them
+        when the permits are handed over, like ``KeyedRateLimiter.acquire_quota``: the decision's own round
+        trip reads them (a reserved permit, waited for, reads them again). A rejection carries them in
+        ``RequestNotPermitted.quotas``."""
+        wait, remaining, reset_ns = self._acquire_quota_at(self._state_key(key), permits, self._timeout_ns)
+        if wait < 0:
+            refuse_never_grantable(self, permits, self._timeout_ns)
+            raise self._rejection(key, permits, -wait, ((remaining, reset_ns),))
+        if wait > 0:
+            self._waiters.sleep(self.clock, wait)
+            remaining, reset_ns = self.quota(key)
+        if self.events.wants_successful:
+            self._publish(SUCCESSFUL_ACQUIRE, permits)
+        return remaining, reset_ns
+
+    async def aacquire_quota(self, key: str, permits: int = 1) -> tuple[int, int]:
+        """Async twin of :meth:`acquire_quota` on ``redis.asyncio``; never blocks the event loop."""
+        wait, remaining, reset_ns = await self._aacquire_quota_at(
+            self._state_key(key), permits, self._timeout_ns
+        )
+        if wait < 0:
+            refuse_never_grantable(self, permits, self._timeout_ns)
+            raise self._rejection(key, permits, -wait, ((remaining, reset_ns),))
+        if wait > 0:
+            await self._waiters.asleep(self.clock, wait)
+            remaining, reset_ns = await self.aquota(key)
+        if self.events.wants_successful:
+            self._publish(SUCCESSFUL_ACQUIRE, permits)
+        return remaining, reset_ns
+
     def reserve_permission(self, key: str, permits: int = 1) -> int:
         """Reserve without waiting: 0 (use now), ns to wait before use (reserved), or -1 (rejected)."""
         wait = self._decide(key, permits, self._timeout_ns)
@@ -1331,10 +1427,12 @@ class RedisKeyedRateLimiter(_Clocked):
 
     # -- internals ------------------------------------------------------------------------------------
 
-    def _rejection(self, key: str, permits: int, wait_ns: int) -> RequestNotPermitted:
+    def _rejection(
+        self, key: str, permits: int, wait_ns: int, quotas: tuple[tuple[int, int], ...] | None = None
+    ) -> RequestNotPermitted:
         if self.events.wants_failed:
             self._publish(FAILED_ACQUIRE, permits)
-        return RequestNotPermitted(self, wait_ns, key=key)  # type: ignore[arg-type]
+        return RequestNotPermitted(self, wait_ns, key=key, quotas=quotas)  # type: ignore[arg-type]
 
     def _publish(self, event_type: str, permits: int) -> None:
         self.events.publish(RateLimiterEvent(event_type, self.name, number_of_permits=permits))
@@ -1411,6 +1509,31 @@ async def aacquire_all_keyed(
     )
 
 
+def _quotas_outcome(
+    entries: Sequence[tuple[Any, str | None]], permits: int, many: Any
+) -> tuple[tuple[int, int] | None, list[tuple[int, int]]]:
+    owners, members = _entries_members(entries, permits)
+    reply, quotas = _split_quotas(members, many(members[0].counter, members, permits, b"M"))
+    return _entries_outcome(owners, _many_result(members, reply), permits), quotas
+
+
+def acquire_all_quotas(
+    entries: Sequence[tuple[RateLimiter | RedisKeyedRateLimiter, str | None]], permits: int = 1
+) -> tuple[tuple[int, int] | None, list[tuple[int, int]]]:
+    """:func:`acquire_all_keyed` whose one round trip also reads every entry's RateLimit figures after the
+    decision: ``(outcome, [(remaining, reset_ns), ...])`` in entry order (``quota()``'s values, read at once)."""
+    return _quotas_outcome(entries, permits, _sync_many)
+
+
+async def aacquire_all_quotas(
+    entries: Sequence[tuple[RateLimiter | RedisKeyedRateLimiter, str | None]], permits: int = 1
+) -> tuple[tuple[int, int] | None, list[tuple[int, int]]]:
+    """Async twin of :func:`acquire_all_quotas` on ``redis.asyncio``."""
+    owners, members = _entries_members(entries, permits)
+    reply, quotas = _split_quotas(members, await _async_many(members[0].counter, members, permits, b"M"))
+    return _entries_outcome(owners, _many_result(members, reply), permits), quotas
+
+
 # --------------------------------------------------------------------------- fault policy "local", and the store
 
 
@@ -1426,7 +1549,14 @@ def _local_state(owner: _Clocked, state_key: str) -> tuple[int, int, int, int]:
     return cycle, permissions, wait, reset_ns
 
 
-def _fault_reply(members: list[_Member], permits: int) -> Any:
+def _fault_reply(members: list[_Member], permits: int, op: bytes = b"m") -> Any:
+    reply = _fault_many_reply(members, permits)
+    if op == b"M":  # with the figures: each member's view under its fault policy, after the decision
+        return reply, [_quota(m.counter._fault_state(m.state)) for m in members]
+    return reply
+
+
+def _fault_many_reply(members: list[_Member], permits: int) -> Any:
     """What an all-or-nothing decision Redis could not make answers: ``_FAULT`` (the first member's "open" or
     "closed" policy decides), or under "local" the in-process limiters' decision shaped as the script's reply.
 

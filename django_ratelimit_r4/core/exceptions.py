@@ -94,13 +94,25 @@ class RequestNotPermitted(ResilienceError):
 
     #: The refused client's key (None: a shared limiter); a class default so rejections pickled without one load.
     key: str | None = None
+    #: ``(remaining, reset_ns)`` of each limit the decision read (a Redis decision reads them in its own
+    #: round trip, so the 429's RateLimit fields need no second one); None when not read.
+    quotas: tuple[tuple[int, int], ...] | None = None
 
-    def __init__(self, rate_limiter: RateLimiter, wait_ns: int | None = None, *, key: str | None = None) -> None:
+    def __init__(
+        self,
+        rate_limiter: RateLimiter,
+        wait_ns: int | None = None,
+        *,
+        key: str | None = None,
+        quotas: tuple[tuple[int, int], ...] | None = None,
+    ) -> None:
         self.rate_limiter = rate_limiter
         self.name = rate_limiter.name
         self._wait_ns = wait_ns
         if key is not None:
             self.key = key
+        if quotas is not None:
+            self.quotas = quotas
 
     @property
     def wait_ns(self) -> int:

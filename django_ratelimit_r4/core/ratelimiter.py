@@ -415,6 +415,53 @@ class RateLimiter:
         if self.events.wants_successful:
             self._publish(SUCCESSFUL_ACQUIRE, permits)
 
+    def acquire_quota(self, permits: int = 1) -> tuple[int, int]:
+        """:meth:`acquire_or_raise`, returning ``(remaining, reset_ns)`` as ``backend.quota()`` reads them when
+        the permits are handed over (right after the decision, or after the wait for a reserved permit).
+
+        A backend with ``acquire_quota(permits, timeout_ns) -> (wait, remaining, reset_ns)`` (Redis) decides
+        and reads them in one round trip, and a rejection carries them in ``RequestNotPermitted.quotas``;
+        any other backend is asked ``quota()`` after the decision.
+        """
+        backend = self._backend
+        both = getattr(backend, "acquire_quota", None)
+        if both is None:
+            self.acquire_or_raise(permits)
+            return backend.quota()
+        wait, remaining, reset_ns = both(permits, self._timeout_ns)
+        if wait < 0:
+            refuse_never_grantable(self, permits, self._timeout_ns)
+            if self.events.wants_failed:
+                self._publish(FAILED_ACQUIRE, permits)
+            raise RequestNotPermitted(self, -wait, quotas=((remaining, reset_ns),))
+        if wait > 0:
+            self._waiters.sleep(self.clock, wait)
+            remaining, reset_ns = backend.quota()
+        if self.events.wants_successful:
+            self._publish(SUCCESSFUL_ACQUIRE, permits)
+        return remaining, reset_ns
+
+    async def aacquire_quota(self, permits: int = 1) -> tuple[int, int]:
+        """Async twin of :meth:`acquire_quota` (``aacquire_quota``/``aquota`` of a backend doing I/O)."""
+        backend = self._backend
+        both = getattr(backend, "aacquire_quota", None)
+        if both is None:
+            await self.aacquire_or_raise(permits)
+            aquota = getattr(backend, "aquota", None)
+            return await aquota() if aquota is not None else backend.quota()
+        wait, remaining, reset_ns = await both(permits, self._timeout_ns)
+        if wait < 0:
+            refuse_never_grantable(self, permits, self._timeout_ns)
+            if self.events.wants_failed:
+                self._publish(FAILED_ACQUIRE, permits)
+            raise RequestNotPermitted(self, -wait, quotas=((remaining, reset_ns),))
+        if wait > 0:
+            await self._waiters.asleep(self.clock, wait)
+            remaining, reset_ns = await backend.aquota()  # type: ignore[attr-defined]
+        if self.events.wants_successful:
+            self._publish(SUCCESSFUL_ACQUIRE, permits)
+        return remaining, reset_ns
+
     def reserve_permission(self, permits: int = 1) -> int:
         """Reserve ``permits`` without waiting: 0 (use them now), nanoseconds the caller must wait before
         using them (reserved), or -1 when the wait would exceed ``timeout_duration`` (nothing reserved)."""

@@ -13,7 +13,9 @@ local op = ARGV[1]
 -- ARGV[at], ARGV[at + 1]: now_s, now_ns of a caller on its own clock (absent: server TIME); ARGV[at - 1]:
 -- the deadline in server microseconds ('' for none).
 local at = 11
-if op == 'm' then
+-- 'q' and 'M' are 'a' and 'm' whose reply also carries the RateLimit header figures (see ratelimiter.lua).
+local many, quota = op == 'm' or op == 'M', op == 'q' or op == 'M'
+if many then
   at = 5 + 6 * ARGV[3]
 elseif op == 'r' then
   at = 3
@@ -36,9 +38,9 @@ end
 
 -- The fast path of "a" (acquire), "s" (state) and "m" (all-or-nothing): every limiter's state proves the
 -- client's cached anchor (or the anchor does) and its base is recent. Otherwise: ratelimiter.lua.
-if op == 'a' or op == 's' or op == 'm' then
+if op == 'a' or op == 's' or many or quota then
   local n, j, permits, timeout = 1, 2, 0, 0
-  if op == 'm' then
+  if many then
     n, j, permits = ARGV[3] + 0, 4, ARGV[2] + 0
   else
     permits, timeout = ARGV[8] + 0, ARGV[9] + 0
@@ -46,6 +48,7 @@ if op == 'a' or op == 's' or op == 'm' then
   local fast = true
   local pending, rejecting
   local worst, worst_wait, worst_ns = 0, 0, -1
+  local figures = quota and {} -- per limiter: permissions before this decision, period, offset, limit
   for i = 1, n do
     local token = ARGV[j]
     if token == '' then
@@ -116,8 +119,16 @@ if op == 'a' or op == 's' or op == 'm' then
     if op == 's' then
       return {current, p, wait, period - offset}
     end
+    if figures then
+      local k = #figures
+      figures[k + 1], figures[k + 2], figures[k + 3], figures[k + 4] = p, period, offset, limit
+    end
     if timeout < wait then
-      if op == 'a' then
+      if not many then
+        if quota then
+          figures.granted = -wait
+          break
+        end
         return -wait
       end
       -- All-or-nothing: remember every rejecting limiter and the longest wait (compared in ns: the units
@@ -145,13 +156,17 @@ if op == 'a' or op == 's' or op == 'm' then
         end
         ms = math.min(math.ceil((d * period - offset) / (1000 * ARGV[j + 5])) + slack, 1e15)
       end
-      if op == 'a' then
+      if not many then
         if ms then
           redis.call('SET', KEYS[2], value, 'PX', ms)
         else
           redis.call('SET', KEYS[2], value, 'KEEPTTL')
         end
-        return wait
+        if not quota then
+          return wait
+        end
+        figures.granted = wait
+        break
       end
       pending = pending or {}
       pending[#pending + 1] = KEYS[2 * i]
@@ -159,6 +174,43 @@ if op == 'a' or op == 's' or op == 'm' then
       pending[#pending + 1] = ms
     end
     j = j + 6
+  end
+  local qreply
+  if fast and figures then
+    -- The header figures after this decision, as 's' would read them: (remaining, time to the next cycle)
+    -- while a permit is left, else (remaining, the wait for one permit), in each limiter's unit.
+    local granted = not many and figures.granted >= 0 or many and not rejecting
+    qreply = {}
+    local reply = qreply
+    for k = 1, #figures, 4 do
+      local left, period, offset, limit = figures[k], figures[k + 1], figures[k + 2], figures[k + 3]
+      if granted then
+        left = left - permits
+      end
+      local reset = period - offset
+      if left < 0 and -left >= limit then
+        local d = math.floor(-left / limit)
+        if d * limit > -left then
+          d = d - 1
+        elseif (d + 1) * limit <= -left then
+          d = d + 1
+        end
+        reset = reset + d * period
+      end
+      reply[#reply + 1] = left
+      reply[#reply + 1] = reset
+    end
+    if not many then
+      return {figures.granted, reply[1], reply[2]}
+    end
+    if rejecting then
+      reply[#reply + 1] = worst
+      reply[#reply + 1] = worst_wait
+      for k = 1, #rejecting do
+        reply[#reply + 1] = rejecting[k]
+      end
+      return reply
+    end
   end
   if fast then
     if rejecting then
@@ -174,6 +226,10 @@ if op == 'a' or op == 's' or op == 'm' then
       else
         redis.call('SET', pending[k], pending[k + 1], 'KEEPTTL')
       end
+    end
+    if qreply then
+      qreply[#qreply + 1] = 0
+      return qreply
     end
     return {0}
   end

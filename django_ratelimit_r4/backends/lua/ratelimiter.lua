@@ -19,6 +19,10 @@
 --   "d" drain:   'a''s layout -> the drained count.
 --   "m" many:    'm', permits, n, L1 .. Ln, deadline_us (timeout 0, all-or-nothing) -> {0} granted
 --                everywhere, else {worst index, its wait, every rejecting index...} with nothing reserved.
+--   "q" acquire with quota: 'a''s layout -> {wait as "a", remaining, reset}: the RateLimit figures after
+--                the decision (as "s" then reads them): reset is the time to the next cycle while a permit
+--                is left, else the wait for one.
+--   "M" many with quotas: 'm''s layout -> {remaining1, reset1, .., remainingN, resetN, then "m"'s reply}.
 --   "r" reset:   'r', '' -> {anchor, now_us}: anchor := now, the listed states deleted.
 -- deadline_us ('' for none): server time after which the caller has given up; a later execution changes
 --   nothing and returns the status reply LATE (no ghost charges after a client timeout). fast.lua checks it.
@@ -103,6 +107,14 @@ local function store(e, permissions)
   redis.call('SET', KEYS[2 * e.i], value, 'PX', math.min(ms, 1e15))
 end
 
+-- (remaining, reset) of a limiter left with `permissions` (see "q").
+local function figures_of(e, permissions)
+  if permissions >= 1 then
+    return permissions, e.period - e.offset
+  end
+  return permissions, nanos_to_wait(permissions, 1, e.offset, e.period, e.limit)
+end
+
 local function stale_reply(reply, stale)
   if stale then
     table.insert(stale, 1, now_us or 0)
@@ -111,19 +123,24 @@ local function stale_reply(reply, stale)
   return reply
 end
 
-if op == 'a' or op == 's' or op == 'd' then
+if op == 'a' or op == 'q' or op == 's' or op == 'd' then
   local e = locate(1, 2, op ~= 's')
   e.i = 1
   local stale = e.report and {1, e.report, e.current}
-  if op == 'a' then
+  if op == 'a' or op == 'q' then
     local _, left, wait, granted = decide(
       e.cycle, e.permissions, tonumber(ARGV[8]), tonumber(ARGV[9]), e.current, e.offset, e.period, e.limit
     )
     if granted then
       store(e, left)
-      return stale_reply(wait, stale)
+    else
+      wait = -wait
     end
-    return stale_reply(-wait, stale)
+    if op == 'q' then
+      local remaining, reset = figures_of(e, left)
+      return stale_reply({wait, remaining, reset}, stale)
+    end
+    return stale_reply(wait, stale)
   end
   local permissions = refresh(e.cycle, e.permissions, e.current, e.limit)
   if op == 's' then
@@ -138,7 +155,7 @@ if op == 'a' or op == 's' or op == 'd' then
   return stale_reply(drained, stale)
 end
 
-if op == 'm' then
+if many then
   local permits, n = tonumber(ARGV[2]), tonumber(ARGV[3])
   local entries = {}
   local worst, worst_wait, worst_ns = 0, -1, -1
@@ -165,8 +182,20 @@ if op == 'm' then
       end
     end
   end
+  local reply = {}
+  if quota then
+    for i = 1, n do
+      local e = entries[i]
+      local permissions = e.left
+      if worst > 0 then
+        permissions = refresh(e.cycle, e.permissions, e.current, e.limit) -- nothing reserved anywhere
+      end
+      reply[2 * i - 1], reply[2 * i] = figures_of(e, permissions)
+    end
+  end
   if worst > 0 then
-    local reply = {worst, worst_wait}
+    reply[#reply + 1] = worst
+    reply[#reply + 1] = worst_wait
     for _, i in ipairs(rejecting) do
       reply[#reply + 1] = i
     end
@@ -175,7 +204,8 @@ if op == 'm' then
   for i = 1, n do
     store(entries[i], entries[i].left)
   end
-  return stale_reply({0}, stale)
+  reply[#reply + 1] = 0
+  return stale_reply(reply, stale)
 end
 
 if op == 'r' then
