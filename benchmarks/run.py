@@ -2,6 +2,8 @@
 
 Not a test: timings depend on the machine. Each ``benchmarks/bench_*.py`` exposes ``run() -> list[dict]``
 with keys ``name``, ``ns_per_op``, ``baseline_ns`` (optional), ``ratio`` (optional) and ``target``.
+The modules that need Django configure their own minimal settings (or use ``DJANGO_SETTINGS_MODULE``
+if the caller set one that loads); this runner sets none.
 
     python benchmarks/run.py            # everything
     python benchmarks/run.py ratelimiter bulkhead
@@ -10,14 +12,12 @@ with keys ``name``, ``ns_per_op``, ``baseline_ns`` (optional), ``ratio`` (option
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench_settings")
 
 
 def _fmt(value: object, spec: str) -> str:
@@ -26,7 +26,7 @@ def _fmt(value: object, spec: str) -> str:
 
 def main(argv: list[str]) -> int:
     wanted = set(argv)
-    modules = sorted(p.stem for p in HERE.glob("bench_*.py") if p.stem != "bench_settings")
+    modules = sorted(p.stem for p in HERE.glob("bench_*.py"))
     print(f"{'benchmark':58} {'ns/op':>10} {'baseline':>10} {'ratio':>7}  target")
     for module_name in modules:
         short = module_name.removeprefix("bench_")

@@ -189,15 +189,11 @@ def retry_after_for(
     return exc.retry_after
 
 
-def _problem(exc: ResilienceError, status: int, retry_after: int) -> tuple[dict[str, Any], str]:
-    """(problem members, one-line text) for a rejection."""
-    return _problem_for(_problem_type(exc), str(exc), exc.name, _violated(exc), status, retry_after)
-
-
 def _violated(exc: ResilienceError) -> tuple[str, ...]:
+    # A breaker is no policy the client violated; a limiter or bulkhead is the one policy named.
     if isinstance(exc, CallNotPermitted):
         return ()
-    return tuple(getattr(exc, "violated_policies", None) or (exc.name,))
+    return (exc.name,)
 
 
 _PROBLEM_TITLES = {

@@ -168,6 +168,18 @@ def remove_stall_listener(listener: StallListener) -> None:
             _listeners.remove(listener)
 
 
+def _running_loop_thread_id(loop: asyncio.AbstractEventLoop) -> int | None:
+    """The id of the thread running ``loop``, read from another thread; None if unknown.
+
+    asyncio has no public way to ask a loop for its thread, so this is the one place that reads
+    CPython's private ``BaseEventLoop._thread_id`` (set while ``run_forever`` runs). It is only a head
+    start: the first heartbeat records the thread with ``threading.get_ident()`` on the loop itself.
+    ``tests/test_stall.py::test_running_loop_thread_id_reads_cpython_loop`` fails if CPython changes it.
+    """
+    thread_id = getattr(loop, "_thread_id", None)
+    return thread_id if isinstance(thread_id, int) else None
+
+
 class _Watch:
     """State of one start()..stop() run, so a restarted detector never shares events with an old thread."""
 
@@ -341,9 +353,7 @@ class StallDetector:
                 return threading.get_ident()
         except RuntimeError:
             pass
-        # Until the first heartbeat tells us, CPython's BaseEventLoop knows its thread while running.
-        thread_id = getattr(loop, "_thread_id", None)
-        return thread_id if isinstance(thread_id, int) else None
+        return _running_loop_thread_id(loop)
 
     def _unregister(self) -> None:
         with _live_lock:

@@ -318,3 +318,20 @@ def test_monitor_asgi_starts_one_detector_per_loop() -> None:
         application.stop()
         for loop in loops:
             loop.close()
+
+
+def test_running_loop_thread_id_reads_cpython_loop():
+    """The one private read (asyncio's ``_thread_id``): fails here, not silently, if CPython changes it."""
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+    loop.call_soon(started.set)
+    runner = threading.Thread(target=loop.run_forever, daemon=True)
+    runner.start()
+    try:
+        assert started.wait(10)
+        assert stall._running_loop_thread_id(loop) == runner.ident
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join(10)
+        loop.close()
+    assert stall._running_loop_thread_id(loop) is None  # not running: unknown, never a stale id

@@ -8,7 +8,7 @@ one :class:`ConfigurationError`. The Django system checks reuse exactly this, so
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from .durations import DurationError, parse_duration
@@ -180,5 +180,3 @@ def field_names(cls: type) -> tuple[str, ...]:
 
     return tuple(f.name for f in dataclasses.fields(cls) if not f.name.startswith("_"))
 
-
-Predicate = Callable[[Any], bool]
