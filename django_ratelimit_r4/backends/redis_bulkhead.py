@@ -23,8 +23,9 @@ Permits of one process are interchangeable: a release gives back any one slot th
 Faults (Redis unreachable, an error, a timeout): never raised. ``fault_policy="local"`` (default) falls back
 to an in-process :class:`Bulkhead` with the same config, so each process keeps at most
 ``max_concurrent_calls`` (the cluster may then run up to that times the number of processes); ``"open"``
-grants; ``"closed"`` rejects. Leases taken before the fault that cannot be renewed expire after
-``lease_ttl``. The cool-down of the shared :class:`~.redis.RedisConnection` applies.
+grants; ``"closed"`` rejects. A release that fails is retried by the renewal thread until Redis answers
+(the lease, no longer renewed, expires after ``lease_ttl`` at the latest). The cool-down of the shared
+:class:`~.redis.RedisConnection` applies.
 
 Guarantee: never more than ``max_concurrent_calls`` leases alive at once. A process that cannot renew for
 ``lease_ttl`` (stopped, paused, cut off from Redis) loses its leases while its calls may still run: those
@@ -663,17 +664,26 @@ class RedisBulkhead:
             self._local.release_permission()
         return ""
 
+    def _defer(self, lease: str) -> None:
+        """Leave a release to the renewal thread (it retries until Redis answers; the lease is no longer
+        renewed, so it expires after ``lease_ttl`` at the latest)."""
+        with self._lock:
+            self._pending.append(lease)
+        self._work.set()
+
     def _release(self) -> None:
         lease = self._take_hold()
         if not lease:
             return
         conn = self._conn
         if conn.is_down():
-            return  # not renewed any more: it expires after lease_ttl
+            self._defer(lease)
+            return
         try:
             reply = self._eval(conn.sync, "release", lease)
         except _FAULTS as exc:
             conn.fault(exc, f"bulkhead {self.name!r} release")
+            self._defer(lease)
             return
         self._cluster = int(reply[1])
 
@@ -683,16 +693,16 @@ class RedisBulkhead:
             return
         conn = self._conn
         if conn.is_down():
+            self._defer(lease)
             return
         try:
             reply = await self._aeval("release", lease)
         except _FAULTS as exc:
             conn.fault(exc, f"bulkhead {self.name!r} release")
+            self._defer(lease)
             return
         except BaseException:
-            with self._lock:  # cancelled mid-release: the thread makes sure it is given back
-                self._pending.append(lease)
-            self._work.set()
+            self._defer(lease)  # cancelled mid-release: the thread makes sure it is given back
             raise
         self._cluster = int(reply[1])
 
@@ -731,6 +741,7 @@ class RedisBulkhead:
                         next_renew = time.monotonic() + self._renew_every_s
                         continue
                 try:
+                    self._cleanup(client)
                     left = next_renew - time.monotonic()
                     if left > 0.001:
                         item = client.blpop([self._wake_key], timeout=left)
@@ -784,8 +795,15 @@ class RedisBulkhead:
     def _cleanup(self, client: redis.Redis) -> None:
         with self._lock:
             pending, self._pending = self._pending, []
-        for lease in pending:
-            reply = self._eval(client, "cancel", lease)
-            if reply[0] == 1:
-                reply = self._eval(client, "release", lease)
+        while pending:
+            lease = pending[-1]
+            try:
+                reply = self._eval(client, "cancel", lease)
+                if reply[0] == 1:
+                    reply = self._eval(client, "release", lease)
+            except BaseException:
+                with self._lock:  # retried at the next turn (Redis may be down)
+                    self._pending.extend(pending)
+                raise
+            pending.pop()
             self._cluster = int(reply[1])

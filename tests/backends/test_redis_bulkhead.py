@@ -417,3 +417,27 @@ def test_a_lease_lost_while_its_call_runs_is_counted_and_absorbs_its_release(
     a.on_complete()
     assert a.cluster_concurrent_calls() == 1
     client.close()
+
+
+def test_a_release_that_fails_is_retried_by_the_renewal_thread(redis_url: str, prefix: str, made: list) -> None:
+    """A release hit by a fault (here: the cool-down) is not left to the lease TTL: the renewal thread gives
+    the slot back at its next turn (every 2 s with a 6 s TTL), i.e. before the lease's expiry."""
+    from django_ratelimit_r4.backends import redis as rb
+
+    a = bulkhead(redis_url, prefix, 1, lease_ttl="6s")
+    made.append(a)
+    assert a.try_acquire_permission()
+    [lease] = a._live
+    client = redis.Redis.from_url(redis_url)
+    expiry_ms = client.zscore(a._keys[0], lease)
+    conn = rb.connection(redis_url)
+    conn.down_until = time.monotonic() + 0.5  # as after a fault: this process skips Redis for a while
+    a.on_complete()
+    assert a.metrics.concurrent_calls == 0
+    deadline = time.monotonic() + 30
+    while client.zscore(a._keys[0], lease) is not None:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    seconds, micros = client.time()
+    assert seconds * 1000 + micros // 1000 < expiry_ms  # given back, not expired
+    client.close()
