@@ -58,6 +58,8 @@ def test_tox_tests_only_final_releases_and_leaves_no_venv_redirect() -> None:
     tox = (ROOT / "tox.ini").read_text(encoding="utf-8")
     assert "pip_pre" not in tox and not re.search(r"Django>=[\d.]+(a|b|rc)\d", tox)
     assert re.search(r"^venv_redirect = false$", tox, re.M)  # make's .venv/ directory stays a directory
+    # Without it the package's dependencies re-resolve Django (django61 ran Django 6.0.10).
+    assert re.search(r"^constrain_package_deps = true$", tox, re.M)
     assert ".venv\n" in (ROOT / ".gitignore").read_text(encoding="utf-8").replace(".venv/\n", "")
 
 
