@@ -34,7 +34,12 @@ except ImportError:  # benchmarks/run.py, or run as a script
     from _timing import best_pair as _best_pair  # type: ignore[no-redef]
     from _timing import print_rows
 
-from django_ratelimit_r4.backends.redis import RedisKeyedRateLimiter, connection, redis_backend
+from django_ratelimit_r4.backends.redis import (
+    RedisKeyedRateLimiter,
+    acquire_all_quotas,
+    connection,
+    redis_backend,
+)
 from django_ratelimit_r4.core.clock import SYSTEM_CLOCK
 from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig, acquire_all
 
@@ -119,6 +124,24 @@ def run(number: int = NUMBER, repeat: int = REPEAT) -> list[dict[str, Any]]:
         add(
             "redis acquire_all over 3 limits",
             *_best_pair(lambda: acquire_all(trio), ping, number, repeat),
+            TARGET_RATIO,
+        )
+        # What @ratelimit / RateLimiterThrottle run with RateLimit headers on: the decision and the header
+        # figures in the same round trip.
+        add(
+            "redis acquire_quota allowed (+ header figures)",
+            *_best_pair(allowed.acquire_quota, ping, number, repeat),
+            TARGET_RATIO,
+        )
+        add(
+            "redis keyed acquire_quota (+ header figures)",
+            *_best_pair(lambda: keyed.acquire_quota("203.0.113.7"), ping, number, repeat),
+            TARGET_RATIO,
+        )
+        entries = [(r, None) for r in trio]
+        add(
+            "redis acquire_all_quotas over 3 limits (+ figures)",
+            *_best_pair(lambda: acquire_all_quotas(entries), ping, number, repeat),
             TARGET_RATIO,
         )
 

@@ -112,8 +112,9 @@ def _server_us(client: redis.Redis, fn: Callable[[], Any], number: int) -> tuple
 
 def _rows(url: str, prefix: str) -> list[tuple[str, Callable[[], Any], int]]:
     """``(name, one decision, limits it decides: 0 for a peer)`` per row."""
-    from django_ratelimit_r4.backends.redis import RedisKeyedRateLimiter, redis_backend
+    from django_ratelimit_r4.backends.redis import RedisKeyedRateLimiter, acquire_all_quotas, redis_backend
     from django_ratelimit_r4.core.clock import SYSTEM_CLOCK
+    from django_ratelimit_r4.core.exceptions import RequestNotPermitted
     from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig, acquire_all
 
     factory = redis_backend(url, prefix=prefix)
@@ -137,6 +138,23 @@ def _rows(url: str, prefix: str) -> list[tuple[str, Callable[[], Any], int]]:
         ("ours keyed allowed", lambda: keyed.acquire_permission("203.0.113.7"), 1),
         ("ours keyed denied", lambda: keyed_denied.acquire_permission("203.0.113.7"), 1),
         ("ours all-or-nothing over 3 limits", lambda: acquire_all(trio), 3),
+    ]
+
+    def refused(fn: Callable[[], Any]) -> Callable[[], Any]:
+        def call() -> None:
+            with contextlib.suppress(RequestNotPermitted):
+                fn()
+
+        return call
+
+    # What a request through @ratelimit / RateLimiterThrottle runs with RateLimit headers on: the decision
+    # and the header figures in one script call (ops "q" and "M").
+    rows += [
+        ("ours unkeyed allowed + header figures", allowed.acquire_quota, 1),
+        ("ours unkeyed denied + header figures", refused(denied.acquire_quota), 1),
+        ("ours keyed allowed + header figures", lambda: keyed.acquire_quota("203.0.113.7"), 1),
+        ("ours keyed denied + header figures", refused(lambda: keyed_denied.acquire_quota("203.0.113.7")), 1),
+        ("ours all-or-nothing over 3 + header figures", lambda: acquire_all_quotas([(r, None) for r in trio]), 3),
     ]
     bare = redis.Redis.from_url(url)
     incr = bare.register_script(_INCR_PEXPIRE)

@@ -48,7 +48,10 @@ if op == 'a' or op == 's' or many or quota then
   local fast = true
   local pending, rejecting
   local worst, worst_wait, worst_ns = 0, 0, -1
-  local figures = quota and {} -- per limiter: permissions before this decision, period, offset, limit
+  -- "M": per limiter, the permissions before this decision, period, offset, limit. "q": the same in locals
+  -- (no table: a single decision stays as cheap as "a"), with the signed wait.
+  local figures = many and quota and {}
+  local qwait, qleft, qperiod, qoffset, qlimit
   for i = 1, n do
     local token = ARGV[j]
     if token == '' then
@@ -120,13 +123,13 @@ if op == 'a' or op == 's' or many or quota then
       return {current, p, wait, period - offset}
     end
     if figures then
-      local k = #figures
-      figures[k + 1], figures[k + 2], figures[k + 3], figures[k + 4] = p, period, offset, limit
+      local k = 4 * i
+      figures[k - 3], figures[k - 2], figures[k - 1], figures[k] = p, period, offset, limit
     end
     if timeout < wait then
       if not many then
         if quota then
-          figures.granted = -wait
+          qwait, qleft, qperiod, qoffset, qlimit = -wait, p, period, offset, limit
           break
         end
         return -wait
@@ -165,7 +168,7 @@ if op == 'a' or op == 's' or many or quota then
         if not quota then
           return wait
         end
-        figures.granted = wait
+        qwait, qleft, qperiod, qoffset, qlimit = wait, p, period, offset, limit
         break
       end
       pending = pending or {}
@@ -175,11 +178,24 @@ if op == 'a' or op == 's' or many or quota then
     end
     j = j + 6
   end
+  -- The header figures after this decision, as 's' would read them: (remaining, time to the next cycle)
+  -- while a permit is left, else (remaining, the wait for one permit), in each limiter's unit.
+  if qwait then
+    local reset = qperiod - qoffset
+    if qleft < 0 and -qleft >= qlimit then
+      local d = math.floor(-qleft / qlimit)
+      if d * qlimit > -qleft then
+        d = d - 1
+      elseif (d + 1) * qlimit <= -qleft then
+        d = d + 1
+      end
+      reset = reset + d * qperiod
+    end
+    return {qwait, qleft, reset}
+  end
   local qreply
   if fast and figures then
-    -- The header figures after this decision, as 's' would read them: (remaining, time to the next cycle)
-    -- while a permit is left, else (remaining, the wait for one permit), in each limiter's unit.
-    local granted = not many and figures.granted >= 0 or many and not rejecting
+    local granted = not rejecting
     qreply = {}
     local reply = qreply
     for k = 1, #figures, 4 do
@@ -199,9 +215,6 @@ if op == 'a' or op == 's' or many or quota then
       end
       reply[#reply + 1] = left
       reply[#reply + 1] = reset
-    end
-    if not many then
-      return {figures.granted, reply[1], reply[2]}
     end
     if rejecting then
       reply[#reply + 1] = worst
