@@ -33,7 +33,11 @@ Listener = Callable[[E], object]
 
 
 class EventPublisher(Generic[E]):
-    """Holds listeners per event type. Subclasses list their types in ``EVENT_TYPES``."""
+    """Holds listeners per event type. Subclasses list their types in ``EVENT_TYPES``.
+
+    A subclass that keeps per-type flags (so the hot path reads one attribute) refreshes them in
+    :meth:`_listeners_changed`, the one hook called after every registration and removal.
+    """
 
     EVENT_TYPES: ClassVar[tuple[str, ...]] = ()
 
@@ -49,6 +53,7 @@ class EventPublisher(Generic[E]):
         """Register ``listener`` for every event type. Returns it, so it works as a decorator."""
         self._catch_all.append(listener)
         self.has_listeners = True
+        self._listeners_changed()
         return listener
 
     def _on(self, event_type: str, listener: Callable[[E], object]) -> Callable[[E], object]:
@@ -56,6 +61,7 @@ class EventPublisher(Generic[E]):
             raise ValueError(f"unknown event type {event_type!r}; known: {', '.join(self.EVENT_TYPES)}")
         self._by_type.setdefault(event_type, []).append(listener)
         self.has_listeners = True
+        self._listeners_changed()
         return listener
 
     def remove_listener(self, listener: Callable[[E], object]) -> None:
@@ -66,6 +72,10 @@ class EventPublisher(Generic[E]):
             while listener in listeners:
                 listeners.remove(listener)
         self.has_listeners = bool(self._catch_all) or any(self._by_type.values())
+        self._listeners_changed()
+
+    def _listeners_changed(self) -> None:
+        """Hook run after every ``on_*`` and ``remove_listener``: recompute derived flags here."""
 
     def wants(self, event_type: str) -> bool:
         """True if publishing an event of ``event_type`` would reach a listener."""

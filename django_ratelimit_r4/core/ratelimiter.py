@@ -171,33 +171,13 @@ class RateLimiterEvents(EventPublisher[RateLimiterEvent]):
 
     def __init__(self) -> None:
         super().__init__()
-        self._sync_flags()
+        self._listeners_changed()
 
-    def _sync_flags(self) -> None:
+    def _listeners_changed(self) -> None:
         # Per-type flags so a listener of one type costs the other paths nothing (one attribute read).
         self.wants_successful = self.wants(SUCCESSFUL_ACQUIRE)
         self.wants_failed = self.wants(FAILED_ACQUIRE)
         self.wants_drained = self.wants(DRAINED)
-
-    def _on(
-        self, event_type: str, listener: Callable[[RateLimiterEvent], object]
-    ) -> Callable[[RateLimiterEvent], object]:
-        result = super()._on(event_type, listener)
-        self._sync_flags()
-        return result
-
-    def on_event(
-        self, listener: Callable[[RateLimiterEvent], object]
-    ) -> Callable[[RateLimiterEvent], object]:
-        """Register ``listener`` for every event type. Returns it, so it works as a decorator."""
-        result = super().on_event(listener)
-        self._sync_flags()
-        return result
-
-    def remove_listener(self, listener: Callable[[RateLimiterEvent], object]) -> None:
-        """Unregister ``listener`` from every type it was registered for."""
-        super().remove_listener(listener)
-        self._sync_flags()
 
     def on_successful_acquire(
         self, listener: Callable[[RateLimiterEvent], object]

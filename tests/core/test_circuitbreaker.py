@@ -8,7 +8,6 @@ import threading
 
 import pytest
 
-from django_ratelimit_r4.core import circuitbreaker as cbmod
 from django_ratelimit_r4.core.circuitbreaker import (
     STATE_TRANSITIONS,
     CircuitBreaker,
@@ -16,6 +15,7 @@ from django_ratelimit_r4.core.circuitbreaker import (
     ResultRecordedAsFailure,
     State,
 )
+from django_ratelimit_r4.core.circuitbreaker import breaker as cbmod  # the state machine builds the events
 from django_ratelimit_r4.core.clock import FakeClock
 from django_ratelimit_r4.core.durations import Nanos
 from django_ratelimit_r4.core.exceptions import CallNotPermitted, ConfigurationError, IllegalStateTransition
@@ -730,8 +730,8 @@ def test_concurrent_records_are_exact() -> None:
 
 def test_a_transition_listener_does_not_build_per_call_events(monkeypatch):
     """Signals and metrics listen to transitions only: successful calls must not build events for them."""
-    from django_ratelimit_r4.core import circuitbreaker as cb_module
     from django_ratelimit_r4.core.circuitbreaker import CircuitBreaker, CircuitBreakerConfig
+    from django_ratelimit_r4.core.circuitbreaker import breaker as cb_module
     from django_ratelimit_r4.core.clock import FakeClock
 
     built = []

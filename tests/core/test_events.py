@@ -156,3 +156,27 @@ def test_publishers_are_independent() -> None:
     first, second = DemoEvents(), DemoEvents()
     first.on_a(lambda e: None)
     assert first.has_listeners and not second.has_listeners
+
+
+def test_one_hook_sees_every_registration_and_removal() -> None:
+    """Subclasses keep derived flags through one hook, not by overriding on_event, _on and remove_listener."""
+    seen: list[bool] = []
+
+    class Flagged(DemoEvents):
+        __slots__ = ()
+
+        def _listeners_changed(self) -> None:
+            seen.append(self.wants("A"))
+
+    events = Flagged()
+    assert seen == []
+
+    def listener(e: Event) -> None:
+        return None
+
+    events.on_a(listener)
+    events.remove_listener(listener)
+    events.on_event(listener)
+    events.remove_listener(listener)
+    events.on_b(listener)
+    assert seen == [True, False, True, False, False]

@@ -1,336 +1,43 @@
-"""Circuit breaker: Resilience4j's state machine with count- and time-based sliding windows."""
+"""The circuit breaker state machine: Resilience4j 2.4's ``CircuitBreakerStateMachine``.
+
+State objects (:class:`_StateData`) are replaced on every transition; windows come from
+:mod:`.windows`, events from :mod:`.events`, the metrics view from :mod:`.metrics`.
+``call`` and ``acall`` inline the hot paths and are twins that differ only in ``await``:
+``tests/core/test_circuitbreaker_twins.py`` compares their syntax trees and their behaviour.
+"""
 
 from __future__ import annotations
 
-import enum
 import functools
 import inspect
 import logging
 import random
 import threading
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .clock import SYSTEM_CLOCK, Clock
-from .config import Validator
-from .durations import MAX_PERIOD_NS, format_duration, parse_duration
-from .events import Event, EventPublisher
-from .exceptions import CallNotPermitted, IllegalStateTransition
-
-__all__ = [
-    "STATE_TRANSITIONS",
-    "CircuitBreaker",
-    "CircuitBreakerConfig",
-    "CircuitBreakerEvents",
-    "CircuitBreakerMetrics",
-    "CircuitBreakerOnCallNotPermittedEvent",
-    "CircuitBreakerOnErrorEvent",
-    "CircuitBreakerOnFailureRateExceededEvent",
-    "CircuitBreakerOnIgnoredErrorEvent",
-    "CircuitBreakerOnResetEvent",
-    "CircuitBreakerOnSlowCallRateExceededEvent",
-    "CircuitBreakerOnStateTransitionEvent",
-    "CircuitBreakerOnSuccessEvent",
-    "ResultRecordedAsFailure",
-    "SlidingWindowType",
-    "State",
-]
-
-
-class State(enum.Enum):
-    """Circuit breaker states, in Resilience4j's order."""
-
-    CLOSED = 0
-    OPEN = 1
-    HALF_OPEN = 2
-    DISABLED = 3
-    FORCED_OPEN = 4
-    METRICS_ONLY = 5
-
-
-class SlidingWindowType(str, enum.Enum):
-    """How the failure window is measured."""
-
-    COUNT_BASED = "COUNT_BASED"
-    TIME_BASED = "TIME_BASED"
-
-
-@dataclass(frozen=True, slots=True)
-class CircuitBreakerConfig:
-    """Configuration of a :class:`CircuitBreaker`, with Resilience4j 2.4's defaults.
-
-    ``sliding_window_size`` counts calls (COUNT_BASED) or seconds (TIME_BASED). For COUNT_BASED the
-    effective minimum is ``min(minimum_number_of_calls, sliding_window_size)``.
-    ``record_exceptions`` / ``ignore_exceptions`` take classes or dotted paths; by default every
-    ``Exception`` is recorded. ``record_exception`` / ``ignore_exception`` are predicates on the exception
-    (callables or dotted paths), OR-ed with the class lists as in Resilience4j: e.g. record only the
-    ``HTTPError`` of a 5xx. ``record_result`` is a predicate on the return value (or a dotted path).
-    ``wait_interval_function_in_open_state`` (Resilience4j's ``waitIntervalFunctionInOpenState``) computes the
-    open time from the number of openings since the breaker was last CLOSED: ``f(attempts)`` returning a
-    ``timedelta`` or a duration string, kept within 1 ms and 366 days.
-    """
-
-    failure_rate_threshold: float = 50.0
-    slow_call_rate_threshold: float = 100.0
-    slow_call_duration_threshold: Any = "60s"
-    permitted_number_of_calls_in_half_open_state: int = 10
-    max_wait_duration_in_half_open_state: Any = 0
-    transition_to_state_after_wait_duration: str = "OPEN"
-    sliding_window_type: str = "COUNT_BASED"
-    sliding_window_size: int = 100
-    minimum_number_of_calls: int = 100
-    wait_duration_in_open_state: Any = "60s"
-    wait_interval_function_in_open_state: Callable[[int], Any] | str | None = None
-    enable_exponential_backoff: bool = False
-    exponential_backoff_multiplier: float = 1.5
-    exponential_max_wait_duration_in_open_state: Any = None
-    enable_randomized_wait: bool = False
-    randomized_wait_factor: float = 0.5
-    automatic_transition_from_open_to_half_open_enabled: bool = False
-    record_exceptions: Any = ()
-    ignore_exceptions: Any = ()
-    record_exception: Callable[[BaseException], bool] | str | None = None
-    ignore_exception: Callable[[BaseException], bool] | str | None = None
-    record_result: Callable[[Any], bool] | str | None = None
-    initial_state: str = "CLOSED"
-    writable_stack_trace_enabled: bool = True
-
-    def __post_init__(self) -> None:
-        v = Validator(self)
-        v.number("failure_rate_threshold", gt=0, le=100)
-        v.number("slow_call_rate_threshold", gt=0, le=100)
-        v.duration("slow_call_duration_threshold", min_ns=1)
-        v.integer("permitted_number_of_calls_in_half_open_state", minimum=1)
-        v.duration("max_wait_duration_in_half_open_state")
-        v.choice("transition_to_state_after_wait_duration", ("OPEN", "CLOSED"))
-        v.choice("sliding_window_type", (t.value for t in SlidingWindowType))
-        v.integer("sliding_window_size", minimum=1)
-        v.integer("minimum_number_of_calls", minimum=1)
-        v.duration("wait_duration_in_open_state", min_ns=1_000_000, max_ns=MAX_PERIOD_NS)
-        v.callable_or_path("wait_interval_function_in_open_state")
-        v.check(
-            "wait_interval_function_in_open_state",
-            self.wait_interval_function_in_open_state is None
-            or not (self.enable_exponential_backoff is True or self.enable_randomized_wait is True),
-            "cannot be combined with enable_exponential_backoff or enable_randomized_wait (Resilience4j refuses "
-            "an open-state interval configured twice)",
-            "Compute the backoff in the function, or drop it and use the built-in options.",
-        )
-        v.boolean("enable_exponential_backoff")
-        v.number("exponential_backoff_multiplier", ge=1)
-        v.duration(
-            "exponential_max_wait_duration_in_open_state", min_ns=1_000_000, max_ns=MAX_PERIOD_NS, allow_none=True
-        )
-        v.boolean("enable_randomized_wait")
-        v.number("randomized_wait_factor", ge=0, le=1)
-        v.boolean("automatic_transition_from_open_to_half_open_enabled")
-        v.exception_classes("record_exceptions")
-        v.exception_classes("ignore_exceptions")
-        v.callable_or_path("record_exception")
-        v.callable_or_path("ignore_exception")
-        v.callable_or_path("record_result")
-        v.choice("initial_state", (s.name for s in State))
-        v.boolean("writable_stack_trace_enabled")
-        v.check(
-            "enable_randomized_wait",
-            not (self.enable_exponential_backoff is True and self.enable_randomized_wait is True),
-            "cannot be combined with enable_exponential_backoff (Resilience4j refuses it too)",
-            "Pick one of the two open-state backoff options.",
-        )
-        v.done()
-
-
-# --------------------------------------------------------------------------------------------------
-# Transitions, events
-# --------------------------------------------------------------------------------------------------
-
-#: Resilience4j 2.4's ``StateTransition`` enum: every allowed (from, to) pair. Anything else raises.
-STATE_TRANSITIONS: frozenset[tuple[State, State]] = frozenset(
-    (State[a], State[b])
-    for a, b in (
-        ("CLOSED", "CLOSED"),
-        ("CLOSED", "OPEN"),
-        ("CLOSED", "DISABLED"),
-        ("CLOSED", "METRICS_ONLY"),
-        ("CLOSED", "FORCED_OPEN"),
-        ("HALF_OPEN", "HALF_OPEN"),
-        ("HALF_OPEN", "CLOSED"),
-        ("HALF_OPEN", "OPEN"),
-        ("HALF_OPEN", "DISABLED"),
-        ("HALF_OPEN", "METRICS_ONLY"),
-        ("HALF_OPEN", "FORCED_OPEN"),
-        ("OPEN", "OPEN"),
-        ("OPEN", "CLOSED"),
-        ("OPEN", "HALF_OPEN"),
-        ("OPEN", "DISABLED"),
-        ("OPEN", "METRICS_ONLY"),
-        ("OPEN", "FORCED_OPEN"),
-        ("FORCED_OPEN", "FORCED_OPEN"),
-        ("FORCED_OPEN", "CLOSED"),
-        ("FORCED_OPEN", "OPEN"),
-        ("FORCED_OPEN", "DISABLED"),
-        ("FORCED_OPEN", "METRICS_ONLY"),
-        ("FORCED_OPEN", "HALF_OPEN"),
-        ("DISABLED", "DISABLED"),
-        ("DISABLED", "CLOSED"),
-        ("DISABLED", "OPEN"),
-        ("DISABLED", "FORCED_OPEN"),
-        ("DISABLED", "HALF_OPEN"),
-        ("DISABLED", "METRICS_ONLY"),
-        ("METRICS_ONLY", "METRICS_ONLY"),
-        ("METRICS_ONLY", "CLOSED"),
-        ("METRICS_ONLY", "FORCED_OPEN"),
-        ("METRICS_ONLY", "DISABLED"),
-    )
+from ..clock import SYSTEM_CLOCK, Clock
+from ..durations import MAX_PERIOD_NS, format_duration, parse_duration
+from ..events import Event
+from ..exceptions import CallNotPermitted, IllegalStateTransition
+from .config import STATE_TRANSITIONS, CircuitBreakerConfig, SlidingWindowType, State
+from .events import (
+    ALLOW_PUBLISH,
+    FORCE_PUBLISH,
+    CircuitBreakerEvents,
+    CircuitBreakerOnCallNotPermittedEvent,
+    CircuitBreakerOnErrorEvent,
+    CircuitBreakerOnFailureRateExceededEvent,
+    CircuitBreakerOnIgnoredErrorEvent,
+    CircuitBreakerOnResetEvent,
+    CircuitBreakerOnSlowCallRateExceededEvent,
+    CircuitBreakerOnStateTransitionEvent,
+    CircuitBreakerOnSuccessEvent,
 )
+from .metrics import FAILURE_EXCEEDED, SLOW_EXCEEDED, CircuitBreakerMetrics
+from .windows import ERROR, SLOW_ERROR, SLOW_SUCCESS, SUCCESS, CountWindow, TimeWindow, Window
 
-# Resilience4j's State.allowPublish: DISABLED and FORCED_OPEN publish only STATE_TRANSITION and RESET.
-_ALLOW_PUBLISH = {State.DISABLED: False, State.FORCED_OPEN: False}
-_FORCE_PUBLISH = frozenset({"STATE_TRANSITION", "RESET"})
-
-
-@dataclass(frozen=True, slots=True)
-class CircuitBreakerOnSuccessEvent(Event):
-    """A call succeeded (or raised an exception that is not recorded). ``event_type`` is ``SUCCESS``."""
-
-    elapsed_ns: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class CircuitBreakerOnErrorEvent(Event):
-    """A call failed and the failure was recorded. ``event_type`` is ``ERROR``."""
-
-    elapsed_ns: int = 0
-    exception: BaseException | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class CircuitBreakerOnIgnoredErrorEvent(Event):
-    """A call raised an ignored exception: nothing recorded. ``event_type`` is ``IGNORED_ERROR``."""
-
-    elapsed_ns: int = 0
-    exception: BaseException | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class CircuitBreakerOnCallNotPermittedEvent(Event):
-    """A call was rejected. ``event_type`` is ``NOT_PERMITTED``."""
-
-
-@dataclass(frozen=True, slots=True)
-class CircuitBreakerOnStateTransitionEvent(Event):
-    """The state changed. ``event_type`` is ``STATE_TRANSITION``; published in every state."""
-
-    from_state: State = State.CLOSED
-    to_state: State = State.CLOSED
-
-    @property
-    def state_transition(self) -> str:
-        """Resilience4j's ``StateTransition.toString()``."""
-        return f"State transition from {self.from_state.name} to {self.to_state.name}"
-
-
-@dataclass(frozen=True, slots=True)
-class CircuitBreakerOnResetEvent(Event):
-    """``reset()`` was called. ``event_type`` is ``RESET``; published in every state."""
-
-
-@dataclass(frozen=True, slots=True)
-class CircuitBreakerOnFailureRateExceededEvent(Event):
-    """The failure rate reached the threshold. ``event_type`` is ``FAILURE_RATE_EXCEEDED``."""
-
-    failure_rate: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class CircuitBreakerOnSlowCallRateExceededEvent(Event):
-    """The slow-call rate reached the threshold. ``event_type`` is ``SLOW_CALL_RATE_EXCEEDED``."""
-
-    slow_call_rate: float = 0.0
-
-
-_PER_CALL_EVENTS = ("SUCCESS", "ERROR", "IGNORED_ERROR", "NOT_PERMITTED")
-
-
-class CircuitBreakerEvents(EventPublisher[Event]):
-    """Listeners of one circuit breaker, registered per Resilience4j event type."""
-
-    EVENT_TYPES = (
-        "SUCCESS",
-        "ERROR",
-        "IGNORED_ERROR",
-        "NOT_PERMITTED",
-        "STATE_TRANSITION",
-        "RESET",
-        "FAILURE_RATE_EXCEEDED",
-        "SLOW_CALL_RATE_EXCEEDED",
-    )
-    __slots__ = ("_owner", "wants_calls")
-
-    def __init__(self, owner: CircuitBreaker | None = None) -> None:
-        super().__init__()
-        self._owner = owner
-        #: True when a per-call event (success, error, ignored, not permitted) has a listener. Only these
-        #: cost the hot path; transition listeners (signals, metrics) leave the fast path intact.
-        self.wants_calls = False
-
-    def _notify(self) -> None:
-        self.wants_calls = any(self.wants(t) for t in _PER_CALL_EVENTS)
-        if self._owner is not None:
-            self._owner._listeners_changed()
-
-    def on_event(self, listener: Callable[[Event], object]) -> Callable[[Event], object]:
-        """Register ``listener`` for every event type."""
-        result = super().on_event(listener)
-        self._notify()
-        return result
-
-    def _on(self, event_type: str, listener: Callable[[Any], object]) -> Callable[[Any], object]:
-        result = super()._on(event_type, listener)
-        self._notify()
-        return result
-
-    def remove_listener(self, listener: Callable[[Any], object]) -> None:
-        """Unregister ``listener`` from every type it was registered for."""
-        super().remove_listener(listener)
-        self._notify()
-
-    def on_success(self, listener: Callable[[CircuitBreakerOnSuccessEvent], object]) -> Any:
-        """Register ``listener`` for ``SUCCESS`` events."""
-        return self._on("SUCCESS", listener)
-
-    def on_error(self, listener: Callable[[CircuitBreakerOnErrorEvent], object]) -> Any:
-        """Register ``listener`` for ``ERROR`` events (recorded failures)."""
-        return self._on("ERROR", listener)
-
-    def on_ignored_error(self, listener: Callable[[CircuitBreakerOnIgnoredErrorEvent], object]) -> Any:
-        """Register ``listener`` for ``IGNORED_ERROR`` events."""
-        return self._on("IGNORED_ERROR", listener)
-
-    def on_not_permitted(self, listener: Callable[[CircuitBreakerOnCallNotPermittedEvent], object]) -> Any:
-        """Register ``listener`` for ``NOT_PERMITTED`` events (rejections)."""
-        return self._on("NOT_PERMITTED", listener)
-
-    def on_state_transition(self, listener: Callable[[CircuitBreakerOnStateTransitionEvent], object]) -> Any:
-        """Register ``listener`` for ``STATE_TRANSITION`` events."""
-        return self._on("STATE_TRANSITION", listener)
-
-    def on_reset(self, listener: Callable[[CircuitBreakerOnResetEvent], object]) -> Any:
-        """Register ``listener`` for ``RESET`` events."""
-        return self._on("RESET", listener)
-
-    def on_failure_rate_exceeded(
-        self, listener: Callable[[CircuitBreakerOnFailureRateExceededEvent], object]
-    ) -> Any:
-        """Register ``listener`` for ``FAILURE_RATE_EXCEEDED`` events."""
-        return self._on("FAILURE_RATE_EXCEEDED", listener)
-
-    def on_slow_call_rate_exceeded(
-        self, listener: Callable[[CircuitBreakerOnSlowCallRateExceededEvent], object]
-    ) -> Any:
-        """Register ``listener`` for ``SLOW_CALL_RATE_EXCEEDED`` events."""
-        return self._on("SLOW_CALL_RATE_EXCEEDED", listener)
+__all__ = ["CircuitBreaker", "ResultRecordedAsFailure"]
 
 
 class ResultRecordedAsFailure(Exception):
@@ -343,154 +50,6 @@ class ResultRecordedAsFailure(Exception):
         self.name = name
         self.result = result
         super().__init__(f"CircuitBreaker '{name}' has recorded '{result!r}' as a failure")
-
-
-# --------------------------------------------------------------------------------------------------
-# Sliding windows
-# --------------------------------------------------------------------------------------------------
-
-# Outcome codes: bit 0 = present, bit 1 = failed, bit 2 = slow.
-_SUCCESS, _ERROR, _SLOW_SUCCESS, _SLOW_ERROR = 1, 3, 5, 7
-_NS_PER_S = 1_000_000_000
-
-
-class _CountWindow:
-    """Resilience4j's FixedSizeSlidingWindowMetrics: a ring of the last ``size`` outcomes, O(1) record.
-
-    Also carries the per-state not-permitted counter, like CircuitBreakerMetrics. Callers hold the
-    breaker's lock.
-    """
-
-    __slots__ = (
-        "calls",
-        "failed",
-        "head",
-        "min_calls",
-        "not_permitted",
-        "ring",
-        "size",
-        "slow",
-        "slow_failed",
-    )
-
-    def __init__(self, size: int, min_calls: int) -> None:
-        self.size = size
-        self.ring = [0] * size
-        self.head = 0
-        self.calls = self.failed = self.slow = self.slow_failed = 0
-        self.min_calls = min(min_calls, size)
-        self.not_permitted = 0
-
-    def record(self, code: int, now_ns: int) -> None:
-        """Add one outcome, evicting the oldest once full."""
-        size = self.size
-        if not size:
-            return
-        head = self.head + 1
-        if head == size:
-            head = 0
-        self.head = head
-        ring = self.ring
-        old = ring[head]
-        ring[head] = code
-        if old:
-            if old != 1:
-                if old & 2:
-                    self.failed -= 1
-                if old & 4:
-                    self.slow -= 1
-                    if old == 7:
-                        self.slow_failed -= 1
-        else:
-            self.calls += 1
-        if code != 1:
-            if code & 2:
-                self.failed += 1
-            if code & 4:
-                self.slow += 1
-                if code == 7:
-                    self.slow_failed += 1
-
-    def refresh(self, now_ns: int) -> None:
-        """Count-based windows do not age."""
-
-
-class _TimeWindow:
-    """Resilience4j's SlidingTimeWindowMetrics: one bucket per second of the monotonic clock.
-
-    The window covers the current second and the ``size - 1`` before it; ``refresh`` expires older
-    buckets before every record and every read. Minimum calls are NOT clamped to the size (as in
-    Resilience4j). Callers hold the breaker's lock.
-    """
-
-    __slots__ = (
-        "b_calls",
-        "b_failed",
-        "b_slow",
-        "b_slow_failed",
-        "calls",
-        "failed",
-        "head",
-        "head_second",
-        "min_calls",
-        "not_permitted",
-        "size",
-        "slow",
-        "slow_failed",
-    )
-
-    def __init__(self, size: int, min_calls: int, now_ns: int) -> None:
-        self.size = size
-        self.b_calls = [0] * size
-        self.b_failed = [0] * size
-        self.b_slow = [0] * size
-        self.b_slow_failed = [0] * size
-        self.head = 0
-        self.head_second = now_ns // _NS_PER_S
-        self.calls = self.failed = self.slow = self.slow_failed = 0
-        self.min_calls = min_calls
-        self.not_permitted = 0
-
-    def refresh(self, now_ns: int) -> None:
-        """Move the head to the current second, emptying the buckets that fell out of the window."""
-        second = now_ns // _NS_PER_S
-        moves = second - self.head_second
-        if moves <= 0:
-            return
-        size = self.size
-        if moves > size:
-            moves = size
-        head = self.head
-        for _ in range(moves):
-            head += 1
-            if head == size:
-                head = 0
-            self.calls -= self.b_calls[head]
-            self.failed -= self.b_failed[head]
-            self.slow -= self.b_slow[head]
-            self.slow_failed -= self.b_slow_failed[head]
-            self.b_calls[head] = self.b_failed[head] = self.b_slow[head] = self.b_slow_failed[head] = 0
-        self.head = head
-        self.head_second = second
-
-    def record(self, code: int, now_ns: int) -> None:
-        """Add one outcome to the current second's bucket."""
-        self.refresh(now_ns)
-        head = self.head
-        self.b_calls[head] += 1
-        self.calls += 1
-        if code & 2:
-            self.b_failed[head] += 1
-            self.failed += 1
-        if code & 4:
-            self.b_slow[head] += 1
-            self.slow += 1
-            if code == 7:
-                self.b_slow_failed[head] += 1
-                self.slow_failed += 1
-
-
-_Window = _CountWindow | _TimeWindow
 
 
 class _StateData:
@@ -515,12 +74,12 @@ class _StateData:
         "window",
     )
 
-    def __init__(self, state: State, window: _Window, attempts: int) -> None:
+    def __init__(self, state: State, window: Window, attempts: int) -> None:
         self.state = state
         self.window = window
         self.attempts = attempts
         self.fast = state is State.CLOSED or state is State.METRICS_ONLY or state is State.DISABLED
-        self.allow_publish = _ALLOW_PUBLISH.get(state, True)
+        self.allow_publish = ALLOW_PUBLISH.get(state, True)
         self.deadline: int | None = None
         self.timed = False
         self.permits = 0
@@ -528,146 +87,16 @@ class _StateData:
         self.rate_flags = 0  # METRICS_ONLY: which *_RATE_EXCEEDED events were already published
         # CLOSED / METRICS_ONLY over a count ring: a plain success replacing a plain success changes
         # no counter and no verdict, so the hot path may skip everything but moving the head.
-        self.ring_fast = self.fast and state is not State.DISABLED and type(window) is _CountWindow
+        self.ring_fast = self.fast and state is not State.DISABLED and type(window) is CountWindow
 
 
-# Results of a threshold check (CircuitBreakerMetrics.Result), as bit flags.
-_BELOW_MINIMUM = -1
-_BELOW_THRESHOLDS = 0
-_FAILURE_EXCEEDED = 1
-_SLOW_EXCEEDED = 2
-
-
-# --------------------------------------------------------------------------------------------------
-# Metrics
-# --------------------------------------------------------------------------------------------------
-
-
-class CircuitBreakerMetrics:
-    """Read-only view of a breaker's numbers.
-
-    The window figures (rates, buffered, failed, slow, not permitted) belong to the current state
-    object, as in Resilience4j, so they restart on most transitions. The ``total_*`` figures are
-    cumulative for the breaker's lifetime (``reset()`` does not clear them) for exporters that read
-    them at scrape time.
-    """
-
-    __slots__ = ("_cb",)
-
-    def __init__(self, circuit_breaker: CircuitBreaker) -> None:
-        self._cb = circuit_breaker
-
-    def _window(self) -> _Window:
-        cb = self._cb
-        with cb._lock:
-            window = cb._st.window
-            window.refresh(cb._now())
-            return window
-
-    @property
-    def failure_rate(self) -> float:
-        """Failed calls in percent of buffered calls; ``-1.0`` below the minimum number of calls."""
-        w = self._window()
-        n = w.calls
-        return -1.0 if n == 0 or n < w.min_calls else w.failed * 100.0 / n
-
-    @property
-    def slow_call_rate(self) -> float:
-        """Slow calls in percent of buffered calls; ``-1.0`` below the minimum number of calls."""
-        w = self._window()
-        n = w.calls
-        return -1.0 if n == 0 or n < w.min_calls else w.slow * 100.0 / n
-
-    @property
-    def number_of_buffered_calls(self) -> int:
-        """Calls currently in the sliding window."""
-        return self._window().calls
-
-    @property
-    def number_of_failed_calls(self) -> int:
-        """Failed calls in the window (slow or not)."""
-        return self._window().failed
-
-    @property
-    def number_of_successful_calls(self) -> int:
-        """Successful calls in the window (slow or not)."""
-        w = self._window()
-        return w.calls - w.failed
-
-    @property
-    def number_of_slow_calls(self) -> int:
-        """Calls in the window slower than ``slow_call_duration_threshold``."""
-        return self._window().slow
-
-    @property
-    def number_of_slow_successful_calls(self) -> int:
-        """Slow successful calls in the window."""
-        w = self._window()
-        return w.slow - w.slow_failed
-
-    @property
-    def number_of_slow_failed_calls(self) -> int:
-        """Slow failed calls in the window."""
-        return self._window().slow_failed
-
-    @property
-    def number_of_not_permitted_calls(self) -> int:
-        """Rejections counted by the current state object (carried into OPEN, like Resilience4j)."""
-        return self._cb._st.window.not_permitted
-
-    @property
-    def total_successful_calls(self) -> int:
-        """Cumulative successful calls (including exceptions that are not recorded)."""
-        return self._cb._tot_success
-
-    @property
-    def total_successful_duration_ns(self) -> int:
-        """Summed duration of :attr:`total_successful_calls`, in nanoseconds."""
-        return self._cb._tot_success_ns
-
-    @property
-    def total_failed_calls(self) -> int:
-        """Cumulative recorded failures (exceptions and ``record_result`` matches)."""
-        return self._cb._tot_failed
-
-    @property
-    def total_failed_duration_ns(self) -> int:
-        """Summed duration of :attr:`total_failed_calls`, in nanoseconds."""
-        return self._cb._tot_failed_ns
-
-    @property
-    def total_ignored_calls(self) -> int:
-        """Cumulative calls that raised an ignored exception."""
-        return self._cb._tot_ignored
-
-    @property
-    def total_ignored_duration_ns(self) -> int:
-        """Summed duration of :attr:`total_ignored_calls`, in nanoseconds."""
-        return self._cb._tot_ignored_ns
-
-    @property
-    def total_not_permitted_calls(self) -> int:
-        """Cumulative rejected calls."""
-        cb = self._cb
-        with cb._lock:
-            return cb._retired_not_permitted + cb._st.window.not_permitted
-
-    def __repr__(self) -> str:
-        return (
-            f"CircuitBreakerMetrics(failure_rate={self.failure_rate}, slow_call_rate={self.slow_call_rate}, "
-            f"buffered={self.number_of_buffered_calls}, failed={self.number_of_failed_calls}, "
-            f"not_permitted={self.number_of_not_permitted_calls})"
-        )
-
-
-# --------------------------------------------------------------------------------------------------
-# The breaker
-# --------------------------------------------------------------------------------------------------
 
 _OPEN, _HALF_OPEN, _CLOSED = State.OPEN, State.HALF_OPEN, State.CLOSED
 _DISABLED, _FORCED_OPEN, _METRICS_ONLY = State.DISABLED, State.FORCED_OPEN, State.METRICS_ONLY
 _NS_PER_MS = 1_000_000
 _log = logging.getLogger("django_ratelimit_r4.circuitbreaker")
+_Pending = list[tuple[Any, ...]]  # events to publish once the lock is released: ("TYPE", *args)
+T = TypeVar("T")
 
 
 def _test(predicate: Callable[[BaseException], bool], exc: BaseException, if_broken: bool, name: str, what: str) -> bool:
@@ -677,13 +106,12 @@ def _test(predicate: Callable[[BaseException], bool], exc: BaseException, if_bro
     except Exception:
         _log.exception("circuit breaker %r: %s raised on %r; treated as %s", name, what, exc, if_broken)
         return if_broken
+
+
 _MAX_INTERVAL_MS = 2**52  # keeps exponential backoff inside exact float range (~142 000 years)
 # Automatic transitions are evaluated lazily; if a clock jump makes more than this many fall due at
 # once, the rest are anchored at "now" instead of replaying every cycle one by one.
 _MAX_REPLAYED_TRANSITIONS = 64
-
-T = TypeVar("T")
-_Pending = list[tuple[Any, ...]]  # events to publish once the lock is released: ("TYPE", *args)
 
 
 class CircuitBreaker:
@@ -809,10 +237,10 @@ class CircuitBreaker:
 
     # ---------------------------------------------------------------- state objects
 
-    def _closed_window(self, now: int) -> _Window:
+    def _closed_window(self, now: int) -> Window:
         if self._count_based:
-            return _CountWindow(self._size, self._min_calls)
-        return _TimeWindow(self._size, self._min_calls, now)
+            return CountWindow(self._size, self._min_calls)
+        return TimeWindow(self._size, self._min_calls, now)
 
     def _open_wait_ns(self, attempts: int) -> int:
         """The OPEN duration for the ``attempts``-th opening (Resilience4j's IntervalFunction, in ms)."""
@@ -854,7 +282,7 @@ class CircuitBreaker:
         return min(max(wait, _NS_PER_MS), MAX_PERIOD_NS)
 
     def _make_state(
-        self, state: State, attempts: int, now: int, window: _Window | None = None, wait_ns: int | None = None
+        self, state: State, attempts: int, now: int, window: Window | None = None, wait_ns: int | None = None
     ) -> _StateData:
         if state is _CLOSED or state is _METRICS_ONLY:
             return _StateData(state, self._closed_window(now), 0)
@@ -865,14 +293,14 @@ class CircuitBreaker:
             return st
         if state is _HALF_OPEN:
             # A fresh COUNT_BASED window of `permitted` calls; min calls = min(minimum, permitted).
-            st = _StateData(state, _CountWindow(self._permitted, self._min_calls), attempts)
+            st = _StateData(state, CountWindow(self._permitted, self._min_calls), attempts)
             st.permits = st.max_permits = self._permitted
             if self._hw_ns:
                 st.deadline = now + self._hw_ns
                 st.timed = True
             return st
         # DISABLED and FORCED_OPEN keep an empty window of size 0, as Resilience4j does.
-        return _StateData(state, _CountWindow(0, 0), attempts if state is _FORCED_OPEN else 0)
+        return _StateData(state, CountWindow(0, 0), attempts if state is _FORCED_OPEN else 0)
 
     def _initial_state(self, now: int) -> _StateData:
         state = State[self.config.initial_state]
@@ -932,7 +360,7 @@ class CircuitBreaker:
 
     def _publish(self, event: Event) -> None:
         # Resilience4j's shouldPublishEvents: DISABLED and FORCED_OPEN only let forced types through.
-        if self._st.allow_publish or event.event_type in _FORCE_PUBLISH:
+        if self._st.allow_publish or event.event_type in FORCE_PUBLISH:
             self.events.publish(event)
 
     # ---------------------------------------------------------------- permission
@@ -1056,19 +484,19 @@ class CircuitBreaker:
         verdict = (failure_rate >= self._fthr) | ((slow_rate >= self._sthr) << 1)
         if state is _CLOSED:
             if verdict:
-                if verdict & _FAILURE_EXCEEDED:
+                if verdict & FAILURE_EXCEEDED:
                     out.append(("FAILURE_RATE_EXCEEDED", failure_rate))
-                if verdict & _SLOW_EXCEEDED:
+                if verdict & SLOW_EXCEEDED:
                     out.append(("SLOW_CALL_RATE_EXCEEDED", slow_rate))
                 self._transition_locked(_OPEN, end, out)
         elif state is _HALF_OPEN:
             self._transition_locked(_OPEN if verdict else _CLOSED, end, out)
         elif verdict:  # METRICS_ONLY: report each kind of excess once, never transition
-            if verdict & _FAILURE_EXCEEDED and not st.rate_flags & _FAILURE_EXCEEDED:
-                st.rate_flags |= _FAILURE_EXCEEDED
+            if verdict & FAILURE_EXCEEDED and not st.rate_flags & FAILURE_EXCEEDED:
+                st.rate_flags |= FAILURE_EXCEEDED
                 out.append(("FAILURE_RATE_EXCEEDED", failure_rate))
-            if verdict & _SLOW_EXCEEDED and not st.rate_flags & _SLOW_EXCEEDED:
-                st.rate_flags |= _SLOW_EXCEEDED
+            if verdict & SLOW_EXCEEDED and not st.rate_flags & SLOW_EXCEEDED:
+                st.rate_flags |= SLOW_EXCEEDED
                 out.append(("SLOW_CALL_RATE_EXCEEDED", slow_rate))
 
     def _success(self, duration_ns: int, end: int) -> None:
@@ -1087,11 +515,11 @@ class CircuitBreaker:
                     head = 0
                 # An occupied next slot means the ring is full (so >= minimum calls); a plain
                 # success replacing a plain success cannot change any rate. (Same in call/acall.)
-                if w.ring[head] == 1:
+                if w.ring[head] == SUCCESS:
                     w.head = head
                     return
             out: _Pending = []
-            self._record(_SLOW_SUCCESS if duration_ns > self._slow_ns else _SUCCESS, end, out)
+            self._record(SLOW_SUCCESS if duration_ns > self._slow_ns else SUCCESS, end, out)
         finally:
             lock.release()
         if out:
@@ -1108,7 +536,7 @@ class CircuitBreaker:
         try:
             self._tot_failed += 1
             self._tot_failed_ns += duration_ns
-            self._record(_SLOW_ERROR if duration_ns > self._slow_ns else _ERROR, end, out)
+            self._record(SLOW_ERROR if duration_ns > self._slow_ns else ERROR, end, out)
         finally:
             lock.release()
         if out:
@@ -1217,7 +645,7 @@ class CircuitBreaker:
                     head = w.head + 1
                     if head == w.size:
                         head = 0
-                    if w.ring[head] == 1:
+                    if w.ring[head] == SUCCESS:
                         w.head = head
                         self._tot_success += 1
                         self._tot_success_ns += duration
@@ -1280,7 +708,7 @@ class CircuitBreaker:
                     head = w.head + 1
                     if head == w.size:
                         head = 0
-                    if w.ring[head] == 1:
+                    if w.ring[head] == SUCCESS:
                         w.head = head
                         self._tot_success += 1
                         self._tot_success_ns += duration
