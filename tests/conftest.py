@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Iterator
 
 import pytest
 
@@ -20,3 +22,14 @@ def redis_url() -> str:
             pytest.fail(f"Redis required (R4_REQUIRE_REDIS=1) but not reachable at {url}: {exc}")
         pytest.skip(f"no Redis at {url}")
     return url
+
+
+@pytest.fixture
+def fast_switching() -> Iterator[None]:
+    """Switch threads every microsecond so races in shared state would actually interleave."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(old)

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
-DEMO = Path(__file__).resolve().parent.parent / "demo_project"
+from tests.demo_harness import DEMO, demo_env, run_in_demo
 
 SCRIPT = textwrap.dedent(
     """
@@ -62,20 +60,14 @@ SCRIPT = textwrap.dedent(
 
 
 def test_demo_project_end_to_end() -> None:
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "demo.settings", "DEMO_DB": ":memory:"}
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    env["PYTHONPATH"] = os.pathsep.join([str(DEMO), str(DEMO.parent), env.get("PYTHONPATH", "")])
-    result = subprocess.run(
-        [sys.executable, "-c", SCRIPT], cwd=DEMO, env=env, capture_output=True, text=True, timeout=120
-    )
+    result = run_in_demo(SCRIPT)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "demo ok" in result.stdout
 
 
 def test_demo_project_passes_system_checks() -> None:
-    env = {**os.environ, "DEMO_DB": ":memory:"}
     result = subprocess.run(
         [sys.executable, "manage.py", "check", "--fail-level", "WARNING"],
-        cwd=DEMO, env=env, capture_output=True, text=True, timeout=120,
+        cwd=DEMO, env=demo_env(), capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -15,7 +15,7 @@ from types import ModuleType
 
 import pytest
 
-DEMO = Path(__file__).resolve().parent.parent / "demo_project"
+from tests.demo_harness import DEMO
 
 
 def _load(name: str, path: Path) -> ModuleType:

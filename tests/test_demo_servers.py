@@ -29,7 +29,8 @@ from pathlib import Path
 
 import pytest
 
-DEMO = Path(__file__).resolve().parent.parent / "demo_project"
+from tests.demo_harness import DEMO, demo_env
+
 START_TIMEOUT_S = 20.0
 
 
@@ -84,9 +85,7 @@ def serve(tmp_path: Path, *args: str) -> Iterator[Server]:
     port = free_port()
     log_path = tmp_path / f"server-{port}.log"
     # A 60 s per-client period: how many requests fit in one cycle must not depend on the machine's speed.
-    env = {**os.environ, "DEMO_DB": ":memory:", "PYTHONUNBUFFERED": "1", "DEMO_PER_CLIENT_PERIOD": "60s"}
-    for name in ("PROMETHEUS_MULTIPROC_DIR", "DEMO_STATE_DIR", "DEMO_BACKEND", "DJANGO_SETTINGS_MODULE"):
-        env.pop(name, None)
+    env = demo_env(PYTHONUNBUFFERED="1", DEMO_PER_CLIENT_PERIOD="60s")
     with log_path.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "serve.py", *args, "--port", str(port)],

@@ -3,13 +3,9 @@ the fallback, the bulkhead's BulkheadFull decline, the trusted proxy, /block, /p
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
-DEMO = Path(__file__).resolve().parent.parent / "demo_project"
+from tests.demo_harness import run_in_demo
 
 SCRIPT = textwrap.dedent(
     """
@@ -162,13 +158,7 @@ DASHBOARD_SCRIPT = textwrap.dedent(
 
 
 def _run_demo(script: str) -> str:
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "demo.settings", "DEMO_DB": ":memory:"}
-    for name in ("PROMETHEUS_MULTIPROC_DIR", "DEMO_STATE_DIR", "DEMO_BACKEND"):
-        env.pop(name, None)
-    env["PYTHONPATH"] = os.pathsep.join([str(DEMO), str(DEMO.parent), env.get("PYTHONPATH", "")])
-    result = subprocess.run(
-        [sys.executable, "-c", script], cwd=DEMO, env=env, capture_output=True, text=True, timeout=120
-    )
+    result = run_in_demo(script)
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
 
@@ -182,8 +172,5 @@ def test_dashboard_data_counts_every_client_and_hides_the_operator_snapshot() ->
 
 
 def test_demo_backend_setting_is_validated() -> None:
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "demo.settings", "DEMO_DB": ":memory:", "DEMO_BACKEND": "mongo"}
-    env["PYTHONPATH"] = os.pathsep.join([str(DEMO), str(DEMO.parent), env.get("PYTHONPATH", "")])
-    result = subprocess.run([sys.executable, "-c", "import django; django.setup()"], cwd=DEMO, env=env,
-                            capture_output=True, text=True, timeout=60)
+    result = run_in_demo("import django; django.setup()", timeout=60, DEMO_BACKEND="mongo")
     assert result.returncode != 0 and "DEMO_BACKEND must be 'memory' or 'redis'" in result.stderr

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import sys
 import threading
 import tracemalloc
 
@@ -317,15 +316,6 @@ def test_matches_decide_step_by_step(ops, limit, timeout_ms):
             _, expected, expected_wait, _ = decide(c, p, 1, -1, clock.now_ns() - anchor, period, limit)
             _, available, to_wait = limiter.state(k)
             assert (available, to_wait) == (expected, expected_wait)
-
-
-@pytest.fixture
-def fast_switching():
-    """Switch threads every microsecond so races in the store would actually interleave."""
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    yield
-    sys.setswitchinterval(old)
 
 
 @pytest.mark.parametrize("trial", range(15))

@@ -7,7 +7,6 @@ threads, and the gate must write exactly what the reference formatter writes.
 
 from __future__ import annotations
 
-import sys
 import threading
 from typing import Any
 
@@ -132,15 +131,6 @@ def test_acquire_quota_rejects_bad_permits_and_publishes_events():
     with pytest.raises(RequestNotPermitted):
         limiter.acquire_quota("k", 3)
     assert seen == ["SUCCESSFUL_ACQUIRE", "FAILED_ACQUIRE"]
-
-
-@pytest.fixture
-def fast_switching():
-    """Switch threads every microsecond so races in the store would actually interleave."""
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    yield
-    sys.setswitchinterval(old)
 
 
 @pytest.mark.parametrize("trial", range(10))
