@@ -431,13 +431,9 @@ class TestSyncer:
         assert synced(syncer, "resilience4j_circuitbreaker_state", name="acquirer", state="open") == 1.0
         assert synced(syncer, "resilience4j_circuitbreaker_state", name="acquirer", state="closed") == 0.0
 
-    def test_concurrent_syncs_never_double_count(self, syncer: prometheus._Syncer) -> None:
-        previous = sys.getswitchinterval()
-        sys.setswitchinterval(1e-6)  # switch threads often, so an unlocked read-modify-write shows
-        try:
-            self._concurrent_syncs(syncer)
-        finally:
-            sys.setswitchinterval(previous)
+    def test_concurrent_syncs_never_double_count(self, syncer: prometheus._Syncer, fast_switching: None) -> None:
+        # fast_switching (a 1 µs switch interval), so an unlocked read-modify-write shows
+        self._concurrent_syncs(syncer)
 
     def _concurrent_syncs(self, syncer: prometheus._Syncer) -> None:
         limiter = r4.get_rate_limiter("slow")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -202,7 +201,7 @@ def test_a_late_event_does_not_overwrite_the_true_state(mp: CollectorRegistry) -
 
 
 def test_racing_transitions_and_syncs_end_on_the_true_state(
-    mp: CollectorRegistry, monkeypatch: pytest.MonkeyPatch
+    mp: CollectorRegistry, monkeypatch: pytest.MonkeyPatch, fast_switching: None
 ) -> None:
     syncer = prometheus._syncer
     assert syncer is not None
@@ -220,30 +219,26 @@ def test_racing_transitions_and_syncs_end_on_the_true_state(
         breaker.transition_to_disabled_state,
         breaker.transition_to_open_state,
     )
-    previous = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # switch threads often, so an unordered push shows
-    try:
-        for trial in range(30):
-            barrier = threading.Barrier(len(moves) + 1)
+    # fast_switching (a 1 µs switch interval), so an unordered push shows
+    for trial in range(30):
+        barrier = threading.Barrier(len(moves) + 1)
 
-            def flip(move: Any, barrier: threading.Barrier = barrier) -> None:
-                barrier.wait()
-                for _ in range(20):
-                    with contextlib.suppress(IllegalStateTransition):  # every pair used is legal
-                        move()
+        def flip(move: Any, barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            for _ in range(20):
+                with contextlib.suppress(IllegalStateTransition):  # every pair used is legal
+                    move()
 
-            def syncs(barrier: threading.Barrier = barrier) -> None:
-                barrier.wait()
-                for _ in range(10):
-                    syncer.sync()
+        def syncs(barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            for _ in range(10):
+                syncer.sync()
 
-            threads = [threading.Thread(target=flip, args=(m,)) for m in moves]
-            threads.append(threading.Thread(target=syncs))
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            # No sync after the threads: the last transition's own push must have left the truth.
-            assert states(mp) == only(breaker.state.name.lower()), trial
-    finally:
-        sys.setswitchinterval(previous)
+        threads = [threading.Thread(target=flip, args=(m,)) for m in moves]
+        threads.append(threading.Thread(target=syncs))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        # No sync after the threads: the last transition's own push must have left the truth.
+        assert states(mp) == only(breaker.state.name.lower()), trial

@@ -6,7 +6,6 @@ import asyncio
 import inspect
 import itertools
 import random
-import sys
 import threading
 import time
 
@@ -705,32 +704,27 @@ def test_decorate_sync_and_async() -> None:
 # -- threads -------------------------------------------------------------------------------------------
 
 
-def test_metrics_are_exact_under_threads() -> None:
+def test_metrics_are_exact_under_threads(fast_switching: None) -> None:
     threads, per_thread, trials = 8, 200, 3
-    original = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        for _ in range(trials):
-            retry = Retry("t", RetryConfig(wait_duration=0), sleep=lambda s: None)
-            barrier = threading.Barrier(threads)
+    for _ in range(trials):
+        retry = Retry("t", RetryConfig(wait_duration=0), sleep=lambda s: None)
+        barrier = threading.Barrier(threads)
 
-            def worker(retry: Retry = retry, barrier: threading.Barrier = barrier) -> None:
-                barrier.wait()
-                for i in range(per_thread):
-                    if i % 2:
-                        retry.call(Flaky(ValueError(), "ok"))
-                    else:
-                        retry.call(Flaky("ok"))
+        def worker(retry: Retry = retry, barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            for i in range(per_thread):
+                if i % 2:
+                    retry.call(Flaky(ValueError(), "ok"))
+                else:
+                    retry.call(Flaky("ok"))
 
-            pool = [threading.Thread(target=worker) for _ in range(threads)]
-            for t in pool:
-                t.start()
-            for t in pool:
-                t.join()
-            half = threads * per_thread // 2
-            assert counts(retry) == (half, half, 0, 0, half + 2 * half)
-    finally:
-        sys.setswitchinterval(original)
+        pool = [threading.Thread(target=worker) for _ in range(threads)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+        half = threads * per_thread // 2
+        assert counts(retry) == (half, half, 0, 0, half + 2 * half)
 
 
 # -- predicates and a custom interval function (issue 8) ----------------------------------------------
