@@ -158,8 +158,8 @@ class Code(enum.Enum):
     )
     ALGORITHM_NOT_ON_BACKEND = (
         "E027",
-        "a rate limiter's algorithm is not 'cycle', or a bulkhead is adaptive, with backend 'redis' "
-        "(Redis implements 'cycle' and fixed limits only)",
+        "a rate limiter's algorithm is 'sliding_window', or a bulkhead is adaptive, with backend 'redis' "
+        "(Redis implements 'cycle', 'gcra' and fixed limits only)",
     )
     UNKNOWN_BACKEND = ("E028", "a rate limiter's or bulkhead's backend names no entry of RATELIMIT_R4['backends']")
     INVALID_ON_BACKEND_ERROR = ("E029", "on_backend_error is not 'local', 'allow' or 'deny'")
@@ -1630,7 +1630,7 @@ def _check_retry_budgets(analysis: Analysis) -> None:
 
 
 def _check_redis_algorithms(analysis: Analysis) -> None:
-    """With the Redis backend, an algorithm other than ``"cycle"`` is an error: its script implements cycles only.
+    """With the Redis backend, ``"sliding_window"`` is an error: Redis implements ``"cycle"`` and ``"gcra"``.
 
     Only that instance breaks (it raises on use); the others and ``r4 status`` work.
     """
@@ -1638,13 +1638,13 @@ def _check_redis_algorithms(analysis: Analysis) -> None:
     for name, spec in list(specs.items()):
         algorithm = spec.config.algorithm
         backend = analysis.backends.get(spec.options["backend"])
-        if algorithm == "cycle" or backend is None or backend.backend != "redis":
+        if algorithm in ("cycle", "gcra") or backend is None or backend.backend != "redis":
             continue
         problem = Problem(
             Code.ALGORITHM_NOT_ON_BACKEND,
             spec.origins.get("algorithm", f'{spec.path}["algorithm"]'),
             f"algorithm {algorithm!r} is implemented by the memory backend only, but backend is 'redis'",
-            f"Use algorithm 'cycle' for this limiter, or a memory backend for it "
+            f"Use algorithm 'gcra' or 'cycle' for this limiter, or a memory backend for it "
             f"({setting_path('ratelimiters', 'instances', name, 'backend')}, or {setting_path('backend')} = 'memory').",
         )
         if problem not in analysis.problems:

@@ -341,13 +341,13 @@ CASES = [
         {
             "backend": "redis",
             "redis_url": "redis://127.0.0.1:6379/15",
-            "ratelimiters": {"instances": {"api": {"rate": "5/s", "algorithm": "gcra"}}},
+            "ratelimiters": {"instances": {"api": {"rate": "5/s", "algorithm": "sliding_window"}}},
         },
         "E027",
         f'{RL}["instances"]["api"]["algorithm"]',
-        "algorithm 'gcra' is implemented by the memory backend only, but backend is 'redis'",
-        "Use algorithm 'cycle' for this limiter",
-        id="E027-redis-gcra",
+        "algorithm 'sliding_window' is implemented by the memory backend only, but backend is 'redis'",
+        "Use algorithm 'gcra' or 'cycle' for this limiter",
+        id="E027-redis-sliding-window",
     ),
     pytest.param(
         rl({"algorithm": "token_bucket"}),

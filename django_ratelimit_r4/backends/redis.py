@@ -984,6 +984,8 @@ def _many_members(leader: _Clocked, entries: Sequence[tuple[Any, str | None]], p
         raise ValueError(f"permits must be >= 1, got {permits!r}")
     members: list[_Member] = []
     for target, key in entries:
+        if getattr(target, "_gcra", False):  # GCRA limiters decide together in their own script
+            raise TypeError("cannot combine GCRA and cycle Redis limiters in one all-or-nothing decision")
         if isinstance(target, RedisBackend):
             members.append(_Member(target, target.anchor_key, target.state_key))
         elif isinstance(target, RedisKeyedRateLimiter):
@@ -1135,6 +1137,30 @@ def redis_backend(
             connection_options=connection_options,
         )
 
+    def for_config(config: Any) -> Any:
+        # The factory of config's algorithm: RedisBackend for "cycle", RedisGcraBackend for "gcra".
+        if config.algorithm == "cycle":
+            return factory
+        if config.algorithm != "gcra":
+            raise ValueError(f"algorithm {config.algorithm!r} is not implemented by the Redis backend")
+        from .redis_gcra import RedisGcraBackend
+
+        def gcra(name: str, limit_for_period: int, limit_refresh_period_ns: int, clock: Clock) -> Any:
+            return RedisGcraBackend(
+                name,
+                limit_for_period,
+                limit_refresh_period_ns,
+                clock,
+                burst=config.burst,
+                url=url,
+                prefix=prefix,
+                fault_policy=fault_policy,
+                connection_options=connection_options,
+            )
+
+        return gcra
+
+    factory.for_config = for_config  # type: ignore[attr-defined]
     return factory
 
 
@@ -1480,6 +1506,11 @@ def _entries_outcome(
     return outcome
 
 
+def _is_gcra(entries: Sequence[tuple[Any, str | None]]) -> bool:
+    first = entries[0][0]
+    return bool(getattr(first.backend if isinstance(first, RateLimiter) else first, "_gcra", False))
+
+
 def acquire_all_keyed(
     entries: Sequence[tuple[RateLimiter | RedisKeyedRateLimiter, str | None]], permits: int = 1
 ) -> tuple[int, int] | None:
@@ -1491,6 +1522,10 @@ def acquire_all_keyed(
     """
     if not entries:
         return None
+    if _is_gcra(entries):  # GCRA limiters decide together in a script of their own
+        from .redis_gcra import gcra_entries
+
+        return gcra_entries(entries, permits)
     owners, members = _entries_members(entries, permits)
     leader = members[0].counter
     return _entries_outcome(owners, _many_result(members, _sync_many(leader, members, permits)), permits)
@@ -1502,6 +1537,10 @@ async def aacquire_all_keyed(
     """Async twin of :func:`acquire_all_keyed` on ``redis.asyncio``."""
     if not entries:
         return None
+    if _is_gcra(entries):  # GCRA limiters decide together in a script of their own
+        from .redis_gcra import agcra_entries
+
+        return await agcra_entries(entries, permits)
     owners, members = _entries_members(entries, permits)
     leader = members[0].counter
     return _entries_outcome(
@@ -1522,6 +1561,10 @@ def acquire_all_quotas(
 ) -> tuple[tuple[int, int] | None, list[tuple[int, int]]]:
     """:func:`acquire_all_keyed` whose one round trip also reads every entry's RateLimit figures after the
     decision: ``(outcome, [(remaining, reset_ns), ...])`` in entry order (``quota()``'s values, read at once)."""
+    if entries and _is_gcra(entries):  # GCRA limiters decide together in a script of their own
+        from .redis_gcra import gcra_entries_quotas
+
+        return gcra_entries_quotas(entries, permits)  # type: ignore[no-any-return]
     return _quotas_outcome(entries, permits, _sync_many)
 
 
@@ -1529,6 +1572,10 @@ async def aacquire_all_quotas(
     entries: Sequence[tuple[RateLimiter | RedisKeyedRateLimiter, str | None]], permits: int = 1
 ) -> tuple[tuple[int, int] | None, list[tuple[int, int]]]:
     """Async twin of :func:`acquire_all_quotas` on ``redis.asyncio``."""
+    if entries and _is_gcra(entries):
+        from .redis_gcra import agcra_entries_quotas
+
+        return await agcra_entries_quotas(entries, permits)  # type: ignore[no-any-return]
     owners, members = _entries_members(entries, permits)
     reply, quotas = _split_quotas(members, await _async_many(members[0].counter, members, permits, b"M"))
     return _entries_outcome(owners, _many_result(members, reply), permits), quotas
@@ -1636,8 +1683,12 @@ class RedisStore:
         idle_timeout_ns: int | None,
         on_error: str | None,
     ) -> RedisKeyedRateLimiter:
-        """A :class:`RedisKeyedRateLimiter` on this store's connection, with ``on_error``'s fault policy."""
-        return RedisKeyedRateLimiter(
+        """A :class:`RedisKeyedRateLimiter` (GCRA's for ``algorithm="gcra"``) on this store's connection,
+        with ``on_error``'s fault policy."""
+        cls: Any = RedisKeyedRateLimiter
+        if getattr(config, "algorithm", "cycle") == "gcra":
+            from .redis_gcra import RedisGcraKeyedRateLimiter as cls
+        return cls(  # type: ignore[no-any-return]
             name,
             config,
             clock=clock,

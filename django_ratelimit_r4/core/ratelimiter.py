@@ -293,6 +293,8 @@ class RateLimiter:
             factory = backend if backend is not None else default
         elif backend is None or backend is default:
             factory = for_config(self.config)
+        elif callable(getattr(backend, "for_config", None)):  # a backend with algorithms of its own (Redis)
+            factory = backend.for_config(self.config)  # type: ignore[attr-defined]
         else:
             raise ValueError(
                 f"rate limiter {name!r}: algorithm {self.config.algorithm!r} needs the memory backend "

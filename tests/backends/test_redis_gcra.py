@@ -1,0 +1,362 @@
+"""GCRA on Redis (``algorithm="gcra"``): lua/gcra.lua gives the in-memory GcraBackend's answers, one round trip
+per decision, exact across processes, all-or-nothing with other GCRA limiters; through ``@ratelimit`` too.
+
+Against a real Redis (db 15, a unique key prefix per test; CI sets R4_REQUIRE_REDIS=1).
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.http import HttpRequest, HttpResponse
+from django.test import Client, override_settings
+from django.urls import path
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from django_ratelimit_r4 import get_rate_limiter, registry
+from django_ratelimit_r4.backends.algorithms import gcra_bound
+from django_ratelimit_r4.backends.memory import GcraBackend
+from django_ratelimit_r4.core.clock import SYSTEM_CLOCK, FakeClock
+from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig, acquire_all
+from django_ratelimit_r4.decorators import ratelimit
+
+redis = pytest.importorskip("redis")
+rb = pytest.importorskip("django_ratelimit_r4.backends.redis")
+rg = pytest.importorskip("django_ratelimit_r4.backends.redis_gcra")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def gcra(
+    url: str,
+    prefix: str,
+    limit: int,
+    period: Any,
+    *,
+    burst: int | None = None,
+    timeout: Any = "0s",
+    clock: Any = None,
+    name: str = "g",
+) -> RateLimiter:
+    config = RateLimiterConfig(
+        limit_for_period=limit,
+        limit_refresh_period=period,
+        timeout_duration=timeout,
+        algorithm="gcra",
+        burst=burst,
+    )
+    return RateLimiter(name, config, clock=clock, backend=rb.redis_backend(url, prefix=prefix))
+
+
+# ------------------------------------------------------------------------------- same answers as memory
+
+_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["acquire", "acquire", "acquire", "quota", "state", "drain", "advance"]),
+        st.integers(min_value=1, max_value=6),  # permits
+        st.integers(min_value=0, max_value=3_000_000_000),  # timeout or advance, ns
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    limit=st.integers(min_value=1, max_value=7),
+    period=st.sampled_from([1_000_000_000, 999_999_937, 60_000_000_000, 3_000]),
+    burst=st.one_of(st.none(), st.integers(min_value=1, max_value=8)),
+    start=st.integers(min_value=0, max_value=10**12),
+    ops=_OPS,
+)
+def test_redis_gcra_gives_the_memory_backends_answers(
+    redis_url: str, prefix: str, limit: int, period: int, burst: int | None, start: int, ops: list[Any]
+) -> None:
+    clock = FakeClock()
+    clock.advance_ns(start)
+    memory = GcraBackend("m", limit, period, clock, burst=burst)
+    redis_gcra = rg.RedisGcraBackend("prop", limit, period, clock, burst=burst, url=redis_url, prefix=prefix)
+    for op, permits, amount in ops:
+        if op == "acquire":
+            assert redis_gcra.acquire(permits, amount) == memory.acquire(permits, amount), (permits, amount)
+        elif op == "quota":
+            assert redis_gcra.quota() == memory.quota()
+        elif op == "state":
+            assert redis_gcra.state()[1:] == memory.state()[1:]
+        elif op == "drain":
+            assert redis_gcra.drain() == memory.drain()
+        else:
+            clock.advance_ns(amount)
+    assert redis_gcra.quota() == memory.quota()
+
+
+def test_one_round_trip_per_decision_and_the_limit_follows_change_limit(redis_url: str, prefix: str) -> None:
+    clock = FakeClock()
+    rl = gcra(redis_url, prefix, 10, "1s", clock=clock)
+    assert isinstance(rl.backend, rg.RedisGcraBackend)
+    calls = []
+    original = rg._call
+
+    def counting(*args: Any) -> Any:
+        calls.append(args[1])
+        return original(*args)
+
+    rg._call = counting
+    try:
+        assert [rl.acquire_permission() for _ in range(11)] == [True] * 10 + [False]
+    finally:
+        rg._call = original
+    assert len(calls) == 11
+    rl.change_limit_for_period(20)
+    clock.advance(0.05)  # 1 permit back at the new rate (50 ms per permit)
+    assert rl.acquire_permission() and not rl.acquire_permission()
+
+
+# --------------------------------------------------------------------------------- server time, bounds
+
+
+def test_boundary_bound_over_random_arrivals_on_server_time(redis_url: str, prefix: str) -> None:
+    """Random arrivals against 20 per 200 ms (burst 20), server time: every window of 200 ms holds at most
+    gcra_bound(200 ms) = 39 grants by the server clock, never the cycle limiter's 40 at a boundary."""
+    rl = gcra(redis_url, prefix, 20, "200ms", clock=SYSTEM_CLOCK, name="bound")
+    client = redis.Redis.from_url(redis_url)
+    rng = random.Random(7)
+    granted: list[int] = []
+    for _ in range(400):
+        if rl.acquire_permission():
+            seconds, micros = client.time()
+            granted.append(seconds * 1_000_000 + micros)
+        if rng.random() < 0.2:
+            time.sleep(rng.random() * 0.004)  # irregular arrivals (not waiting for time: shaping the load)
+    client.close()
+    # The TIME read after a grant is later than the grant itself, so widen each window by the read's delay:
+    # count against the bound of a window 5 ms longer.
+    window = 200_000 + 5_000
+    bound = gcra_bound(window * 1000, 200_000_000, 20, 20)
+    left = 0
+    for right, at in enumerate(granted):
+        while granted[left] <= at - window:
+            left += 1
+        assert right - left + 1 <= bound
+    assert len(granted) > 40  # the load did cross several periods
+    rl.backend.reset(SYSTEM_CLOCK)
+
+
+_CHILD = textwrap.dedent(
+    """
+    import sys, threading, time
+    sys.path.insert(0, {root!r})
+    from django_ratelimit_r4.backends.redis import redis_backend
+    from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig
+    rl = RateLimiter({name!r}, RateLimiterConfig(limit_for_period=5, limit_refresh_period="60s",
+                     algorithm="gcra"), backend=redis_backend({url!r}, prefix={prefix!r}))
+    barrier = threading.Barrier(10)
+    results = []
+    def work():
+        barrier.wait()
+        results.append(rl.acquire_permission())
+    threads = [threading.Thread(target=work) for _ in range(10)]
+    rl.backend.state()  # connect first, so the race is about the decision
+    while time.time() < {start!r}:
+        time.sleep(0.001)
+    for t in threads: t.start()
+    for t in threads: t.join()
+    print(sum(results))
+    """
+)
+
+
+def test_exact_across_four_processes(redis_url: str, prefix: str) -> None:
+    """Four processes x 10 threads released together on one GCRA limit of 5 per 60 s: exactly 5 granted."""
+    for trial in range(3):
+        start = time.time() + 1.5
+        code = _CHILD.format(root=str(ROOT), name=f"mp{trial}", url=redis_url, prefix=prefix, start=start)
+        procs = [
+            subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+            for _ in range(4)
+        ]
+        granted = [int(p.communicate(timeout=60)[0]) for p in procs]
+        assert sum(granted) == 5, granted
+
+
+def test_a_late_call_changes_nothing(redis_url: str, prefix: str) -> None:
+    """Server time: a call whose deadline has passed answers LATE and takes nothing (no ghost charge)."""
+    rl = gcra(redis_url, prefix, 1, "60s", clock=SYSTEM_CLOCK, name="late")
+    backend = rl.backend
+    conn = backend._connection()
+    args = backend._gcra_args(b"a", 1, 0)
+    args[-1] = b"1"  # a deadline long past (server microseconds)
+    pool = conn.sync.connection_pool
+    c = pool.get_connection()
+    try:
+        c.send_command("EVAL", rg.GCRA_SCRIPT, 1, backend.state_key, *args)
+        assert c.read_response() == b"LATE"
+    finally:
+        pool.release(c)
+    assert rl.acquire_permission()  # the late call took nothing
+    assert not rl.acquire_permission()
+    backend.reset(SYSTEM_CLOCK)
+
+
+# ---------------------------------------------------------------------------------------- all-or-nothing
+
+
+def test_all_or_nothing_over_gcra_limiters_in_one_script(redis_url: str, prefix: str) -> None:
+    clock = FakeClock()
+    a = gcra(redis_url, prefix, 3, "60s", clock=clock, name="a")
+    b = gcra(redis_url, prefix, 1, "30s", clock=clock, name="b")
+    assert acquire_all([a, b]) is None
+    loser, wait = acquire_all([a, b])  # type: ignore[misc]
+    assert loser is b and wait == 30 * 10**9
+    assert a.metrics.available_permissions == 2  # nothing taken from a
+    cycle = RateLimiter(
+        "c",
+        RateLimiterConfig(limit_for_period=3, limit_refresh_period="1s"),
+        clock=clock,
+        backend=rb.redis_backend(redis_url, prefix=prefix),
+    )
+    with pytest.raises(TypeError, match="GCRA"):
+        acquire_all([a, cycle])
+    with pytest.raises(TypeError, match="GCRA"):
+        acquire_all([cycle, a])
+
+
+def test_keyed_gcra_on_redis_and_all_or_nothing_with_keys(redis_url: str, prefix: str) -> None:
+    clock = FakeClock()
+    config = RateLimiterConfig(limit_for_period=2, limit_refresh_period="1s", algorithm="gcra")
+    keyed = rg.RedisGcraKeyedRateLimiter("k", config, clock=clock, url=redis_url, prefix=prefix)
+    assert [keyed.acquire_permission("x") for _ in range(3)] == [True, True, False]
+    assert keyed.acquire_permission("y")
+    assert keyed.quota("x") == (0, 500_000_000)
+    clock.advance(0.5)
+    assert keyed.quota("x") == (1, 500_000_000)
+    g = gcra(redis_url, prefix, 5, "1s", clock=clock, name="u")
+    assert rb.acquire_all_keyed([(g, None), (keyed, "x")]) is None
+    assert rb.acquire_all_keyed([(g, None), (keyed, "x")]) == (1, 500_000_000)
+    assert g.metrics.available_permissions == 4
+
+
+# ------------------------------------------------------------------------------------------------ HTTP
+
+
+@ratelimit("smooth")
+def smooth(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+@ratelimit("smooth_ip")
+def smooth_ip(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+@ratelimit(["smooth", "smooth_ip"])
+def smooth_both(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+@ratelimit(["smooth", "smooth_ip"])
+async def smooth_both_async(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+urlpatterns = [
+    path("smooth/", smooth),
+    path("smooth-ip/", smooth_ip),
+    path("smooth-both/", smooth_both),
+    path("smooth-both-async/", smooth_both_async),
+]
+
+
+@pytest.mark.urls(__name__)
+@pytest.mark.django_db(databases=[])
+def test_http_gcra_on_redis_headers_from_the_state(redis_url: str, prefix: str, r4_clock: Any) -> None:
+    value = {
+        "backend": "redis",
+        "redis_url": redis_url,
+        "redis_key_prefix": prefix,
+        "ratelimiters": {
+            "instances": {
+                "smooth": {"rate": "4/s", "algorithm": "gcra"},
+                "smooth_ip": {"rate": "2/s", "algorithm": "gcra", "key": "ip"},
+            },
+        },
+    }
+    with override_settings(RATELIMIT_R4=value):
+        assert isinstance(get_rate_limiter("smooth").backend, rg.RedisGcraBackend)
+        assert isinstance(registry.get_keyed_rate_limiter("smooth_ip"), rg.RedisGcraKeyedRateLimiter)
+        client = Client()
+        first = client.get("/smooth/")
+        assert first.status_code == 200
+        assert first["RateLimit"] == '"smooth";r=3;t=1'  # 250 ms until full again, rounded up
+        assert [client.get("/smooth/").status_code for _ in range(3)] == [200] * 3
+        rejected = client.get("/smooth/")
+        assert rejected.status_code == 429
+        assert rejected["Retry-After"] == "1"  # 250 ms to the next permit, rounded up
+        assert rejected["RateLimit"] == '"smooth";r=0;t=1'
+        r4_clock.advance(0.25)  # one emission interval: exactly one permit back (no cycle boundary)
+        assert client.get("/smooth/").status_code == 200
+        assert client.get("/smooth/").status_code == 429
+        assert [client.get("/smooth-ip/").status_code for _ in range(3)] == [200, 200, 429]
+
+
+@pytest.mark.urls(__name__)
+@pytest.mark.django_db(databases=[])
+def test_http_multi_limit_of_gcra_limiters_all_or_nothing(redis_url: str, prefix: str, r4_clock: Any) -> None:
+    """Two GCRA limits (one keyed) on one view: one script call decides both; a rejection takes nothing."""
+    value = {
+        "backend": "redis",
+        "redis_url": redis_url,
+        "redis_key_prefix": prefix,
+        "ratelimiters": {
+            "instances": {
+                "smooth": {"rate": "4/s", "algorithm": "gcra"},
+                "smooth_ip": {"rate": "2/s", "algorithm": "gcra", "key": "ip"},
+            },
+        },
+    }
+    with override_settings(RATELIMIT_R4=value):
+        get_rate_limiter("smooth")
+        registry.get_keyed_rate_limiter("smooth_ip")
+        client = Client()
+        assert [client.get("/smooth-both/").status_code for _ in range(3)] == [200, 200, 429]
+        assert get_rate_limiter("smooth").metrics.available_permissions == 2  # the 429 took nothing
+        rejected = client.get("/smooth-both/")
+        assert rejected["Retry-After"] == "1"
+        r4_clock.advance(0.5)  # one permit back on smooth_ip (500 ms per permit)
+        assert client.get("/smooth-both/").status_code == 200
+
+
+@pytest.mark.urls(__name__)
+@pytest.mark.django_db(databases=[])
+def test_http_multi_limit_of_gcra_limiters_async(redis_url: str, prefix: str, r4_clock: Any) -> None:
+    from asgiref.sync import async_to_sync
+    from django.test import AsyncClient
+
+    value = {
+        "backend": "redis",
+        "redis_url": redis_url,
+        "redis_key_prefix": prefix,
+        "ratelimiters": {
+            "instances": {
+                "smooth": {"rate": "4/s", "algorithm": "gcra"},
+                "smooth_ip": {"rate": "2/s", "algorithm": "gcra", "key": "ip"},
+            },
+        },
+    }
+    with override_settings(RATELIMIT_R4=value):
+        get_rate_limiter("smooth")
+        registry.get_keyed_rate_limiter("smooth_ip")
+        client = AsyncClient()
+
+        async def three() -> list[int]:
+            return [(await client.get("/smooth-both-async/")).status_code for _ in range(3)]
+
+        assert async_to_sync(three)() == [200, 200, 429]
+        assert get_rate_limiter("smooth").metrics.available_permissions == 2
