@@ -371,3 +371,41 @@ def test_http_multi_limit_of_gcra_limiters_async(redis_url: str, prefix: str, r4
 
         assert async_to_sync(three)() == [200, 200, 429]
         assert get_rate_limiter("smooth").metrics.available_permissions == 2
+
+
+# ------------------------------------------------------------------------------------- async and faults
+
+UNREACHABLE = "redis://127.0.0.1:1/14?socket_timeout=0.25"  # nothing listens on port 1
+
+
+def test_async_acquire_and_quota_match_sync(redis_url: str, prefix: str) -> None:
+    import asyncio
+
+    clock = FakeClock()
+    rl = gcra(redis_url, prefix, 2, "1s", clock=clock, name="async")
+
+    async def run() -> tuple[list[bool], tuple[int, int]]:
+        granted = [await rl.aacquire_permission() for _ in range(3)]
+        return granted, await rl.backend.aquota()
+
+    granted, quota = asyncio.run(run())
+    assert granted == [True, True, False]
+    assert quota == rl.backend.quota() == (0, 500_000_000)
+
+
+def test_fault_policy_local_decides_by_gcra_in_process() -> None:
+    """Redis unreachable: under "local" the in-process GcraBackend decides (burst 2, then 1 per 500 ms)."""
+    clock = FakeClock()
+    config = RateLimiterConfig(limit_for_period=2, limit_refresh_period="1s", algorithm="gcra")
+    rl = RateLimiter("down", config, clock=clock, backend=rb.redis_backend(UNREACHABLE, fault_policy="local"))
+    assert isinstance(rl.backend._local, GcraBackend)
+    assert [rl.acquire_permission() for _ in range(3)] == [True, True, False]
+    clock.advance(0.5)
+    assert rl.acquire_permission()
+    assert rl.backend.quota() == (0, 500_000_000)
+    keyed = rg.RedisGcraKeyedRateLimiter("down", config, clock=clock, url=UNREACHABLE, fault_policy="local")
+    assert [keyed.acquire_permission("x") for _ in range(3)] == [True, True, False]
+    closed = rg.RedisGcraKeyedRateLimiter(
+        "down2", config, clock=clock, url=UNREACHABLE, fault_policy="closed"
+    )
+    assert not closed.acquire_permission("x")
