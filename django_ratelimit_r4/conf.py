@@ -18,6 +18,7 @@ import enum
 import importlib.util
 import ipaddress
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -480,12 +481,15 @@ class _Invalid(Exception):
 
 
 def parse_key_spec(value: object) -> str | Callable[..., Any] | None:
-    """Validate a rate limiter ``key`` spec and return it unchanged (compile it with ``keys.compile_key``).
+    """Deprecated (nothing uses it; it will go in 0.2): use :func:`django_ratelimit_r4.keys.validate_key_spec`.
 
-    Accepts a built-in name (``"ip"``, ``"user"``, ``"user_or_ip"``, ``"session"``), ``"header:<Name>"``,
-    a dotted path to ``callable(request) -> str | None`` or the callable itself. Raises ``ValueError``
-    with a readable message when the spec is not usable.
+    Validates a rate limiter ``key`` spec and returns it unchanged; raises ``ValueError`` when unusable.
     """
+    warnings.warn(
+        "conf.parse_key_spec is deprecated; use django_ratelimit_r4.keys.validate_key_spec",
+        DeprecationWarning,
+        stacklevel=2,
+    )
     try:
         return _parse_key(value)
     except _Invalid as exc:

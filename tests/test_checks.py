@@ -1187,3 +1187,10 @@ def test_an_unreadable_drf_rate_is_reported_where_drf_reads_it() -> None:
         assert "'3/min'" in message.hint and "RATELIMIT_R4" in message.hint
     assert "unknown unit 'fortnight'" in found['REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]["uploads"]'].msg
     assert "(ratelimit_r4.E022)" in str(info.value)
+
+
+def test_parse_key_spec_still_works_but_is_deprecated() -> None:
+    with pytest.warns(DeprecationWarning, match="validate_key_spec"):
+        assert conf.parse_key_spec("ip") == "ip"
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError):
+        conf.parse_key_spec("nonsense-kind")
