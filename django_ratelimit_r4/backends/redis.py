@@ -360,20 +360,52 @@ class RedisConnection:
         blanked (the slow path answers with the server time). A reply carrying the server time teaches it;
         a LATE reply raises :class:`_Late`.
         """
+        reply, started, _ = self.run_script(SCRIPT_SHA, SCRIPT, numkeys, args, deadline_at, tokens)
+        return self._timed(reply, started)
+
+    async def acall(
+        self, numkeys: int, args: list[Any], deadline_at: int | None = None, tokens: Sequence[int] = ()
+    ) -> Any:
+        """Async twin of :meth:`call`, on this loop's ``redis.asyncio`` client."""
+        reply, started, _ = await self.arun_script(SCRIPT_SHA, SCRIPT, numkeys, args, deadline_at, tokens)
+        return self._timed(reply, started)
+
+    def _stamp(self, args: list[Any], deadline_at: int | None, tokens: Sequence[int], started: int) -> bool:
+        # The deadline is taken once a pooled connection is held; True when it is unknown (not learned yet).
+        if deadline_at is None:
+            return False
+        args[deadline_at] = deadline = self.deadline(started)
+        if deadline != b"":
+            return False
+        for at in tokens:
+            args[at] = b""
+        return True
+
+    def run_script(
+        self,
+        sha: str,
+        source: str,
+        numkeys: int,
+        args: list[Any],
+        deadline_at: int | None = None,
+        tokens: Sequence[int] = (),
+    ) -> tuple[Any, int, bool]:
+        """EVALSHA ``sha`` (EVAL ``source`` when the server does not know it) on a pooled connection.
+
+        Every script of this backend goes through here (the cycle script, GCRA's): the deadline stamping of
+        :meth:`call`, the reply count that tells this process's delays from the server's, and the end of an
+        outage. Returns ``(reply, monotonic ns when the connection was held, deadline unknown)``.
+        """
         pool = self.sync.connection_pool
         conn = pool.get_connection()
         try:
             started = time.monotonic_ns()
-            if deadline_at is not None:
-                args[deadline_at] = deadline = self.deadline(started)
-                if deadline == b"":
-                    for at in tokens:
-                        args[at] = b""
+            unknown = self._stamp(args, deadline_at, tokens, started)
             try:
-                conn.send_command("EVALSHA", SCRIPT_SHA, numkeys, *args)  # type: ignore[no-untyped-call]
+                conn.send_command("EVALSHA", sha, numkeys, *args)  # type: ignore[no-untyped-call]
                 reply = conn.read_response()
             except NoScriptError:
-                conn.send_command("EVAL", SCRIPT, numkeys, *args)  # type: ignore[no-untyped-call]
+                conn.send_command("EVAL", source, numkeys, *args)  # type: ignore[no-untyped-call]
                 reply = conn.read_response()
         except BaseException:
             conn.disconnect()  # type: ignore[no-untyped-call]
@@ -383,26 +415,28 @@ class RedisConnection:
         self.replies += 1
         if self.outage_since is not None:
             self.answered()
-        return self._timed(reply, started)
+        return reply, started, unknown
 
-    async def acall(
-        self, numkeys: int, args: list[Any], deadline_at: int | None = None, tokens: Sequence[int] = ()
-    ) -> Any:
-        """Async twin of :meth:`call`, on this loop's ``redis.asyncio`` client."""
+    async def arun_script(
+        self,
+        sha: str,
+        source: str,
+        numkeys: int,
+        args: list[Any],
+        deadline_at: int | None = None,
+        tokens: Sequence[int] = (),
+    ) -> tuple[Any, int, bool]:
+        """Async twin of :meth:`run_script`, on this loop's ``redis.asyncio`` client."""
         pool = self.aio().connection_pool
         conn = await pool.get_connection()  # type: ignore[no-untyped-call]
         try:
             started = time.monotonic_ns()
-            if deadline_at is not None:
-                args[deadline_at] = deadline = self.deadline(started)
-                if deadline == b"":
-                    for at in tokens:
-                        args[at] = b""
+            unknown = self._stamp(args, deadline_at, tokens, started)
             try:
-                await conn.send_command("EVALSHA", SCRIPT_SHA, numkeys, *args)
+                await conn.send_command("EVALSHA", sha, numkeys, *args)
                 reply = await conn.read_response()
             except NoScriptError:
-                await conn.send_command("EVAL", SCRIPT, numkeys, *args)
+                await conn.send_command("EVAL", source, numkeys, *args)
                 reply = await conn.read_response()
         except BaseException:
             await conn.disconnect()
@@ -412,7 +446,7 @@ class RedisConnection:
         self.replies += 1
         if self.outage_since is not None:
             self.answered()
-        return self._timed(reply, started)
+        return reply, started, unknown
 
     def _timed(self, reply: Any, started_ns: int) -> Any:
         # A stale reply ({reply, {now_us, ...}}) carries the server time; LATE means the deadline passed.

@@ -36,9 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import hashlib
-import inspect
 import itertools
 import logging
 import math
@@ -385,21 +383,9 @@ class RedisBulkhead:
         finally:
             await self.aon_complete()
 
-    def decorate(self, fn: Callable[P, R]) -> Callable[P, R]:
-        """Wrap ``fn`` (sync or ``async def``) so each call runs through :meth:`call` / :meth:`acall`."""
-        if inspect.iscoroutinefunction(fn):
-
-            @functools.wraps(fn)
-            async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-                return await self.acall(fn, *args, **kwargs)
-
-            return async_wrapper  # type: ignore[return-value]
-
-        @functools.wraps(fn)
-        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            return self.call(fn, *args, **kwargs)
-
-        return wrapper
+    #: Wrap ``fn`` (sync or ``async def``) so each call runs through :meth:`call` / :meth:`acall`: the
+    #: in-process bulkhead's wrapper, which needs nothing but those two methods.
+    decorate = Bulkhead.decorate
 
     # -- configuration and lifecycle -------------------------------------------------------------
 

@@ -25,8 +25,6 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
-from redis.exceptions import NoScriptError
-
 from ..core.clock import Clock
 from .memory import GcraBackend
 from .redis import _FAULTS, RedisBackend, RedisConnection, RedisKeyedRateLimiter, _entries_outcome, _Late
@@ -61,57 +59,19 @@ def _reply_of(conn: RedisConnection, reply: Any, started_ns: int, learn: bool) -
 
 
 def _call(conn: RedisConnection, keys: Sequence[str], args: list[Any], server_time: bool) -> Any:
-    """One EVALSHA of the GCRA script (EVAL when the server does not know it); the deadline is taken once a
-    pooled connection is held (server time only; ``args[-1]``)."""
-    pool = conn.sync.connection_pool
-    c = pool.get_connection()
-    try:
-        started = time.monotonic_ns()
-        learn = False
-        if server_time:
-            args[-1] = conn.deadline(started)
-            learn = args[-1] == b""
-        try:
-            c.send_command("EVALSHA", GCRA_SCRIPT_SHA, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
-            reply = c.read_response()
-        except NoScriptError:
-            c.send_command("EVAL", GCRA_SCRIPT, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
-            reply = c.read_response()
-    except BaseException:
-        c.disconnect()  # type: ignore[no-untyped-call]
-        raise
-    finally:
-        pool.release(c)
-    conn.replies += 1
-    if conn.outage_since is not None:
-        conn.answered()
+    """One run of the GCRA script through :meth:`RedisConnection.run_script` (server time: the deadline in
+    ``args[-1]``, taken once a pooled connection is held)."""
+    reply, started, learn = conn.run_script(
+        GCRA_SCRIPT_SHA, GCRA_SCRIPT, len(keys), [*keys, *args], len(keys) + len(args) - 1 if server_time else None
+    )
     return _reply_of(conn, reply, started, learn)
 
 
 async def _acall(conn: RedisConnection, keys: Sequence[str], args: list[Any], server_time: bool) -> Any:
     """Async twin of :func:`_call` on this loop's ``redis.asyncio`` client."""
-    pool = conn.aio().connection_pool
-    c = await pool.get_connection()  # type: ignore[no-untyped-call]
-    try:
-        started = time.monotonic_ns()
-        learn = False
-        if server_time:
-            args[-1] = conn.deadline(started)
-            learn = args[-1] == b""
-        try:
-            await c.send_command("EVALSHA", GCRA_SCRIPT_SHA, len(keys), *keys, *args)
-            reply = await c.read_response()
-        except NoScriptError:
-            await c.send_command("EVAL", GCRA_SCRIPT, len(keys), *keys, *args)
-            reply = await c.read_response()
-    except BaseException:
-        await c.disconnect()
-        raise
-    finally:
-        await pool.release(c)
-    conn.replies += 1
-    if conn.outage_since is not None:
-        conn.answered()
+    reply, started, learn = await conn.arun_script(
+        GCRA_SCRIPT_SHA, GCRA_SCRIPT, len(keys), [*keys, *args], len(keys) + len(args) - 1 if server_time else None
+    )
     return _reply_of(conn, reply, started, learn)
 
 
