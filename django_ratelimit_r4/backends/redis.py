@@ -46,10 +46,12 @@ import weakref
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote, urlsplit
 
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
 from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, RedisError
 
@@ -74,6 +76,8 @@ if TYPE_CHECKING:
     from ..keyed import KeyedRateLimiterView
 
 __all__ = [
+    "CLUSTER_CLOCK_SKEW_US",
+    "CLUSTER_SHARDS",
     "CONNECT_TIMEOUT_S",
     "DEADLINE_MARGIN_US",
     "DEFAULT_PREFIX",
@@ -97,8 +101,11 @@ __all__ = [
     "client_key_digest",
     "close_connections",
     "connection",
+    "key_base",
     "redis_backend",
     "redis_period_error",
+    "sentinel_settings",
+    "shard_of",
 ]
 
 logger = logging.getLogger("django_ratelimit_r4.redis")
@@ -129,11 +136,16 @@ POOL_TIMEOUT_S = 5.0
 #: the error of the learned server-time offset and this margin (clock drift between two learnings), so the
 #: deadline is never later than the give-up; a later execution changes nothing.
 DEADLINE_MARGIN_US = 2_000
+#: On a Redis Cluster the learned server-time offset is used for every node: node clocks may differ by up to
+#: this much (NTP keeps them far closer) and deadlines stay no later than the caller's give-up.
+CLUSTER_CLOCK_SKEW_US = 50_000
 #: The server-time offset is learned again (from one exact slow-path reply) at least this often.
 TIME_RESYNC_S = 60.0
 
 _NS_PER_S = 1_000_000_000
 _FAULTS = (RedisError, OSError)
+# Replies that mean "not here" (the script did not run): followed once.
+_REDIRECTS = (redis.exceptions.MovedError, redis.exceptions.AskError)
 _TIMEOUTS = (redis.exceptions.TimeoutError, TimeoutError)
 
 
@@ -173,19 +185,24 @@ class RedisConnection:
         self.pid = os.getpid()
         #: The options given (a backend's OPTIONS), part of this connection's identity (see :func:`connection`).
         self.extra: Mapping[str, Any] = dict(options or {})
+        pool_options = dict(self.extra)
+        #: True for a Redis Cluster (``OPTIONS["cluster"]``): scripts go to the primary of their keys' slot.
+        self.cluster = bool(pool_options.pop("cluster", False))
+        #: Sentinel settings (``OPTIONS["sentinel"]``, see :func:`sentinel_settings`), None without Sentinel.
+        self.sentinel: dict[str, Any] | None = sentinel_settings(url, pool_options.pop("sentinel", None))
         self._options: dict[str, Any] = {
             "socket_timeout": socket_timeout,
             "socket_connect_timeout": CONNECT_TIMEOUT_S,
             "max_connections": MAX_CONNECTIONS,
             "timeout": POOL_TIMEOUT_S,
-            **self.extra,
+            **pool_options,
         }
-        self.sync: redis.Redis = redis.Redis(
-            connection_pool=redis.BlockingConnectionPool.from_url(
-                url, retry=redis.retry.Retry(NoBackoff(), 0), **self._options
-            )
-        )
-        self._aio: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, redis.asyncio.Redis] = (
+        # Topology to learn again before the next cluster call (a node failed, or a slot moved).
+        self._stale_topology = False
+        self.sync: Any = self.new_client()
+        self._aio: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+        # Async cluster clients open connections per node without waiting: this bounds them (per loop).
+        self._aio_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
             weakref.WeakKeyDictionary()
         )
         #: time.monotonic() until which Redis is not called (0.0: healthy).
@@ -201,25 +218,63 @@ class RedisConnection:
         # Deadlines: server microseconds = local monotonic microseconds + offset, learned from the server time
         # in exact slow-path replies (error: half that round trip). _shift_us is offset - error + the time a
         # caller waits for a reply (socket timeout) - DEADLINE_MARGIN_US: the earliest server time at which
-        # the caller may have given up. None until learned.
+        # the caller may have given up. None until learned. On a cluster the offset is learned from any node
+        # and used for all, so the margin also covers CLUSTER_CLOCK_SKEW_US between node clocks.
         self._shift_us: int | None = None
         self._offset_err_us = 0
         self._resync_ns = 0
-        timeout = self.sync.connection_pool.connection_kwargs.get("socket_timeout") or socket_timeout
+        timeout = self._connection_kwargs().get("socket_timeout") or socket_timeout
+        self._margin_us = DEADLINE_MARGIN_US + (CLUSTER_CLOCK_SKEW_US if self.cluster else 0)
         self._wait_us = int(float(timeout) * 1_000_000)
         self._logged_at = -FAULT_LOG_INTERVAL_S
         self._lock = threading.Lock()
 
-    def aio(self) -> redis.asyncio.Redis:
+    def new_client(self, **overrides: Any) -> Any:
+        """A new sync client of this URL and mode (plain, cluster or Sentinel primary), never retrying.
+
+        Without ``overrides`` it is the bounded pool of :attr:`sync`; the bulkhead's renewal thread asks for a
+        client of its own with a longer ``socket_timeout`` and ``max_connections=2``.
+        """
+        options = {**self._options, **overrides}
+        if self.cluster:
+            return redis.cluster.RedisCluster.from_url(
+                self.url,
+                connection_pool_class=redis.BlockingConnectionPool,
+                retry=redis.retry.Retry(NoBackoff(), 0),
+                **options,
+            )
+        if self.sentinel is not None:
+            return _sentinel_primary(self.sentinel, options, asyncio_=False)
+        return redis.Redis(
+            connection_pool=redis.BlockingConnectionPool.from_url(
+                self.url, retry=redis.retry.Retry(NoBackoff(), 0), **options
+            )
+        )
+
+    def _connection_kwargs(self) -> Mapping[str, Any]:
+        if self.cluster:
+            return self.sync.nodes_manager.connection_kwargs  # type: ignore[no-any-return]
+        return self.sync.connection_pool.connection_kwargs  # type: ignore[no-any-return]
+
+    def aio(self) -> Any:
         """The asyncio client of the running loop (created on first use in that loop)."""
         loop = asyncio.get_running_loop()
         client = self._aio.get(loop)
         if client is None:
-            client = redis.asyncio.Redis(
-                connection_pool=redis.asyncio.BlockingConnectionPool.from_url(
-                    self.url, retry=redis.asyncio.retry.Retry(NoBackoff(), 0), **self._options
+            if self.cluster:
+                options = {k: v for k, v in self._options.items() if k != "timeout"}
+                client = redis.asyncio.cluster.RedisCluster.from_url(
+                    self.url, retry=redis.asyncio.retry.Retry(NoBackoff(), 0), **options
                 )
-            )
+                self._aio_slots[loop] = asyncio.Semaphore(int(self._options["max_connections"]))
+            elif self.sentinel is not None:
+                client = _sentinel_primary(self.sentinel, self._options, asyncio_=True)
+            else:
+                client = redis.asyncio.Redis(
+                    connection_pool=redis.asyncio.BlockingConnectionPool.from_url(
+                        self.url, retry=redis.asyncio.retry.Retry(NoBackoff(), 0), **self._options
+                    )
+                )
             self._aio[loop] = client
         return client
 
@@ -304,7 +359,7 @@ class RedisConnection:
             return
         offset_us = server_us - (sent_ns + received_ns) // 2000
         self._offset_err_us = error_us
-        self._shift_us = offset_us - error_us + self._wait_us - DEADLINE_MARGIN_US
+        self._shift_us = offset_us - error_us + self._wait_us - self._margin_us
         self._resync_ns = received_ns + int(TIME_RESYNC_S * 1e9)
 
     def was_late(self, started_ns: int) -> bool:
@@ -394,24 +449,87 @@ class RedisConnection:
 
         Every script of this backend goes through here (the cycle script, GCRA's): the deadline stamping of
         :meth:`call`, the reply count that tells this process's delays from the server's, and the end of an
-        outage. Returns ``(reply, monotonic ns when the connection was held, deadline unknown)``.
+        outage. On a cluster the call goes to the primary of ``args[0]``'s slot (every key of one script is
+        in one slot); a ``MOVED``/``ASK`` redirection (nothing ran) is followed once. Returns ``(reply,
+        monotonic ns when the connection was held, deadline unknown)``.
         """
+        if self.cluster:
+            return self._run_cluster(sha, source, numkeys, args, deadline_at, tokens)
         pool = self.sync.connection_pool
         conn = pool.get_connection()
         try:
             started = time.monotonic_ns()
             unknown = self._stamp(args, deadline_at, tokens, started)
             try:
-                conn.send_command("EVALSHA", sha, numkeys, *args)  # type: ignore[no-untyped-call]
+                conn.send_command("EVALSHA", sha, numkeys, *args)
                 reply = conn.read_response()
             except NoScriptError:
-                conn.send_command("EVAL", source, numkeys, *args)  # type: ignore[no-untyped-call]
+                conn.send_command("EVAL", source, numkeys, *args)
                 reply = conn.read_response()
         except BaseException:
-            conn.disconnect()  # type: ignore[no-untyped-call]
+            conn.disconnect()
             raise
         finally:
             pool.release(conn)
+        self.replies += 1
+        if self.outage_since is not None:
+            self.answered()
+        return reply, started, unknown
+
+    def _cluster_pool(self, key: Any, node: Any = None) -> Any:
+        client = self.sync
+        if self._stale_topology:
+            self._stale_topology = False
+            client.nodes_manager.initialize()
+        if node is None:
+            node = client.get_node_from_key(key)
+        return node.redis_connection.connection_pool
+
+    def _redirected(self, exc: BaseException) -> Any:
+        # MOVED: the slot's owner changed for good (learn it); ASK: this one call goes elsewhere. Nothing ran.
+        manager = self.sync.nodes_manager
+        if isinstance(exc, redis.exceptions.MovedError):
+            manager.move_slot(exc)
+            return None
+        node = manager.get_node(host=exc.host, port=exc.port)  # type: ignore[attr-defined]
+        if node is None:
+            self._stale_topology = True
+            raise exc
+        return node
+
+    def _run_cluster(
+        self, sha: str, source: str, numkeys: int, args: list[Any], deadline_at: int | None, tokens: Sequence[int]
+    ) -> tuple[Any, int, bool]:
+        node = None
+        for attempt in (0, 1):
+            pool = self._cluster_pool(args[0], node)
+            conn = pool.get_connection()
+            try:
+                started = time.monotonic_ns()
+                unknown = self._stamp(args, deadline_at, tokens, started)
+                try:
+                    if node is not None:
+                        conn.send_command("ASKING")
+                        conn.read_response()
+                    conn.send_command("EVALSHA", sha, numkeys, *args)
+                    reply = conn.read_response()
+                except NoScriptError:
+                    conn.send_command("EVAL", source, numkeys, *args)
+                    reply = conn.read_response()
+            except _REDIRECTS as exc:
+                pool.release(conn)
+                if attempt:
+                    raise
+                node = self._redirected(exc)
+                continue
+            except BaseException as exc:
+                conn.disconnect()
+                pool.release(conn)
+                if isinstance(exc, _FAULTS):
+                    self._stale_topology = True  # a node failed: its slots may have a new primary
+                raise
+            pool.release(conn)
+            break
         self.replies += 1
         if self.outage_since is not None:
             self.answered()
@@ -427,8 +545,10 @@ class RedisConnection:
         tokens: Sequence[int] = (),
     ) -> tuple[Any, int, bool]:
         """Async twin of :meth:`run_script`, on this loop's ``redis.asyncio`` client."""
+        if self.cluster:
+            return await self._arun_cluster(sha, source, numkeys, args, deadline_at, tokens)
         pool = self.aio().connection_pool
-        conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+        conn = await pool.get_connection()
         try:
             started = time.monotonic_ns()
             unknown = self._stamp(args, deadline_at, tokens, started)
@@ -448,6 +568,68 @@ class RedisConnection:
             self.answered()
         return reply, started, unknown
 
+    async def _arun_cluster(
+        self, sha: str, source: str, numkeys: int, args: list[Any], deadline_at: int | None, tokens: Sequence[int]
+    ) -> tuple[Any, int, bool]:
+        client = self.aio()
+        slots = self._aio_slots[asyncio.get_running_loop()]
+        try:
+            await asyncio.wait_for(slots.acquire(), float(self._options["timeout"]))
+        except asyncio.TimeoutError:
+            raise redis.exceptions.ConnectionError("No connection available.") from None
+        try:
+            if client._initialize:
+                await client.initialize()
+            elif self._stale_topology:
+                self._stale_topology = False
+                await client.nodes_manager.initialize()
+            node = client.get_node_from_key(args[0])
+            asking = False
+            for attempt in (0, 1):
+                conn = node.acquire_connection()
+                try:
+                    started = time.monotonic_ns()
+                    unknown = self._stamp(args, deadline_at, tokens, started)
+                    try:
+                        if asking:
+                            await conn.send_command("ASKING")
+                            await conn.read_response()
+                        await conn.send_command("EVALSHA", sha, numkeys, *args)
+                        reply = await conn.read_response()
+                    except NoScriptError:
+                        await conn.send_command("EVAL", source, numkeys, *args)
+                        reply = await conn.read_response()
+                except _REDIRECTS as exc:
+                    node.release(conn)
+                    if attempt:
+                        raise
+                    manager = client.nodes_manager
+                    if isinstance(exc, redis.exceptions.MovedError):
+                        await manager.move_slot(exc)
+                        node = client.get_node_from_key(args[0])
+                    else:
+                        asking = True
+                        found = manager.get_node(host=exc.host, port=exc.port)
+                        if found is None:
+                            self._stale_topology = True
+                            raise
+                        node = found
+                    continue
+                except BaseException as exc:
+                    await conn.disconnect()
+                    node.release(conn)
+                    if isinstance(exc, _FAULTS):
+                        self._stale_topology = True
+                    raise
+                node.release(conn)
+                break
+        finally:
+            slots.release()
+        self.replies += 1
+        if self.outage_since is not None:
+            self.answered()
+        return reply, started, unknown
+
     def _timed(self, reply: Any, started_ns: int) -> Any:
         # A stale reply ({reply, {now_us, ...}}) carries the server time; LATE means the deadline passed.
         if type(reply) is list and len(reply) == 2 and type(reply[1]) is list:
@@ -459,11 +641,95 @@ class RedisConnection:
 
     def close(self) -> None:
         """Close the sync pool's connections and forget the asyncio clients and the fault state."""
-        self.sync.connection_pool.disconnect()
+        if self.cluster:
+            for node in self.sync.get_nodes():
+                if node.redis_connection is not None:
+                    node.redis_connection.connection_pool.disconnect()
+        else:
+            self.sync.connection_pool.disconnect()
         self._aio.clear()
+        self._aio_slots.clear()
         self.down_until = 0.0
         self.outage_since = None
         self._shift_us = None
+
+
+def sentinel_settings(url: str, sentinels: Any) -> dict[str, Any] | None:
+    """The Sentinel settings of a backend: ``OPTIONS["sentinel"]`` is the list of Sentinels (``"host:port"``
+    strings or ``(host, port)`` pairs) and the LOCATION's host is the name of the monitored primary (its
+    ``service_name``); the LOCATION's credentials, db and scheme (``rediss://`` for TLS) are the primary's.
+
+    None without Sentinels; ``ValueError`` when the list or the URL cannot be used.
+    """
+    if sentinels is None:
+        return None
+    if isinstance(sentinels, (str, bytes)) or not isinstance(sentinels, Sequence) or not sentinels:
+        raise ValueError(f"OPTIONS['sentinel'] must be a non-empty list of 'host:port', got {sentinels!r}")
+    nodes: list[tuple[str, int]] = []
+    for entry in sentinels:
+        if isinstance(entry, str):
+            host, sep, port = entry.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"a Sentinel must be 'host:port', got {entry!r}")
+            nodes.append((host.strip("[]"), int(port)))
+        elif isinstance(entry, (tuple, list)) and len(entry) == 2 and isinstance(entry[1], int):
+            nodes.append((str(entry[0]), int(entry[1])))
+        else:
+            raise ValueError(f"a Sentinel must be 'host:port', got {entry!r}")
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss") or not parts.hostname:
+        raise ValueError(
+            f"with OPTIONS['sentinel'] the LOCATION is redis://[:password@]<service name>[/db] (or rediss://), "
+            f"got {_redact(url)!r}"
+        )
+    db = parts.path.strip("/") or "0"
+    if not db.isdigit():
+        raise ValueError(f"the LOCATION's db must be a number, got {db!r}")
+    return {
+        "sentinels": nodes,
+        "service_name": unquote(parts.hostname),
+        "db": int(db),
+        "username": unquote(parts.username) if parts.username else None,
+        "password": unquote(parts.password) if parts.password else None,
+        "ssl": parts.scheme == "rediss",
+    }
+
+
+def _sentinel_primary(settings: Mapping[str, Any], options: Mapping[str, Any], asyncio_: bool) -> Any:
+    """A client of the primary that ``settings``' Sentinels name now (and after each failover), on a bounded
+    blocking pool like every other client of this backend."""
+    if asyncio_:
+        from redis.asyncio import sentinel as module
+
+        blocking: Any = redis.asyncio.BlockingConnectionPool
+        client_class: Any = redis.asyncio.Redis
+        retry: Any = redis.asyncio.retry.Retry(NoBackoff(), 0)
+    else:
+        from redis import sentinel as module  # type: ignore[no-redef]
+
+        blocking = redis.BlockingConnectionPool
+        client_class = redis.Redis
+        retry = redis.retry.Retry(NoBackoff(), 0)
+    timeouts = {
+        "socket_timeout": options.get("socket_timeout"),
+        "socket_connect_timeout": options.get("socket_connect_timeout"),
+    }
+    sentinel = module.Sentinel(settings["sentinels"], **timeouts)  # type: ignore[no-untyped-call]
+
+    class BlockingSentinelPool(module.SentinelConnectionPool, blocking):  # type: ignore[misc]
+        pass
+
+    kwargs: dict[str, Any] = {
+        **options,
+        "db": settings["db"],
+        "username": settings["username"],
+        "password": settings["password"],
+        "retry": retry,
+    }
+    if settings["ssl"]:
+        kwargs["ssl"] = True
+    pool = BlockingSentinelPool(settings["service_name"], sentinel, **kwargs)  # type: ignore[no-untyped-call]
+    return client_class(connection_pool=pool)
 
 
 class _Late(RedisError):
@@ -531,8 +797,30 @@ def connection(url: str, options: Mapping[str, Any] | None = None) -> RedisConne
 
 
 def _name_part(name: str) -> str:
-    # Percent-encoded, so a name holds no ':' or glob character and cannot reach into another's keys.
+    # Percent-encoded, so a name holds no ':', brace or glob character and cannot reach into another's keys.
     return quote(name, safe="")
+
+
+#: On a Redis Cluster the client keys of a keyed limiter are spread over this many hash tags (the first two
+#: hex digits of the key's digest), each with an anchor of its own; on one server a keyed limiter has one.
+CLUSTER_SHARDS = 256
+
+
+def key_base(prefix: str, kind: str, name: str, shard: str | None = None) -> str:
+    """The start of every Redis key of one limiter (or shard): ``<prefix>:<kind>:{<name>}`` or
+    ``<prefix>:<kind>:{<name>:<shard>}``.
+
+    The braces are a Redis Cluster hash tag: every key of a script shares it, so each script touches one
+    slot (a plain server ignores them). Every module of this backend builds its keys here: ``rl`` unkeyed
+    limiters, ``rlk`` keyed ones (sharded on a cluster, see :data:`CLUSTER_SHARDS`), ``bh`` bulkheads.
+    """
+    tag = _name_part(name) if shard is None else f"{_name_part(name)}:{shard}"
+    return f"{prefix}:{kind}:{{{tag}}}"
+
+
+def shard_of(digest: str) -> str:
+    """The shard of a client key's :func:`client_key_digest` on a cluster (one of :data:`CLUSTER_SHARDS`)."""
+    return digest[:2]
 
 
 def _glob_escape(text: str) -> str:
@@ -576,6 +864,9 @@ class _Clocked:
     failed_calls: int
     #: The in-process limiter deciding while Redis fails, under fault policy "local" (else None).
     _local: Any = None
+    #: A keyed limiter on a cluster: the anchor cache of each shard (:class:`_Phase`), by shard. None: this
+    #: limiter is its own (only) phase.
+    _phases: dict[str, _Phase] | None = None
     # Time unit (ns per unit), units per microsecond (script argument), period in units, K alignment.
     _unit: int
     _m: bytes
@@ -604,6 +895,22 @@ class _Clocked:
         self._now = None if isinstance(clock, MonotonicClock) else clock.now_ns
         self._cache = (b"", 0, 0)
         self._build_lim()
+        if self._phases is not None:
+            self._phases.clear()
+
+    def _phase_of(self, state_key: str) -> Any:
+        """The phase (anchor key and anchor cache) deciding ``state_key``: this limiter, or its shard's."""
+        phases = self._phases
+        if phases is None:
+            return self
+        shard = state_key[-32:-30]
+        phase = phases.get(shard)
+        if phase is None:
+            phase = phases.setdefault(shard, _Phase(self, self._shard_anchor(shard)))
+        return phase
+
+    def _shard_anchor(self, shard: str) -> str:
+        raise NotImplementedError
 
     def _build_lim(self) -> None:
         token, base_ns, k = self._cache
@@ -669,11 +976,12 @@ class _Clocked:
         }
 
     def _one_args(self, state_key: str, op: bytes, permits: int, timeout_ns: int) -> list[Any]:
+        phase = self._phase_of(state_key)
         return [
-            self.anchor_key,
+            phase.anchor_key,
             state_key,
             op,
-            *self._limiter_args(),
+            *phase._limiter_args(),
             permits,
             timeout_ns // self._unit,
             b"",  # deadline: set by RedisConnection.call once a connection is held (server time only)
@@ -694,12 +1002,13 @@ class _Clocked:
         conn = self._connection()
         args = self._one_args(state_key, op, permits, timeout_ns)
         at = None if self._now is not None else len(args) - 1
+        owners = (self._phase_of(state_key),)
         try:
-            return self._settle(conn.call(2, args, at, _ONE_TOKEN), (self,))
+            return self._settle(conn.call(2, args, at, _ONE_TOKEN), owners)
         except _Late:
             pass  # nothing was changed: once more with a fresh deadline (and the server time learned again)
         return self._settle(
-            conn.call(2, self._one_args(state_key, op, permits, timeout_ns), at, _ONE_TOKEN), (self,)
+            conn.call(2, self._one_args(state_key, op, permits, timeout_ns), at, _ONE_TOKEN), owners
         )
 
     async def _aroundtrip(self, state_key: str, op: bytes, permits: int, timeout_ns: int) -> Any:
@@ -707,12 +1016,13 @@ class _Clocked:
         conn = self._connection()
         args = self._one_args(state_key, op, permits, timeout_ns)
         at = None if self._now is not None else len(args) - 1
+        owners = (self._phase_of(state_key),)
         try:
-            return self._settle(await conn.acall(2, args, at, _ONE_TOKEN), (self,))
+            return self._settle(await conn.acall(2, args, at, _ONE_TOKEN), owners)
         except _Late:
             pass  # nothing was changed: once more with a fresh deadline (and the server time learned again)
         args = self._one_args(state_key, op, permits, timeout_ns)
-        return self._settle(await conn.acall(2, args, at, _ONE_TOKEN), (self,))
+        return self._settle(await conn.acall(2, args, at, _ONE_TOKEN), owners)
 
     def _count(self, wait: int) -> int:
         with self._counter_lock:
@@ -847,10 +1157,60 @@ class _Clocked:
             self._fault(conn, exc, "drain")
             return 0
 
-    def _reset_call(self, conn: RedisConnection, keys: Sequence[Any]) -> None:
-        """Anchor := now and ``keys[1:]`` deleted, in one script call; caches the new anchor."""
+    def _reset_call(self, conn: RedisConnection, keys: Sequence[Any], phase: Any = None) -> None:
+        """Anchor := now and ``keys[1:]`` deleted, in one script call; caches the new anchor (in ``phase``)."""
         anchor, _ = conn.call(len(keys), [*keys, b"r", b"", *self._client_now()])
-        self._refresh(anchor, 0)
+        (self if phase is None else phase)._refresh(anchor, 0)
+
+
+class _Phase:
+    """The anchor cache of one shard of a keyed limiter on a cluster (each shard has an anchor of its own, in
+    its hash tag); the limit, period and clock are its limiter's. Decides like :class:`_Clocked`."""
+
+    __slots__ = ("_cache", "_lim", "anchor_key", "owner")
+
+    def __init__(self, owner: _Clocked, anchor_key: str) -> None:
+        self.owner = owner
+        self.anchor_key = anchor_key
+        self._cache: tuple[bytes, int, int] = (b"", 0, 0)
+        self._build_lim()
+
+    @property
+    def _now(self) -> Any:
+        return self.owner._now
+
+    @property
+    def _align(self) -> int:
+        return self.owner._align
+
+    @property
+    def _period(self) -> int:
+        return self.owner._period
+
+    @property
+    def _fast_ok(self) -> bool:
+        return self.owner._fast_ok
+
+    @property
+    def _limit(self) -> int:
+        return self.owner._limit
+
+    @property
+    def _period_u(self) -> int:
+        return self.owner._period_u
+
+    @property
+    def _m(self) -> bytes:
+        return self.owner._m
+
+    @property
+    def _unit(self) -> int:
+        return self.owner._unit
+
+    # The same code as the limiter's: it reads only the attributes above.
+    _refresh: Any = _Clocked._refresh
+    _build_lim: Any = _Clocked._build_lim
+    _limiter_args: Any = _Clocked._limiter_args
 
 
 # The token's index in a one-limiter call's arguments (anchor key, state key, op, token, ...).
@@ -887,7 +1247,7 @@ class RedisBackend(_Clocked):
         self.fault_policy = fault_policy
         self._url = url
         self._conn = connection(url, connection_options)
-        base = f"{prefix}:rl:{_name_part(name)}"
+        base = key_base(prefix, "rl", name)
         self.anchor_key = base + ":anchor"
         self.state_key = base + ":state"
         self._limit = int(limit_for_period)
@@ -1002,14 +1362,15 @@ def _quota(state4: tuple[int, int, int, int]) -> tuple[int, int]:
 
 
 class _Member:
-    """One entry of an all-or-nothing decision: the limiter deciding it (its counters and anchor cache) and
-    its two Redis keys."""
+    """One entry of an all-or-nothing decision: the limiter deciding it (its counters), its phase (anchor
+    cache: the limiter, or its shard's) and its two Redis keys."""
 
-    __slots__ = ("anchor", "counter", "state")
+    __slots__ = ("anchor", "counter", "phase", "state")
 
-    def __init__(self, counter: Any, anchor: str, state: str) -> None:
+    def __init__(self, counter: Any, state: str) -> None:
         self.counter = counter
-        self.anchor = anchor
+        self.phase = phase = counter._phase_of(state)
+        self.anchor = phase.anchor_key
         self.state = state
 
 
@@ -1021,11 +1382,11 @@ def _many_members(leader: _Clocked, entries: Sequence[tuple[Any, str | None]], p
         if getattr(target, "_gcra", False):  # GCRA limiters decide together in their own script
             raise TypeError("cannot combine GCRA and cycle Redis limiters in one all-or-nothing decision")
         if isinstance(target, RedisBackend):
-            members.append(_Member(target, target.anchor_key, target.state_key))
+            members.append(_Member(target, target.state_key))
         elif isinstance(target, RedisKeyedRateLimiter):
             if key is None:
                 raise ValueError(f"keyed rate limiter {target.name!r} needs a key")
-            members.append(_Member(target, target.anchor_key, target._state_key(key)))
+            members.append(_Member(target, target._state_key(key)))
         else:
             raise TypeError(f"cannot combine {type(target).__name__} with Redis limiters in one decision")
         if target._connection() is not leader._connection():
@@ -1042,7 +1403,7 @@ def _many_args(leader: _Clocked, members: list[_Member], permits: int, op: bytes
         args.append(m.state)
     args += [op, permits, len(members)]
     for m in members:
-        args += m.counter._limiter_args()
+        args += m.phase._limiter_args()
     args.append(b"")  # the deadline: set by RedisConnection.call once a connection is held
     return args + leader._client_now()
 
@@ -1060,7 +1421,7 @@ def _many_where(leader: _Clocked, n: int) -> tuple[int | None, range]:
 def _many_call(
     conn: RedisConnection, leader: _Clocked, members: list[_Member], permits: int, op: bytes = b"m"
 ) -> Any:
-    owners = [m.counter for m in members]
+    owners = [m.phase for m in members]
     at, tokens = _many_where(leader, len(members))
     try:
         return leader._settle(
@@ -1075,7 +1436,7 @@ def _many_call(
 async def _amany_call(
     conn: RedisConnection, leader: _Clocked, members: list[_Member], permits: int, op: bytes = b"m"
 ) -> Any:
-    owners = [m.counter for m in members]
+    owners = [m.phase for m in members]
     at, tokens = _many_where(leader, len(members))
     try:
         args = _many_args(leader, members, permits, op)
@@ -1270,9 +1631,13 @@ class RedisKeyedRateLimiter(_Clocked):
         self._timeout_ns = int(self.config.timeout_duration)
         self._url = url
         self._conn = connection(url, connection_options)
-        self._base = f"{prefix}:rlk:{_name_part(name)}"
+        self._prefix = prefix
+        self._base = key_base(prefix, "rlk", name)
+        #: The anchor of every client key on one server (on a cluster each shard has its own, see _phase_of).
         self.anchor_key = self._base + ":anchor"
         self._key_prefix = self._base + ":k:"
+        if self._conn.cluster:
+            self._phases = {}
         self._counter_lock = threading.Lock()
         # For code written against KeyedRateLimiter's internals (state listings): nothing is held locally.
         self._lock = threading.Lock()
@@ -1292,7 +1657,14 @@ class RedisKeyedRateLimiter(_Clocked):
             self.reset()
 
     def _state_key(self, key: object) -> str:
-        return self._key_prefix + client_key_digest(key)
+        """The Redis key of ``key``'s state: ``<base>:k:<digest>``, the base of its shard on a cluster."""
+        digest = client_key_digest(key)
+        if self._phases is None:
+            return self._key_prefix + digest
+        return f"{key_base(self._prefix, 'rlk', self.name, shard_of(digest))}:k:{digest}"
+
+    def _shard_anchor(self, shard: str) -> str:
+        return key_base(self._prefix, "rlk", self.name, shard) + ":anchor"
 
     # -- deciding -------------------------------------------------------------------------------------
 
@@ -1426,7 +1798,11 @@ class RedisKeyedRateLimiter(_Clocked):
 
     def _scan_keys(self) -> list[bytes]:
         # The prefix is the operator's (redis_key_prefix): escaped, so "a*" cannot match another app's keys.
-        return list(self._conn.sync.scan_iter(match=_glob_escape(self._key_prefix) + "*", count=1000))
+        if self._phases is None:
+            pattern = _glob_escape(self._key_prefix) + "*"
+        else:  # every shard's states: <prefix>:rlk:{<name>:<2 hex>}:k:<digest>
+            pattern = _glob_escape(key_base(self._prefix, "rlk", self.name, "")[:-1]) + "??}:k:*"
+        return list(self._conn.sync.scan_iter(match=pattern, count=1000))
 
     def purge(self) -> int:
         """Nothing to do (full states are deleted and others expire in Redis); returns 0."""
@@ -1458,8 +1834,17 @@ class RedisKeyedRateLimiter(_Clocked):
                 self.failed_calls = 0
                 self.faults = 0
             states = self._scan_keys()
-            for start in range(0, max(len(states), 1), 500):
-                self._reset_call(conn, [self.anchor_key, *states[start : start + 500]])
+            if self._phases is None:
+                for start in range(0, max(len(states), 1), 500):
+                    self._reset_call(conn, [self.anchor_key, *states[start : start + 500]])
+            else:  # on a cluster: each shard's anchor with its own states (one slot per script)
+                by_shard: dict[str, list[bytes]] = {f"{i:02x}": [] for i in range(CLUSTER_SHARDS)}
+                for state in states:
+                    by_shard[state[-32:-30].decode()].append(state)
+                for shard, shard_states in by_shard.items():
+                    phase = self._phase_of(f"{shard}{'0' * 30}")
+                    for start in range(0, max(len(shard_states), 1), 500):
+                        self._reset_call(conn, [phase.anchor_key, *shard_states[start : start + 500]], phase)
             conn.recovered()
         except _FAULTS as exc:
             self._fault(conn, exc, "reset")

@@ -138,7 +138,7 @@ class _Gcra:
         args = self._gcra_args(op, permits, timeout_ns)
         return self._gcra_reply(await _acall(conn, (state_key,), args, server))
 
-    def _reset_call(self: Any, conn: RedisConnection, keys: Sequence[Any]) -> None:
+    def _reset_call(self: Any, conn: RedisConnection, keys: Sequence[Any], phase: Any = None) -> None:
         """Delete the states (``keys[1:]``; the first is the cycle anchor, unused by GCRA): full again."""
         conn.sync.delete(*keys)
 
@@ -166,7 +166,7 @@ class _Gcra:
 class RedisGcraBackend(_Gcra, RedisBackend):
     """A :class:`~.redis.RedisBackend` deciding by GCRA (``burst`` defaults to the limit and follows it).
 
-    Key: ``<prefix>:rl:<name>:state`` (``"<tat_s> <tat_units> <scale>"``; expires once full again).
+    Key: ``<prefix>:rl:{<name>}:state`` (``"<tat_s> <tat_units> <scale>"``; expires once full again).
     """
 
     def __init__(

@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from .redis_cluster import ClusterUnavailable, LocalCluster
+
 _PREFIXES: list[tuple[str, str]] = []  # (redis_url, prefix) handed out in this session
 
 
@@ -132,3 +134,28 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
         if server.process is not None:
             server.resume()
         server.stop()
+
+
+def start_cluster_or_fail(workdir: Path) -> LocalCluster:
+    """A started :class:`LocalCluster`; when it cannot start, a failure under ``R4_REQUIRE_REDIS=1`` (CI must
+    not skip the cluster tests), else a skip."""
+    cluster = LocalCluster(workdir)
+    try:
+        cluster.start()
+    except (ClusterUnavailable, OSError, subprocess.SubprocessError) as exc:
+        cluster.stop()
+        if os.environ.get("R4_REQUIRE_REDIS") == "1":
+            pytest.fail(f"a Redis Cluster is required (R4_REQUIRE_REDIS=1) but could not start: {exc}")
+        pytest.skip(f"no Redis Cluster: {exc}")
+    return cluster
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A real 3-primary Redis Cluster on free loopback ports for the whole session (about 3 s to start),
+    stopped at its end."""
+    cluster = start_cluster_or_fail(tmp_path_factory.mktemp("redis-cluster"))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

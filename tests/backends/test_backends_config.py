@@ -95,7 +95,7 @@ def test_each_instance_gets_the_backend_it_names(redis_url: str, prefix: str) ->
         assert type(get_rate_limiter("pool").backend) is MemoryBackend
         remote = get_rate_limiter("global").backend
         assert isinstance(remote, rb.RedisBackend)
-        assert remote.state_key == f"{prefix}:rl:global:state"  # OPTIONS key_prefix
+        assert remote.state_key == f"{prefix}:rl:{{global}}:state"  # OPTIONS key_prefix
         assert remote.fault_policy == "local"  # on_backend_error's default on redis
         assert isinstance(registry.get_keyed_rate_limiter("per_ip"), rb.RedisKeyedRateLimiter)
         assert registry.instance_options("ratelimiters", "global")["on_backend_error"] == "local"
@@ -150,7 +150,7 @@ def test_the_shorthand_is_backends_default_and_keeps_its_fault_policy(redis_url:
     with override_settings(RATELIMIT_R4=shorthand):
         backend = get_rate_limiter("api").backend
         assert isinstance(backend, rb.RedisBackend) and backend.fault_policy == "closed"
-        assert backend.state_key == f"{prefix}:rl:api:state"
+        assert backend.state_key == f"{prefix}:rl:{{api}}:state"
     # The instance's own word wins over the shorthand default.
     shorthand["ratelimiters"]["instances"]["api"]["on_backend_error"] = "local"
     with override_settings(RATELIMIT_R4=shorthand):

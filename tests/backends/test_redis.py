@@ -496,7 +496,7 @@ def test_client_keys_are_hashed_and_names_escaped(redis_url: str, prefix: str, r
     assert other.acquire_permission("k*:k:x")
     names = {k.decode() for k in raw.scan_iter(match=prefix + ":*")}
     assert all("x" not in n.rsplit(":", 1)[-1] or len(n.rsplit(":", 1)[-1]) == 32 for n in names)
-    assert f"{prefix}:rlk:a%3Ak%2A:anchor" in names
+    assert f"{prefix}:rlk:{{a%3Ak%2A}}:anchor" in names
     assert len(keyed) == 4 and len(other) == 1
     keyed.reset("x")
     assert keyed.acquire_permission("x")
@@ -626,7 +626,7 @@ def test_registry_builds_redis_limiters_driven_by_r4_clock(
     keyed = registry.get_keyed_rate_limiter("api")
     assert isinstance(rl.backend, rb.RedisBackend) and rl.backend.fault_policy == "closed"  # type: ignore[union-attr]
     assert isinstance(keyed, rb.RedisKeyedRateLimiter) and keyed.clock is r4_clock
-    assert rl.backend.anchor_key.startswith(prefix + ":rl:api")  # type: ignore[union-attr]
+    assert rl.backend.anchor_key.startswith(prefix + ":rl:{api}")  # type: ignore[union-attr]
     for _ in range(2):
         rl.acquire_or_raise()  # type: ignore[union-attr]
         keyed.acquire_or_raise("1.2.3.4")

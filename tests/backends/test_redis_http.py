@@ -274,8 +274,8 @@ def test_the_budget_lives_in_redis(on_redis: Any, redis_url: str, prefix: str) -
     assert statuses(Client(), "/api/", 3) == [200] * 3
     raw = redis.Redis.from_url(redis_url)
     try:
-        cycle, permissions, *anchor = raw.get(f"{prefix}:rl:api:state").split()
-        assert b" ".join(anchor) == raw.get(f"{prefix}:rl:api:anchor")  # the anchor it was written under
+        cycle, permissions, *anchor = raw.get(f"{prefix}:rl:{{api}}:state").split()
+        assert b" ".join(anchor) == raw.get(f"{prefix}:rl:{{api}}:anchor")  # the anchor it was written under
     finally:
         raw.close()
     assert (int(cycle), int(permissions)) == (0, 7)
