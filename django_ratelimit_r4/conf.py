@@ -159,8 +159,7 @@ class Code(enum.Enum):
     )
     ALGORITHM_NOT_ON_BACKEND = (
         "E027",
-        "a rate limiter's algorithm is 'sliding_window', or a bulkhead is adaptive, with backend 'redis' "
-        "(Redis implements 'cycle', 'gcra' and fixed limits only)",
+        "a bulkhead is adaptive with backend 'redis' (a cluster-wide bulkhead keeps a fixed limit)",
     )
     UNKNOWN_BACKEND = ("E028", "a rate limiter's or bulkhead's backend names no entry of RATELIMIT_R4['backends']")
     INVALID_ON_BACKEND_ERROR = ("E029", "on_backend_error is not 'local', 'allow' or 'deny'")
@@ -1545,7 +1544,6 @@ def analyse(raw: object, drf_rates: object = None) -> Analysis:
     _add_drf_scopes(drf_rates, analysis)
     _bind_backends(raw, analysis)
     _check_redis_periods(analysis)
-    _check_redis_algorithms(analysis)
     _check_redis_adaptive(analysis)
     return analysis
 
@@ -1631,30 +1629,6 @@ def _check_retry_budgets(analysis: Analysis) -> None:
             analysis.problems.append(problem)
         del specs[name]
         analysis.broken["retries"][name] = [problem]
-
-
-def _check_redis_algorithms(analysis: Analysis) -> None:
-    """With the Redis backend, ``"sliding_window"`` is an error: Redis implements ``"cycle"`` and ``"gcra"``.
-
-    Only that instance breaks (it raises on use); the others and ``r4 status`` work.
-    """
-    specs = analysis.specs["ratelimiters"]
-    for name, spec in list(specs.items()):
-        algorithm = spec.config.algorithm
-        backend = analysis.backends.get(spec.options["backend"])
-        if algorithm in ("cycle", "gcra") or backend is None or backend.backend != "redis":
-            continue
-        problem = Problem(
-            Code.ALGORITHM_NOT_ON_BACKEND,
-            spec.origins.get("algorithm", f'{spec.path}["algorithm"]'),
-            f"algorithm {algorithm!r} is implemented by the memory backend only, but backend is 'redis'",
-            f"Use algorithm 'gcra' or 'cycle' for this limiter, or a memory backend for it "
-            f"({setting_path('ratelimiters', 'instances', name, 'backend')}, or {setting_path('backend')} = 'memory').",
-        )
-        if problem not in analysis.problems:
-            analysis.problems.append(problem)
-        del specs[name]
-        analysis.broken["ratelimiters"][name] = [problem]
 
 
 def _check_redis_adaptive(analysis: Analysis) -> None:

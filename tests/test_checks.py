@@ -339,15 +339,16 @@ CASES = [
     ),
     pytest.param(
         {
-            "backend": "redis",
-            "redis_url": "redis://127.0.0.1:6379/15",
-            "ratelimiters": {"instances": {"api": {"rate": "5/s", "algorithm": "sliding_window"}}},
+            "backends": {"shared": {"BACKEND": "redis", "LOCATION": "redis://127.0.0.1:6379/15"}},
+            "bulkheads": {
+                "instances": {"db": {"max_concurrent_calls": 5, "backend": "shared", "adaptive": {"algorithm": "aimd"}}}
+            },
         },
         "E027",
-        f'{RL}["instances"]["api"]["algorithm"]',
-        "algorithm 'sliding_window' is implemented by the memory backend only, but backend is 'redis'",
-        "Use algorithm 'gcra' or 'cycle' for this limiter",
-        id="E027-redis-sliding-window",
+        f'{BH}["instances"]["db"]["adaptive"]',
+        "an adaptive limit is implemented by the in-process bulkhead only",
+        "remove its backend",
+        id="E027-redis-adaptive-bulkhead",
     ),
     pytest.param(
         rl({"algorithm": "token_bucket"}),

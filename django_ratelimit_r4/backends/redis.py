@@ -1381,6 +1381,8 @@ def _many_members(leader: _Clocked, entries: Sequence[tuple[Any, str | None]], p
     for target, key in entries:
         if getattr(target, "_gcra", False):  # GCRA limiters decide together in their own script
             raise TypeError("cannot combine GCRA and cycle Redis limiters in one all-or-nothing decision")
+        if getattr(target, "_sliding", False):  # so do sliding-window ones
+            raise TypeError("cannot combine sliding-window and cycle Redis limiters in one all-or-nothing decision")
         if isinstance(target, RedisBackend):
             members.append(_Member(target, target.state_key))
         elif isinstance(target, RedisKeyedRateLimiter):
@@ -1533,9 +1535,26 @@ def redis_backend(
         )
 
     def for_config(config: Any) -> Any:
-        # The factory of config's algorithm: RedisBackend for "cycle", RedisGcraBackend for "gcra".
+        # The factory of config's algorithm: RedisBackend for "cycle", RedisGcraBackend for "gcra",
+        # RedisSlidingBackend for "sliding_window".
         if config.algorithm == "cycle":
             return factory
+        if config.algorithm == "sliding_window":
+            from .redis_sliding import RedisSlidingBackend
+
+            def sliding(name: str, limit_for_period: int, limit_refresh_period_ns: int, clock: Clock) -> Any:
+                return RedisSlidingBackend(
+                    name,
+                    limit_for_period,
+                    limit_refresh_period_ns,
+                    clock,
+                    url=url,
+                    prefix=prefix,
+                    fault_policy=fault_policy,
+                    connection_options=connection_options,
+                )
+
+            return sliding
         if config.algorithm != "gcra":
             raise ValueError(f"algorithm {config.algorithm!r} is not implemented by the Redis backend")
         from .redis_gcra import RedisGcraBackend
@@ -1930,6 +1949,11 @@ def _is_gcra(entries: Sequence[tuple[Any, str | None]]) -> bool:
     return bool(getattr(first.backend if isinstance(first, RateLimiter) else first, "_gcra", False))
 
 
+def _is_sliding(entries: Sequence[tuple[Any, str | None]]) -> bool:
+    first = entries[0][0]
+    return bool(getattr(first.backend if isinstance(first, RateLimiter) else first, "_sliding", False))
+
+
 def acquire_all_keyed(
     entries: Sequence[tuple[RateLimiter | RedisKeyedRateLimiter, str | None]], permits: int = 1
 ) -> tuple[int, int] | None:
@@ -1945,6 +1969,10 @@ def acquire_all_keyed(
         from .redis_gcra import gcra_entries
 
         return gcra_entries(entries, permits)
+    if _is_sliding(entries):  # and sliding-window ones in theirs
+        from .redis_sliding import sliding_entries
+
+        return sliding_entries(entries, permits)
     owners, members = _entries_members(entries, permits)
     leader = members[0].counter
     return _entries_outcome(owners, _many_result(members, _sync_many(leader, members, permits)), permits)
@@ -1960,6 +1988,10 @@ async def aacquire_all_keyed(
         from .redis_gcra import agcra_entries
 
         return await agcra_entries(entries, permits)
+    if _is_sliding(entries):  # and sliding-window ones in theirs
+        from .redis_sliding import asliding_entries
+
+        return await asliding_entries(entries, permits)
     owners, members = _entries_members(entries, permits)
     leader = members[0].counter
     return _entries_outcome(
@@ -1984,6 +2016,10 @@ def acquire_all_quotas(
         from .redis_gcra import gcra_entries_quotas
 
         return gcra_entries_quotas(entries, permits)  # type: ignore[no-any-return]
+    if entries and _is_sliding(entries):
+        from .redis_sliding import sliding_entries_quotas
+
+        return sliding_entries_quotas(entries, permits)  # type: ignore[no-any-return]
     return _quotas_outcome(entries, permits, _sync_many)
 
 
@@ -1995,6 +2031,10 @@ async def aacquire_all_quotas(
         from .redis_gcra import agcra_entries_quotas
 
         return await agcra_entries_quotas(entries, permits)  # type: ignore[no-any-return]
+    if entries and _is_sliding(entries):
+        from .redis_sliding import asliding_entries_quotas
+
+        return await asliding_entries_quotas(entries, permits)  # type: ignore[no-any-return]
     owners, members = _entries_members(entries, permits)
     reply, quotas = _split_quotas(members, await _async_many(members[0].counter, members, permits, b"M"))
     return _entries_outcome(owners, _many_result(members, reply), permits), quotas
@@ -2102,11 +2142,14 @@ class RedisStore:
         idle_timeout_ns: int | None,
         on_error: str | None,
     ) -> RedisKeyedRateLimiter:
-        """A :class:`RedisKeyedRateLimiter` (GCRA's for ``algorithm="gcra"``) on this store's connection,
+        """A :class:`RedisKeyedRateLimiter` (GCRA's, the sliding window's, for their ``algorithm``) on this store's connection,
         with ``on_error``'s fault policy."""
         cls: Any = RedisKeyedRateLimiter
-        if getattr(config, "algorithm", "cycle") == "gcra":
+        algorithm = getattr(config, "algorithm", "cycle")
+        if algorithm == "gcra":
             from .redis_gcra import RedisGcraKeyedRateLimiter as cls
+        elif algorithm == "sliding_window":
+            from .redis_sliding import RedisSlidingKeyedRateLimiter as cls
         return cls(  # type: ignore[no-any-return]
             name,
             config,

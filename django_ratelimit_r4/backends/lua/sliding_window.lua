@@ -1,0 +1,254 @@
+-- sliding_window.lua: the Redis sliding-window script (algorithm "sliding_window"), backends/algorithms.py's
+-- sliding_decide in Lua 5.1: an exact sliding log, never more than `limit` permits in any window of `period`.
+-- A script of its own (own SHA): the cycle script and gcra.lua are untouched.
+--
+-- State per limiter (or client key), KEYS[i]: one string, a 40-byte header then a ring of `size` slots of 16
+-- bytes. Header: "%020d%010d%010d" base (whole seconds), head (ring index of the oldest slot), size (the limit
+-- the ring was written for). Slot: "%016d", a hand-over time in units (1 ns, or 1 us for periods over ~10.4
+-- days) after `base`; a slot never written (zero bytes, or past the string's end) is older than any window.
+-- The string grows with use up to 40 + 16 * limit bytes and expires once every logged permit has left the
+-- window, so an idle limiter costs nothing. Times stay below 2^52 units (the base moves forward, rewriting
+-- the ring once, when `now` is 2^50 units past it: every ~13 days of continuous use in ns), so Lua's doubles
+-- are exact; the client caps the timeout at 2^51 units.
+--
+-- ARGV: op, permits, timeout (units of limiter 1), n, then per limiter i three arguments at j = 5 + 3 * (i - 1):
+--   limit, period (units), unit (ns per unit: 1 or 1000); then the deadline (server microseconds, '' for none);
+--   then now_s, now_ns of a caller on its own clock (absent: server TIME).
+-- ops (waits, resets in the limiter's units):
+--   "a" acquire (n = 1) -> wait >= 0 granted (logged), -wait rejected (nothing changed).
+--   "q" acquire and quota (n = 1) -> {"a"'s reply, remaining, reset} read right after the decision.
+--   "s" state   (n = 1) -> {0, remaining, wait for 1 permit, reset} (sliding_quota's figures); no write.
+--   "d" drain   (n = 1) -> permits taken (every available one, logged now).
+--   "m" many (timeout 0, all-or-nothing) -> {0} all granted, else {index, wait} of the largest wait.
+--   "M" many with quotas -> {"m"'s reply, {remaining_1, reset_1, ...}} read right after the decision.
+-- With server time and an empty deadline the reply is {reply, {now_us}} (the client learns the server time);
+-- with a deadline in the past the script changes nothing and answers the status LATE (no ghost charges).
+
+local op, permits, timeout, n = ARGV[1], ARGV[2] + 0, ARGV[3] + 0, ARGV[4] + 0
+local at_deadline = 5 + 3 * n
+-- slack: ms added to a state's expiry; on a caller's clock (a FakeClock) its time and Redis's are unrelated,
+-- so a state outlives an hour of real time whatever the fake time does.
+local now_s, now_ns, now_us, slack
+if ARGV[at_deadline + 1] then
+  now_s, now_ns, slack = ARGV[at_deadline + 1] + 0, ARGV[at_deadline + 2] + 0, 3600000
+else
+  local t = redis.call('TIME')
+  now_s, now_ns, slack = t[1] + 0, t[2] * 1000, 2
+  now_us = now_s * 1000000 + t[2]
+  if ARGV[at_deadline] ~= '' and now_us > ARGV[at_deadline] + 0 then
+    return redis.status_reply('LATE')
+  end
+end
+
+local HDR, W = 40, 16
+local REBASE = 1125899906842624 -- 2^50 units
+local EMPTY = string.rep('\0', W)
+local floor, sub, fmt, rep = math.floor, string.sub, string.format, string.rep
+
+-- Exact floor division for integers |a| < 2^53, b > 0.
+local function div_floor(a, b)
+  local q = floor(a / b)
+  local r = a - q * b
+  if r < 0 then
+    q = q - 1
+  elseif r >= b then
+    q = q + 1
+  end
+  return q
+end
+
+local function now_after(base, unit)
+  return div_floor((now_s - base) * 1000000000 + now_ns, unit)
+end
+
+local function slot(st, index)
+  local from = HDR + index * W
+  return tonumber(redis.call('GETRANGE', st.key, from, from + W - 1))
+end
+
+local function put_header(st)
+  redis.call('SETRANGE', st.key, 0, fmt('%020d%010d%010d', st.base, st.head, st.size))
+end
+
+-- Rewrite the whole ring: the newest `limit` times of the log (older ones empty), shifted to `base`.
+local function rewrite(st, base, limit)
+  local raw = redis.call('GET', st.key) or ''
+  local times = {}
+  local shift = (st.base - base) * (1000000000 / st.unit)
+  local edge = now_after(base, st.unit) - st.period
+  for i = 0, st.size - 1 do
+    local index = (st.head + i) % st.size
+    local v = tonumber(sub(raw, HDR + index * W + 1, HDR + index * W + W))
+    if v then
+      v = v + shift
+      if v <= edge then
+        v = nil -- outside every window from now on: an empty slot
+      end
+    end
+    times[#times + 1] = v and fmt('%016d', v) or EMPTY
+  end
+  local parts = {}
+  for i = 1, limit - st.size do
+    parts[i] = EMPTY
+  end
+  for i = math.max(1, st.size - limit + 1), st.size do
+    parts[#parts + 1] = times[i]
+  end
+  st.base, st.head, st.size = base, 0, limit
+  redis.call('SET', st.key, fmt('%020d%010d%010d', base, 0, limit) .. table.concat(parts), 'KEEPTTL')
+end
+
+-- A limiter's state: its key, limit, period and unit, the ring's header and `now` in units after the base.
+local function load(i, limit, period, unit)
+  local st = {key = KEYS[i], limit = limit, period = period, unit = unit}
+  local h = redis.call('GETRANGE', st.key, 0, HDR - 1)
+  if #h < HDR then
+    st.base, st.head, st.size = now_s, 0, limit
+  else
+    st.base, st.head, st.size = tonumber(sub(h, 1, 20)), tonumber(sub(h, 21, 30)), tonumber(sub(h, 31, 40))
+  end
+  st.now = now_after(st.base, unit)
+  if st.now > REBASE or st.now < 0 then
+    rewrite(st, now_s - floor(period * unit / 1000000000) - 2, limit)
+    st.now = now_after(st.base, unit)
+  elseif st.size ~= limit then
+    rewrite(st, st.base, limit) -- the limit changed: keep the newest times
+  end
+  return st
+end
+
+-- When `k` permits (k <= size) can be handed over: max(now, times[k - 1] + period, newest); and the newest.
+local function at_of(st, k)
+  local oldest = slot(st, (st.head + k - 1) % st.size)
+  local newest = slot(st, (st.head - 1) % st.size)
+  local at = st.now
+  if oldest and oldest + st.period > at then
+    at = oldest + st.period
+  end
+  if newest and newest > at then
+    at = newest
+  end
+  return at
+end
+
+-- Log `k` permits handed over at `at` (they replace the oldest slots); the key expires once they left the window.
+local function write(st, at, k)
+  local v = fmt('%016d', at)
+  local head, size = st.head, st.size
+  local first = math.min(k, size - head)
+  redis.call('SETRANGE', st.key, HDR + head * W, rep(v, first))
+  if k > first then
+    redis.call('SETRANGE', st.key, HDR, rep(v, k - first))
+  end
+  st.head = (head + k) % size
+  put_header(st)
+  redis.call('PEXPIRE', st.key, floor((at + st.period - st.now) * st.unit / 1000000) + 1 + slack)
+end
+
+-- sliding_available: permits one request could take now (0 while a reservation is pending).
+local function available(st)
+  local size, head = st.size, st.head
+  local newest = slot(st, (head - 1) % size)
+  if not newest then
+    return size
+  end
+  if newest > st.now then
+    return 0
+  end
+  local edge = st.now - st.period
+  if newest <= edge then
+    return size
+  end
+  local lo, hi = 0, size - 1 -- the first slot (oldest first) inside the window; the newest is
+  while lo < hi do
+    local mid = floor((lo + hi) / 2)
+    local v = slot(st, (head + mid) % size)
+    if v and v > edge then
+      hi = mid
+    else
+      lo = mid + 1
+    end
+  end
+  return lo
+end
+
+-- sliding_quota's (remaining, reset).
+local function quota_of(st)
+  local remaining = available(st)
+  if remaining >= 1 then
+    local newest = slot(st, (st.head - 1) % st.size)
+    if newest and newest + st.period > st.now then
+      return remaining, newest + st.period - st.now
+    end
+    return remaining, 0
+  end
+  return remaining, at_of(st, 1) - st.now
+end
+
+local reply
+if op == 'm' or op == 'M' then
+  local worst, worst_wait = 0, 0
+  local states, ats = {}, {}
+  for i = 1, n do
+    local j = 2 + 3 * i
+    local st = load(i, ARGV[j] + 0, ARGV[j + 1] + 0, ARGV[j + 2] + 0)
+    states[i] = st
+    local wait
+    if permits > st.size then
+      wait = math.max(1, st.period)
+    else
+      ats[i] = at_of(st, permits)
+      wait = ats[i] - st.now
+    end
+    if wait > worst_wait then
+      worst, worst_wait = i, wait
+    end
+  end
+  if worst > 0 then
+    reply = {worst, worst_wait}
+  else
+    for i = 1, n do
+      write(states[i], ats[i], permits)
+    end
+    reply = {0}
+  end
+  if op == 'M' then
+    local quotas = {}
+    for i = 1, n do
+      quotas[2 * i - 1], quotas[2 * i] = quota_of(states[i])
+    end
+    reply = {reply, quotas}
+  end
+else
+  local st = load(1, ARGV[5] + 0, ARGV[6] + 0, ARGV[7] + 0)
+  if op == 'a' or op == 'q' then
+    if permits > st.size then
+      reply = -st.period
+    else
+      local at = at_of(st, permits)
+      local wait = at - st.now
+      if timeout >= wait then
+        write(st, at, permits)
+        reply = wait
+      else
+        reply = -wait
+      end
+    end
+    if op == 'q' then
+      local remaining, reset = quota_of(st)
+      reply = {reply, remaining, reset}
+    end
+  elseif op == 'd' then
+    reply = available(st)
+    if reply > 0 then
+      write(st, st.now, reply)
+    end
+  else
+    local remaining, reset = quota_of(st)
+    reply = {0, remaining, at_of(st, 1) - st.now, reset}
+  end
+end
+if now_us and ARGV[at_deadline] == '' then
+  return {reply, {now_us}}
+end
+return reply
