@@ -341,7 +341,7 @@ CASES = [
         {
             "backends": {"shared": {"BACKEND": "redis", "LOCATION": "redis://127.0.0.1:6379/15"}},
             "bulkheads": {
-                "instances": {"db": {"max_concurrent_calls": 5, "backend": "shared", "adaptive": {"algorithm": "aimd"}}}
+                "instances": {"db": {"max_concurrent_calls": 25, "backend": "shared", "adaptive": {"algorithm": "aimd"}}}
             },
         },
         "E027",
