@@ -321,7 +321,7 @@ def test_all_or_nothing_over_sliding_limiters_in_one_script(redis_url: str, pref
         backend=rb.redis_backend(redis_url, prefix=prefix),
     )
     for mixed in ([a, cycle], [cycle, a], [a, g], [g, a]):
-        with pytest.raises(TypeError, match="sliding-window|GCRA"):
+        with pytest.raises(TypeError, match=r"sliding-window|GCRA"):
             acquire_all(mixed)
 
 
