@@ -1,0 +1,161 @@
+"""GCRA and the sliding window on Redis against one bare round trip (issue 13), measured in one run.
+
+Target: a ``gcra`` or ``sliding_window`` decision on Redis is ONE round trip (an ``EVALSHA`` of its own script),
+so it should cost at most 1.10x a ``PING`` on the same connection pool. Rows: unkeyed allowed and denied, keyed,
+the decision with the RateLimit header figures (what ``@ratelimit`` runs), an all-or-nothing decision over 3
+limits, and the async path against an async ``PING``; the cycle limiter's row for context. Informational rows
+put the peers' Redis limiters beside them (limits' moving window and sliding-window counter, pyrate-limiter's
+GCRA and sliding log), each against the same ``PING``, when they are installed (the ``bench`` extra).
+
+Run: ``python benchmarks/bench_redis_algorithms.py`` (needs Redis at ``R4_REDIS_URL``, default
+redis://127.0.0.1:6379/15; keys go under a random ``r4bench:`` prefix and are deleted afterwards). Subject and
+baseline repeats are interleaved so a noisy neighbour hurts both alike; each figure is the best repeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the checkout importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import redis
+
+try:  # python -m benchmarks.bench_redis_algorithms
+    from ._timing import best_pair as _best_pair
+    from ._timing import print_rows
+    from .bench_redis import _abest_pair
+except ImportError:  # benchmarks/run.py, or run as a script
+    from _timing import best_pair as _best_pair  # type: ignore[no-redef]
+    from _timing import print_rows
+    from bench_redis import _abest_pair  # type: ignore[no-redef]
+
+from django_ratelimit_r4.backends.redis import (
+    RedisKeyedRateLimiter,
+    acquire_all_quotas,
+    connection,
+    redis_backend,
+)
+from django_ratelimit_r4.core.clock import SYSTEM_CLOCK
+from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig, acquire_all
+
+__all__ = ["run"]
+
+TARGET_RATIO = 1.10
+NUMBER = 2_000
+REPEAT = 7
+URL = os.environ.get("R4_REDIS_URL", "redis://127.0.0.1:6379/15")
+IP = "203.0.113.7"
+
+
+def _peers(url: str, prefix: str) -> list[tuple[str, Callable[[], Any]]]:
+    """The peers' Redis limiters, each allowed (limits far above what the loop reaches)."""
+    rows: list[tuple[str, Callable[[], Any]]] = []
+    try:
+        import limits
+        import limits.storage
+        import limits.strategies
+    except ImportError:
+        pass
+    else:
+        storage = limits.storage.RedisStorage(url)
+        moving = limits.strategies.MovingWindowRateLimiter(storage)
+        counter = limits.strategies.SlidingWindowCounterRateLimiter(storage)
+        thousand = limits.parse("1000/hour")
+        big = limits.parse("1000000000/hour")
+        for _ in range(1000):  # a full moving window: its script scans 1000 entries per hit
+            moving.hit(thousand, prefix, "moving-full")
+        rows += [
+            ("info: limits MovingWindow.hit (RedisStorage)", lambda: moving.hit(big, prefix, "moving")),
+            ("info: limits MovingWindow.hit denied, 1000 in window", lambda: moving.hit(thousand, prefix, "moving-full")),
+            ("info: limits SlidingWindowCounter.hit (RedisStorage)", lambda: counter.hit(big, prefix, "counter")),
+        ]
+    try:
+        from pyrate_limiter import GCRA, Limiter, Rate, RedisBucket, RedisStateStore, SlidingWindowLog, StateBucket
+    except ImportError:
+        return rows
+    client = redis.Redis.from_url(url)
+    rate = [Rate(10**9, 3_600_000)]
+    gcra = Limiter(StateBucket(rate, algorithm=GCRA(), store=RedisStateStore(client, prefix + ":pyrate-gcra")))
+    log = Limiter(RedisBucket.init([Rate(10**6, 3_600_000)], client, prefix + ":pyrate-log", algorithm=SlidingWindowLog()))
+    rows += [
+        ("info: pyrate-limiter GCRA try_acquire (RedisStateStore)", lambda: gcra.try_acquire(IP, blocking=False)),
+        ("info: pyrate-limiter SlidingWindowLog try_acquire (RedisBucket)", lambda: log.try_acquire(IP, blocking=False)),
+    ]
+    return rows
+
+
+def run(number: int = NUMBER, repeat: int = REPEAT) -> list[dict[str, Any]]:
+    """Measure every row; each is ``{name, ns_per_op, baseline_ns, ratio, target}`` (target None = info)."""
+    prefix = f"r4bench:{uuid.uuid4().hex[:8]}"
+    rows: list[dict[str, Any]] = []
+
+    def add(name: str, ns: float, base: float, target: float | None) -> None:
+        rows.append(
+            {"name": name, "ns_per_op": round(ns, 1), "baseline_ns": round(base, 1), "ratio": round(ns / base, 3), "target": target}
+        )
+
+    conn = connection(URL)
+    ping = conn.sync.ping
+    factory = redis_backend(URL, prefix=prefix)
+
+    def config(algorithm: str, limit: int) -> RateLimiterConfig:
+        return RateLimiterConfig(limit_for_period=limit, limit_refresh_period="1h", algorithm=algorithm)
+
+    def limiter(name: str, algorithm: str, limit: int) -> RateLimiter:
+        return RateLimiter(name, config(algorithm, limit), clock=SYSTEM_CLOCK, backend=factory)
+
+    # Allowed: the GCRA limit is never reached; the sliding window's log of 100 is reused every 1 ms period.
+    allowed_limits = {"cycle": (10**12, "1h"), "gcra": (10**12, "1h"), "sliding_window": (100, "1ms")}
+    try:
+        for algorithm in ("gcra", "sliding_window"):
+            limit, period = allowed_limits[algorithm]
+            cfg = RateLimiterConfig(limit_for_period=limit, limit_refresh_period=period, algorithm=algorithm)
+            allowed = RateLimiter(f"{algorithm}-allowed", cfg, clock=SYSTEM_CLOCK, backend=factory)
+            denied = limiter(f"{algorithm}-denied", algorithm, 1)
+            denied.acquire_permission()
+            assert allowed.acquire_permission() and not denied.acquire_permission()
+            keyed = RedisKeyedRateLimiter(f"{algorithm}-keyed", cfg, url=URL, prefix=prefix)
+            trio = [RateLimiter(f"{algorithm}-m{i}", cfg, clock=SYSTEM_CLOCK, backend=factory) for i in range(3)]
+            add(f"redis {algorithm} acquire_permission allowed", *_best_pair(allowed.acquire_permission, ping, number, repeat), TARGET_RATIO)
+            add(f"redis {algorithm} acquire_permission denied", *_best_pair(denied.acquire_permission, ping, number, repeat), TARGET_RATIO)
+            add(f"redis {algorithm} keyed acquire_permission", *_best_pair(lambda: keyed.acquire_permission(IP), ping, number, repeat), TARGET_RATIO)
+            add(f"redis {algorithm} acquire_quota (+ header figures)", *_best_pair(allowed.acquire_quota, ping, number, repeat), TARGET_RATIO)
+            add(f"redis {algorithm} acquire_all over 3 limits", *_best_pair(lambda: acquire_all(trio), ping, number, repeat), TARGET_RATIO)
+            entries = [(r, None) for r in trio]
+            add(f"info: redis {algorithm} acquire_all_quotas over 3", *_best_pair(lambda: acquire_all_quotas(entries), ping, number, repeat), None)
+
+            async def async_row(rl: RateLimiter = allowed, name: str = algorithm) -> None:
+                aping = conn.aio().ping
+                await aping()
+                await rl.aacquire_permission()
+                add(f"redis {name} aacquire_permission (redis.asyncio)", *await _abest_pair(rl.aacquire_permission, aping, number, repeat), TARGET_RATIO)
+
+            asyncio.run(async_row())
+        cycle = limiter("cycle-allowed", "cycle", 10**12)
+        add("info: redis cycle acquire_permission allowed", *_best_pair(cycle.acquire_permission, ping, number, repeat), None)
+        for name, fn in _peers(URL, prefix):
+            fn()
+            add(name, *_best_pair(fn, ping, number, repeat), None)
+    finally:
+        client = redis.Redis.from_url(URL)
+        keys = list(client.scan_iter(match=prefix + ":*", count=1000))
+        if keys:
+            client.delete(*keys)
+        client.close()
+    return rows
+
+
+def main() -> int:
+    """Print the rows; exit status 1 if a targeted row misses its target."""
+    return print_rows(run(), baseline_label="PING ns")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
