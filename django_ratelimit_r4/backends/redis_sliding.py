@@ -136,7 +136,7 @@ class _Sliding:
         args = self._sliding_args(op, permits, timeout_ns)
         return self._sliding_reply(await _acall(conn, (state_key,), args, server))
 
-    def _reset_call(self: Any, conn: RedisConnection, keys: Sequence[Any]) -> None:
+    def _reset_call(self: Any, conn: RedisConnection, keys: Sequence[Any], phase: Any = None) -> None:
         """Delete the logs (``keys[1:]``; the first is the cycle anchor, unused here): empty again."""
         conn.sync.delete(*keys)
 
@@ -164,7 +164,7 @@ class _Sliding:
 class RedisSlidingBackend(_Sliding, RedisBackend):
     """A :class:`~.redis.RedisBackend` deciding by the exact sliding log (``algorithm="sliding_window"``).
 
-    Key: ``<prefix>:rl:<name>:state`` (the log; expires once every logged permit has left the window).
+    Key: ``<prefix>:rl:{<name>}:state`` (the log; expires once every logged permit has left the window).
     """
 
     def __init__(

@@ -487,3 +487,23 @@ def test_fault_policy_local_decides_by_the_sliding_window_in_process() -> None:
     assert not closed.acquire_permission("x")
     opened = rs.RedisSlidingKeyedRateLimiter("down3", config, clock=clock, url=UNREACHABLE, fault_policy="open")
     assert all(opened.acquire_permission("x") for _ in range(5))
+
+
+def test_sliding_window_on_the_cluster(redis_cluster: Any) -> None:
+    """On a 3-primary Redis Cluster: the script touches one slot (hash-tagged keys), keyed and unkeyed."""
+    import uuid
+
+    prefix = f"r4c:{uuid.uuid4().hex[:10]}"
+    options = {"cluster": True}
+    config = RateLimiterConfig(limit_for_period=3, limit_refresh_period="60s", algorithm="sliding_window")
+    backend = rb.redis_backend(redis_cluster.url, prefix=prefix, connection_options=options)
+    rl = RateLimiter("s", config, backend=backend)
+    assert [rl.acquire_permission() for _ in range(4)] == [True] * 3 + [False]
+    assert rl.backend.quota()[0] == 0
+    keyed = rs.RedisSlidingKeyedRateLimiter(
+        "sk", config, url=redis_cluster.url, prefix=prefix, connection_options=options
+    )
+    assert [keyed.acquire_permission("x") for _ in range(4)] == [True] * 3 + [False]
+    assert asyncio.run(keyed.aacquire_permission("y"))
+    keyed.reset()
+    assert keyed.acquire_permission("x")
