@@ -77,7 +77,15 @@ def _peers(url: str, prefix: str) -> list[tuple[str, Callable[[], Any]]]:
             ("info: limits SlidingWindowCounter.hit (RedisStorage)", lambda: counter.hit(big, prefix, "counter")),
         ]
     try:
-        from pyrate_limiter import GCRA, Limiter, Rate, RedisBucket, RedisStateStore, SlidingWindowLog, StateBucket
+        from pyrate_limiter import (
+            GCRA,
+            Limiter,
+            Rate,
+            RedisBucket,
+            RedisStateStore,
+            SlidingWindowLog,
+            StateBucket,
+        )
     except ImportError:
         return rows
     client = redis.Redis.from_url(url)
