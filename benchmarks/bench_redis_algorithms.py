@@ -121,31 +121,43 @@ def run(number: int = NUMBER, repeat: int = REPEAT) -> list[dict[str, Any]]:
 
     # Allowed: the GCRA limit is never reached; the sliding window's log of 100 is reused every 1 ms period.
     allowed_limits = {"cycle": (10**12, "1h"), "gcra": (10**12, "1h"), "sliding_window": (100, "1ms")}
+    def rows_of(algorithm: str) -> None:
+        limit, period = allowed_limits[algorithm]
+        cfg = RateLimiterConfig(limit_for_period=limit, limit_refresh_period=period, algorithm=algorithm)
+        allowed = RateLimiter(f"{algorithm}-allowed", cfg, clock=SYSTEM_CLOCK, backend=factory)
+        denied = limiter(f"{algorithm}-denied", algorithm, 1)
+        denied.acquire_permission()
+        assert allowed.acquire_permission() and not denied.acquire_permission()
+        keyed = RedisKeyedRateLimiter(f"{algorithm}-keyed", cfg, url=URL, prefix=prefix)
+        trio = [RateLimiter(f"{algorithm}-m{i}", cfg, clock=SYSTEM_CLOCK, backend=factory) for i in range(3)]
+        entries = [(r, None) for r in trio]
+        cases: list[tuple[str, Callable[[], Any], float | None]] = [
+            ("acquire_permission allowed", allowed.acquire_permission, TARGET_RATIO),
+            ("acquire_permission denied", denied.acquire_permission, TARGET_RATIO),
+            ("keyed acquire_permission", lambda: keyed.acquire_permission(IP), TARGET_RATIO),
+            ("acquire_quota (+ header figures)", allowed.acquire_quota, TARGET_RATIO),
+            ("acquire_all over 3 limits", lambda: acquire_all(trio), TARGET_RATIO),
+            ("acquire_all_quotas over 3 (+ figures)", lambda: acquire_all_quotas(entries), None),
+        ]
+        for name, fn, target in cases:
+            label = f"redis {algorithm} {name}" if target else f"info: redis {algorithm} {name}"
+            add(label, *_best_pair(fn, ping, number, repeat), target)
+
+        async def async_row() -> None:
+            aping = conn.aio().ping
+            await aping()
+            await allowed.aacquire_permission()
+            add(
+                f"redis {algorithm} aacquire_permission (redis.asyncio)",
+                *await _abest_pair(allowed.aacquire_permission, aping, number, repeat),
+                TARGET_RATIO,
+            )
+
+        asyncio.run(async_row())
+
     try:
         for algorithm in ("gcra", "sliding_window"):
-            limit, period = allowed_limits[algorithm]
-            cfg = RateLimiterConfig(limit_for_period=limit, limit_refresh_period=period, algorithm=algorithm)
-            allowed = RateLimiter(f"{algorithm}-allowed", cfg, clock=SYSTEM_CLOCK, backend=factory)
-            denied = limiter(f"{algorithm}-denied", algorithm, 1)
-            denied.acquire_permission()
-            assert allowed.acquire_permission() and not denied.acquire_permission()
-            keyed = RedisKeyedRateLimiter(f"{algorithm}-keyed", cfg, url=URL, prefix=prefix)
-            trio = [RateLimiter(f"{algorithm}-m{i}", cfg, clock=SYSTEM_CLOCK, backend=factory) for i in range(3)]
-            add(f"redis {algorithm} acquire_permission allowed", *_best_pair(allowed.acquire_permission, ping, number, repeat), TARGET_RATIO)
-            add(f"redis {algorithm} acquire_permission denied", *_best_pair(denied.acquire_permission, ping, number, repeat), TARGET_RATIO)
-            add(f"redis {algorithm} keyed acquire_permission", *_best_pair(lambda: keyed.acquire_permission(IP), ping, number, repeat), TARGET_RATIO)
-            add(f"redis {algorithm} acquire_quota (+ header figures)", *_best_pair(allowed.acquire_quota, ping, number, repeat), TARGET_RATIO)
-            add(f"redis {algorithm} acquire_all over 3 limits", *_best_pair(lambda: acquire_all(trio), ping, number, repeat), TARGET_RATIO)
-            entries = [(r, None) for r in trio]
-            add(f"info: redis {algorithm} acquire_all_quotas over 3", *_best_pair(lambda: acquire_all_quotas(entries), ping, number, repeat), None)
-
-            async def async_row(rl: RateLimiter = allowed, name: str = algorithm) -> None:
-                aping = conn.aio().ping
-                await aping()
-                await rl.aacquire_permission()
-                add(f"redis {name} aacquire_permission (redis.asyncio)", *await _abest_pair(rl.aacquire_permission, aping, number, repeat), TARGET_RATIO)
-
-            asyncio.run(async_row())
+            rows_of(algorithm)
         cycle = limiter("cycle-allowed", "cycle", 10**12)
         add("info: redis cycle acquire_permission allowed", *_best_pair(cycle.acquire_permission, ping, number, repeat), None)
         for name, fn in _peers(URL, prefix):
