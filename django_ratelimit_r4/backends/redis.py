@@ -144,6 +144,8 @@ TIME_RESYNC_S = 60.0
 
 _NS_PER_S = 1_000_000_000
 _FAULTS = (RedisError, OSError)
+#: One script call of :meth:`RedisConnection.run_scripts`: ``(numkeys, args, deadline_at, tokens)``.
+_ScriptCall = tuple[int, list[Any], "int | None", Sequence[int]]
 # Replies that mean "not here" (the script did not run): followed once.
 _REDIRECTS = (redis.exceptions.MovedError, redis.exceptions.AskError)
 _TIMEOUTS = (redis.exceptions.TimeoutError, TimeoutError)
@@ -277,6 +279,12 @@ class RedisConnection:
                 )
             self._aio[loop] = client
         return client
+
+    async def aclose(self) -> None:
+        """Close the running loop's asyncio client (before the loop ends: a cluster client warns otherwise)."""
+        client = self._aio.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()
 
     def is_down(self) -> bool:
         """True while in the cool-down after a fault (decisions then skip Redis)."""
@@ -534,6 +542,101 @@ class RedisConnection:
         if self.outage_since is not None:
             self.answered()
         return reply, started, unknown
+
+    def run_scripts(self, sha: str, source: str, calls: Sequence[_ScriptCall]) -> list[tuple[Any, int, bool]]:
+        """Several scripts at once, for a decision whose keys live in several cluster slots: every call is sent
+        before any reply is read (calls to one node share one pooled connection, pipelined; nodes are taken
+        in name order, so two callers never wait on each other), so they cost one round trip, not one each.
+
+        ``calls``: ``(numkeys, args, deadline_at, tokens)`` as :meth:`run_script`'s. Returns, per call,
+        ``(reply, monotonic ns when sent, deadline unknown)`` where a failed call's reply is its exception
+        (a fault of one node does not hide the others' replies).
+        """
+        if not self.cluster or len(calls) == 1:
+            out: list[tuple[Any, int, bool]] = []
+            for numkeys, args, at, tokens in calls:
+                try:
+                    out.append(self.run_script(sha, source, numkeys, args, at, tokens))
+                except _FAULTS as exc:
+                    out.append((exc, time.monotonic_ns(), False))
+            return out
+        client = self.sync
+        if self._stale_topology:
+            self._stale_topology = False
+            client.nodes_manager.initialize()
+        by_node: dict[str, list[int]] = {}
+        pools: dict[str, Any] = {}
+        for index, (_, args, _, _) in enumerate(calls):
+            node = client.get_node_from_key(args[0])
+            by_node.setdefault(node.name, []).append(index)
+            pools[node.name] = node.redis_connection.connection_pool
+        results: list[list[Any]] = [[None, 0, False] for _ in calls]
+        again: list[int] = []  # NOSCRIPT or a redirection: nothing ran, sent once more on its own
+        held: list[tuple[str, Any, Any]] = []
+        try:
+            for name in sorted(by_node):
+                held.append((name, pools[name], pools[name].get_connection()))
+            for name, _, conn in held:
+                try:
+                    for index in by_node[name]:
+                        numkeys, args, at, tokens = calls[index]
+                        started = time.monotonic_ns()
+                        results[index][1:] = [started, self._stamp(args, at, tokens, started)]
+                        conn.send_command("EVALSHA", sha, numkeys, *args)
+                except _FAULTS as exc:
+                    conn.disconnect()
+                    for index in by_node[name]:
+                        results[index][0] = exc
+            for name, _, conn in held:
+                for index in by_node[name]:
+                    if results[index][0] is not None:
+                        continue
+                    try:
+                        results[index][0] = conn.read_response()
+                    except (NoScriptError, *_REDIRECTS) as exc:
+                        if isinstance(exc, redis.exceptions.MovedError):
+                            client.nodes_manager.move_slot(exc)
+                        again.append(index)
+                    except redis.exceptions.ResponseError as exc:
+                        results[index][0] = exc  # an error reply: the connection is still in step
+                    except _FAULTS as exc:
+                        self._stale_topology = True
+                        conn.disconnect()
+                        for rest in by_node[name]:
+                            if results[rest][0] is None and rest not in again:
+                                results[rest][0] = exc
+                        break
+        except BaseException:
+            for _, _, conn in held:
+                conn.disconnect()
+            raise
+        finally:
+            for _, pool, conn in held:
+                pool.release(conn)
+        for index in again:
+            numkeys, args, at, tokens = calls[index]
+            try:
+                results[index][:] = self.run_script(sha, source, numkeys, args, at, tokens)
+            except _FAULTS as exc:
+                results[index][0] = exc
+        if any(not isinstance(r[0], BaseException) for r in results):
+            self.replies += 1
+            if self.outage_since is not None:
+                self.answered()
+        return [(r[0], r[1], r[2]) for r in results]
+
+    async def arun_scripts(
+        self, sha: str, source: str, calls: Sequence[_ScriptCall]
+    ) -> list[tuple[Any, int, bool]]:
+        """Async twin of :meth:`run_scripts`: the calls run concurrently on this loop's client."""
+
+        async def one(numkeys: int, args: list[Any], at: int | None, tokens: Sequence[int]) -> Any:
+            try:
+                return await self.arun_script(sha, source, numkeys, args, at, tokens)
+            except _FAULTS as exc:
+                return (exc, time.monotonic_ns(), False)
+
+        return list(await asyncio.gather(*(one(*call) for call in calls)))
 
     async def arun_script(
         self,
@@ -1456,6 +1559,9 @@ def _sync_many(leader: _Clocked, members: list[_Member], permits: int, op: bytes
         return _fault_reply(members, permits, op)
     replies = conn.replies
     try:
+        groups = _slot_groups(conn, members)
+        if groups is not None:
+            return _split_many(conn, leader, members, groups, permits, op)
         return _many_call(conn, leader, members, permits, op)
     except _FAULTS as exc:
         leader._fault(conn, exc, "acquire_many", replies)
@@ -1469,10 +1575,157 @@ async def _async_many(leader: _Clocked, members: list[_Member], permits: int, op
         return _fault_reply(members, permits, op)
     replies = conn.replies
     try:
+        groups = _slot_groups(conn, members)
+        if groups is not None:
+            return await _asplit_many(conn, leader, members, groups, permits, op)
         return await _amany_call(conn, leader, members, permits, op)
     except _FAULTS as exc:
         leader._fault(conn, exc, "acquire_many", replies)
         return _fault_reply(members, permits, op)
+
+
+# ------------------------------------------------------------------- all-or-nothing over several cluster slots
+#
+# Redis runs a script on one slot only. A decision over limits in several slots is split: one "m"/"M" call per
+# slot, all sent at once (one round trip). Each call is all-or-nothing in its slot. When every slot granted, the
+# decision is granted. When one rejected (or failed), the slots that granted get their permits back with one
+# "g" call each, again all at once: "g" makes each state exactly what it would be had the permits never been
+# taken, so no limit ever admits more than it allows; between the two round trips other callers may be
+# rejected by permits that are about to come back (a brief under-admission, the price of exactness). A "g"
+# that fails leaves those permits taken until their cycle refills them (under-admission only, logged).
+
+
+def _slot_groups(conn: RedisConnection, members: list[_Member]) -> list[list[int]] | None:
+    """Member indexes grouped by cluster slot (first-seen order), or None when they share one slot (or this is
+    one server): the usual single call."""
+    if not conn.cluster:
+        return None
+    keyslot = conn.sync.keyslot
+    groups: dict[int, list[int]] = {}
+    for index, member in enumerate(members):
+        groups.setdefault(keyslot(member.state), []).append(index)
+    if len(groups) == 1:
+        return None
+    return list(groups.values())
+
+
+def _group_calls(
+    leader: _Clocked, members: list[_Member], groups: list[list[int]], permits: int, op: bytes
+) -> list[_ScriptCall]:
+    calls: list[_ScriptCall] = []
+    for group in groups:
+        sub = [members[i] for i in group]
+        if op == b"g":  # no deadline: a give-back is never refused as late (it only ever returns permits)
+            calls.append((2 * len(sub), _many_args(leader, sub, permits, op), None, ()))
+        else:
+            at, tokens = _many_where(leader, len(sub))
+            calls.append((2 * len(sub), _many_args(leader, sub, permits, op), at, tokens))
+    return calls
+
+
+def _group_reply(
+    conn: RedisConnection, leader: _Clocked, members: list[_Member], group: list[int], outcome: tuple[Any, int, bool]
+) -> Any:
+    reply, started, _ = outcome
+    if isinstance(reply, BaseException):
+        raise reply
+    return leader._settle(conn._timed(reply, started), [members[i].phase for i in group])
+
+
+def _group_granted(reply: Any, size: int, op: bytes) -> bool:
+    return bool(reply[2 * size if op == b"M" else 0] == 0)
+
+
+def _split_first(
+    conn: RedisConnection,
+    leader: _Clocked,
+    members: list[_Member],
+    groups: list[list[int]],
+    op: bytes,
+    outcomes: list[tuple[Any, int, bool]],
+) -> tuple[list[Any], list[int], BaseException | None]:
+    """Each slot's reply (None: failed or late), the slots to compensate, and the first fault."""
+    replies: list[Any] = []
+    error: BaseException | None = None
+    for group, outcome in zip(groups, outcomes, strict=True):
+        try:
+            replies.append(_group_reply(conn, leader, members, group, outcome))
+        except _FAULTS as exc:  # a LATE slot changed nothing; any other fault may have: both fail the decision
+            replies.append(None)
+            error = error or exc
+    granted = [k for k, reply in enumerate(replies) if reply is not None and _group_granted(reply, len(groups[k]), op)]
+    return replies, granted, error
+
+
+def _split_result(
+    conn: RedisConnection,
+    leader: _Clocked,
+    members: list[_Member],
+    groups: list[list[int]],
+    op: bytes,
+    replies: list[Any],
+    given: list[int],
+    outcomes: list[tuple[Any, int, bool]],
+    error: BaseException | None,
+) -> Any:
+    """The split decision as one script's reply ("m" or "M" shape, member indexes); raises the first fault."""
+    figures: dict[int, Any] = {}
+    for k, outcome in zip(given, outcomes, strict=True):
+        try:
+            figures[k] = _group_reply(conn, leader, members, groups[k], outcome)
+        except _FAULTS as exc:
+            conn.fault(exc, "acquire_many (giving permits back)")
+    if error is not None:
+        raise error
+    n = len(members)
+    quotas: list[Any] = [0] * (2 * n)
+    worst, worst_wait, worst_ns = 0, 0, -1
+    rejecting: list[int] = []
+    for k, (group, reply) in enumerate(zip(groups, replies, strict=True)):
+        size = len(group)
+        if op == b"M":  # a slot that gave its permits back reports the figures after that
+            own = figures.get(k) or reply
+            for j, index in enumerate(group):
+                quotas[2 * index], quotas[2 * index + 1] = own[2 * j], own[2 * j + 1]
+        verdict = reply[2 * size :] if op == b"M" else reply
+        if verdict[0] != 0:
+            local = group[verdict[0] - 1]
+            wait_ns = verdict[1] * members[local].counter._unit
+            if wait_ns > worst_ns:
+                worst, worst_wait, worst_ns = local + 1, verdict[1], wait_ns
+            rejecting += [group[i - 1] + 1 for i in verdict[2:]]
+    verdict = [0] if not worst else [worst, worst_wait, *sorted(rejecting)]
+    return [*quotas, *verdict] if op == b"M" else verdict
+
+
+def _split_many(
+    conn: RedisConnection, leader: _Clocked, members: list[_Member], groups: list[list[int]], permits: int, op: bytes
+) -> Any:
+    """An all-or-nothing decision over several slots: one round trip, plus one to compensate a rejection."""
+    first = conn.run_scripts(SCRIPT_SHA, SCRIPT, _group_calls(leader, members, groups, permits, op))
+    replies, granted, error = _split_first(conn, leader, members, groups, op, first)
+    given: list[int] = []
+    back: list[tuple[Any, int, bool]] = []
+    if granted and (error is not None or len(granted) < len(groups)):
+        given = granted
+        calls = _group_calls(leader, members, [groups[k] for k in given], permits, b"g")
+        back = conn.run_scripts(SCRIPT_SHA, SCRIPT, calls)
+    return _split_result(conn, leader, members, groups, op, replies, given, back, error)
+
+
+async def _asplit_many(
+    conn: RedisConnection, leader: _Clocked, members: list[_Member], groups: list[list[int]], permits: int, op: bytes
+) -> Any:
+    """Async twin of :func:`_split_many` (the calls of each step run concurrently)."""
+    first = await conn.arun_scripts(SCRIPT_SHA, SCRIPT, _group_calls(leader, members, groups, permits, op))
+    replies, granted, error = _split_first(conn, leader, members, groups, op, first)
+    given: list[int] = []
+    back: list[tuple[Any, int, bool]] = []
+    if granted and (error is not None or len(granted) < len(groups)):
+        given = granted
+        calls = _group_calls(leader, members, [groups[k] for k in given], permits, b"g")
+        back = await conn.arun_scripts(SCRIPT_SHA, SCRIPT, calls)
+    return _split_result(conn, leader, members, groups, op, replies, given, back, error)
 
 
 def _split_quotas(members: list[_Member], reply: Any) -> tuple[Any, list[tuple[int, int]]]:

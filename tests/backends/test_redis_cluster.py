@@ -240,3 +240,142 @@ async def _async_slot(bulkhead: Any) -> bool:
     granted = await bulkhead.aacquire_permission()
     await bulkhead.aon_complete()
     return bool(granted is None or granted)
+
+
+# ------------------------------------------------------------------- all-or-nothing over several slots
+
+
+def _spread_names(conn: Any, count: int, stem: str) -> list[str]:
+    """``count`` limiter names whose keys live on ``count`` different primaries (when count <= 3)."""
+    names: list[str] = []
+    nodes: set[str] = set()
+    i = 0
+    while len(names) < count:
+        name = f"{stem}{i}"
+        node = conn.sync.get_node_from_key(rb.key_base("x", "rl", name)).name
+        if node not in nodes or len(nodes) >= 3:
+            names.append(name)
+            nodes.add(node)
+        i += 1
+    return names
+
+
+def _probe(url: str, cluster: bool) -> Any:
+    return rb.connection(url, CLUSTER if cluster else None)
+
+
+def test_a_split_decision_compensates_the_slots_that_granted(redis_cluster: LocalCluster) -> None:
+    from django_ratelimit_r4.core.ratelimiter import acquire_all
+
+    prefix = _prefix()
+    names = _spread_names(_probe(redis_cluster.url, True), 3, "multi")
+    tight, wide, wider = (_unkeyed(redis_cluster.url, prefix, n, limit) for n, limit in zip(names, (2, 5, 6), strict=True))
+    members = rb._many_members(tight.backend, [(r.backend, None) for r in (tight, wide, wider)], 1)
+    groups = rb._slot_groups(tight.backend._connection(), members)
+    assert groups is not None and len(groups) == 3  # three slots: the decision is split
+    assert acquire_all([tight, wide, wider]) is None
+    assert acquire_all([tight, wide, wider]) is None
+    rejected = acquire_all([wide, tight, wider])
+    assert rejected is not None and rejected[0] is tight
+    # The two slots that granted got their permit back: nothing leaked.
+    assert wide.backend.state()[1] == 3 and wider.backend.state()[1] == 4
+    assert tight.metrics.failed_calls == 1 and wide.metrics.failed_calls == 0
+
+
+def _mirror_ops(seed: int, n: int = 60) -> list[tuple[int, int, int]]:
+    import random
+
+    rnd = random.Random(seed)
+    return [(rnd.choice((1, 1, 1, 2, 3)), rnd.choice((0, 0, 0, 300, 1000, 2500)), rnd.randrange(3)) for _ in range(n)]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_split_decisions_match_one_server_exactly(redis_cluster: LocalCluster, redis_url: str, seed: int) -> None:
+    """Split over slots (and compensated) or in one script on one server: the same grants, waits and RateLimit
+    figures, step by step, for unkeyed and keyed entries, on the FakeClock."""
+    results = []
+    for url, cluster in ((redis_cluster.url, True), (redis_url, False)):
+        clock = FakeClock()
+        prefix = _prefix()
+        opts = CLUSTER if cluster else None
+        names = _spread_names(_probe(redis_cluster.url, True), 2, "m")
+
+        factory = rb.redis_backend(url, prefix=prefix, connection_options=opts)
+        a, b = (
+            RateLimiter(name, RateLimiterConfig(limit_for_period=limit, limit_refresh_period=period, timeout_duration=0),
+                        backend=factory, clock=clock)
+            for name, limit, period in ((names[0], 4, "1s"), (names[1], 7, "3s"))
+        )
+        keyed = rb.RedisKeyedRateLimiter(
+            "k", _config(3, "2s"), clock=clock, url=url, prefix=prefix, connection_options=opts
+        )
+        seen = []
+        for permits, advance_ms, key in _mirror_ops(seed):
+            clock.advance(advance_ms * 1_000_000)
+            entries = [(a, None), (keyed, f"client-{key}"), (b, None)]
+            outcome, quotas = rb.acquire_all_quotas(entries, permits)
+            seen.append((None if outcome is None else outcome, quotas))
+        results.append(seen)
+    assert results[0] == results[1]
+
+
+def test_async_split_decisions(redis_cluster: LocalCluster) -> None:
+    from django_ratelimit_r4.core.ratelimiter import aacquire_all
+
+    prefix = _prefix()
+    names = _spread_names(_probe(redis_cluster.url, True), 3, "am")
+    tight, wide, wider = (_unkeyed(redis_cluster.url, prefix, n, limit) for n, limit in zip(names, (1, 3, 3), strict=True))
+    keyed = rb.RedisKeyedRateLimiter("ak", _config(5), url=redis_cluster.url, prefix=prefix, connection_options=CLUSTER)
+
+    async def run() -> None:
+        assert await aacquire_all([tight, wide, wider]) is None
+        outcome = await aacquire_all([wide, wider, tight])
+        assert outcome is not None and outcome[0] is tight
+        assert await rb.aacquire_all_keyed([(wide, None), (keyed, "x")]) is None
+        outcome, quotas = await rb.aacquire_all_quotas([(tight, None), (keyed, "x"), (wider, None)])
+        assert outcome is not None and outcome[0] == 0
+        assert quotas[1][0] == 4 and quotas[2][0] == 2  # the keyed and wider permits came back
+        await keyed._conn.aclose()
+
+    asyncio.run(run())
+    assert wide.backend.state()[1] == 1 and wider.backend.state()[1] == 2 and keyed.state("x")[1] == 4
+
+
+def test_multi_limit_exact_across_four_processes(redis_cluster: LocalCluster) -> None:
+    """One binding limit among limits in other slots: exactly its limit is granted in all, every other limit
+    consumed exactly what was granted (compensations leaked nothing), on the sync and async paths."""
+    from django_ratelimit_r4.core.ratelimiter import aacquire_all
+
+    prefix = _prefix()
+    names = _spread_names(_probe(redis_cluster.url, True), 3, "mp")
+    limits = (40, 70, 90)
+    clients = ["a", "b"]
+
+    def build() -> tuple[list[RateLimiter], Any]:
+        limiters = [_unkeyed(redis_cluster.url, prefix, n, limit) for n, limit in zip(names, limits, strict=True)]
+        keyed = rb.RedisKeyedRateLimiter(
+            "mk", _config(60), url=redis_cluster.url, prefix=prefix, fault_policy="closed",
+            connection_options=CLUSTER,
+        )
+        return limiters, keyed
+
+    def work(index: int) -> int:
+        limiters, keyed = build()
+        entries = [(limiters[1], None), (keyed, clients[index % 2]), (limiters[0], None), (limiters[2], None)]
+        if index % 2:
+            async def run() -> int:
+                granted = 0
+                for i in range(30):
+                    if i % 3:
+                        granted += await rb.aacquire_all_keyed(entries) is None
+                    else:
+                        granted += await aacquire_all(limiters) is None
+                return granted
+
+            return asyncio.run(run())
+        return sum(rb.acquire_all_keyed(entries) is None for _ in range(30))
+
+    granted = sum(_in_processes(work))
+    assert granted == limits[0]
+    limiters, _ = build()
+    assert [r.backend.state()[1] for r in limiters] == [limit - granted for limit in limits]

@@ -15,7 +15,7 @@ local op = ARGV[1]
 local at = 11
 -- 'q' and 'M' are 'a' and 'm' whose reply also carries the RateLimit header figures (see ratelimiter.lua).
 local many, quota = op == 'm' or op == 'M', op == 'q' or op == 'M'
-if many then
+if many or op == 'g' then
   at = 5 + 6 * ARGV[3]
 elseif op == 'r' then
   at = 3

@@ -23,6 +23,10 @@
 --                the decision (as "s" then reads them): reset is the time to the next cycle while a permit
 --                is left, else the wait for one.
 --   "M" many with quotas: 'm''s layout -> {remaining1, reset1, .., remainingN, resetN, then "m"'s reply}.
+--   "g" give back: 'm''s layout (deadline '') -> {remaining1, reset1, .., remainingN, resetN}: returns
+--                `permits` taken by an "m"/"M" to each limiter: permissions := min(refreshed + permits, limit),
+--                exactly the state as if they had never been taken (other decisions meanwhile kept). The
+--                compensation of an all-or-nothing decision split over cluster slots; run at most once.
 --   "r" reset:   'r', '' -> {anchor, now_us}: anchor := now, the listed states deleted.
 -- deadline_us ('' for none): server time after which the caller has given up; a later execution changes
 --   nothing and returns the status reply LATE (no ghost charges after a client timeout). fast.lua checks it.
@@ -205,6 +209,30 @@ if many then
     store(entries[i], entries[i].left)
   end
   reply[#reply + 1] = 0
+  return stale_reply(reply, stale)
+end
+
+if op == 'g' then
+  local permits, n = tonumber(ARGV[2]), tonumber(ARGV[3])
+  local reply = {}
+  local stale
+  for i = 1, n do
+    local e = locate(i, 4 + 6 * (i - 1), false)
+    e.i = i
+    if e.report then
+      stale = stale or {}
+      stale[#stale + 1] = i
+      stale[#stale + 1] = e.report
+      stale[#stale + 1] = e.current
+    end
+    -- refresh(p - k) + k capped at the limit is refresh(p): as if the permits had never been taken. A
+    -- state of another anchor (a reset since) is full already and stays so.
+    local permissions = math.min(refresh(e.cycle, e.permissions, e.current, e.limit) + permits, e.limit)
+    if e.anchor then
+      store(e, permissions)
+    end
+    reply[2 * i - 1], reply[2 * i] = figures_of(e, permissions)
+  end
   return stale_reply(reply, stale)
 end
 
