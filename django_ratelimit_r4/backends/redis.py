@@ -1591,8 +1591,10 @@ async def _async_many(leader: _Clocked, members: list[_Member], permits: int, op
 # decision is granted. When one rejected (or failed), the slots that granted get their permits back with one
 # "g" call each, again all at once: "g" makes each state exactly what it would be had the permits never been
 # taken, so no limit ever admits more than it allows; between the two round trips other callers may be
-# rejected by permits that are about to come back (a brief under-admission, the price of exactness). A "g"
-# that fails leaves those permits taken until their cycle refills them (under-admission only, logged).
+# rejected by permits that are about to come back (a brief under-admission, the price of exactness). When a
+# cycle boundary fell between the take and the give-back, the new cycle's refill may have absorbed the take,
+# so nothing is given back there; and a "g" that fails leaves those permits taken. Both only under-admit, by
+# at most that decision's permits, until the cycle ends (logged when a "g" fails).
 
 
 def _slot_groups(conn: RedisConnection, members: list[_Member]) -> list[list[int]] | None:
@@ -1615,11 +1617,33 @@ def _group_calls(
     calls: list[_ScriptCall] = []
     for group in groups:
         sub = [members[i] for i in group]
-        if op == b"g":  # no deadline: a give-back is never refused as late (it only ever returns permits)
-            calls.append((2 * len(sub), _many_args(leader, sub, permits, op), None, ()))
-        else:
-            at, tokens = _many_where(leader, len(sub))
-            calls.append((2 * len(sub), _many_args(leader, sub, permits, op), at, tokens))
+        at, tokens = _many_where(leader, len(sub))
+        calls.append((2 * len(sub), _many_args(leader, sub, permits, op), at, tokens))
+    return calls
+
+
+def _give_back_calls(
+    conn: RedisConnection,
+    leader: _Clocked,
+    members: list[_Member],
+    groups: list[list[int]],
+    permits: int,
+    sent: list[int],
+    clock_then: int,
+) -> list[_ScriptCall]:
+    """The "g" calls returning ``permits`` to ``groups``, whose takes were sent at monotonic ``sent`` (client
+    time: at ``clock_then`` or later): each carries ``since``, a time no later than its take ran."""
+    calls: list[_ScriptCall] = []
+    for group, started in zip(groups, sent, strict=True):
+        sub = [members[i] for i in group]
+        args = _many_args(leader, sub, permits, b"g")
+        if leader._now is None:  # server µs no later than the send (so than the take); 0: unknown, none back
+            shift = conn._shift_us
+            since = 0 if shift is None else started // 1000 + shift - conn._wait_us
+        else:  # ns elapsed on the limiter's clock since the take's time, at least
+            since = leader._now() - clock_then
+        args[8 * len(sub) + 3] = since
+        calls.append((2 * len(sub), args, None, ()))
     return calls
 
 
@@ -1702,13 +1726,15 @@ def _split_many(
     conn: RedisConnection, leader: _Clocked, members: list[_Member], groups: list[list[int]], permits: int, op: bytes
 ) -> Any:
     """An all-or-nothing decision over several slots: one round trip, plus one to compensate a rejection."""
+    clock_then = 0 if leader._now is None else leader._now()
     first = conn.run_scripts(SCRIPT_SHA, SCRIPT, _group_calls(leader, members, groups, permits, op))
     replies, granted, error = _split_first(conn, leader, members, groups, op, first)
     given: list[int] = []
     back: list[tuple[Any, int, bool]] = []
     if granted and (error is not None or len(granted) < len(groups)):
         given = granted
-        calls = _group_calls(leader, members, [groups[k] for k in given], permits, b"g")
+        sent = [first[k][1] for k in given]
+        calls = _give_back_calls(conn, leader, members, [groups[k] for k in given], permits, sent, clock_then)
         back = conn.run_scripts(SCRIPT_SHA, SCRIPT, calls)
     return _split_result(conn, leader, members, groups, op, replies, given, back, error)
 
@@ -1717,13 +1743,15 @@ async def _asplit_many(
     conn: RedisConnection, leader: _Clocked, members: list[_Member], groups: list[list[int]], permits: int, op: bytes
 ) -> Any:
     """Async twin of :func:`_split_many` (the calls of each step run concurrently)."""
+    clock_then = 0 if leader._now is None else leader._now()
     first = await conn.arun_scripts(SCRIPT_SHA, SCRIPT, _group_calls(leader, members, groups, permits, op))
     replies, granted, error = _split_first(conn, leader, members, groups, op, first)
     given: list[int] = []
     back: list[tuple[Any, int, bool]] = []
     if granted and (error is not None or len(granted) < len(groups)):
         given = granted
-        calls = _group_calls(leader, members, [groups[k] for k in given], permits, b"g")
+        sent = [first[k][1] for k in given]
+        calls = _give_back_calls(conn, leader, members, [groups[k] for k in given], permits, sent, clock_then)
         back = await conn.arun_scripts(SCRIPT_SHA, SCRIPT, calls)
     return _split_result(conn, leader, members, groups, op, replies, given, back, error)
 

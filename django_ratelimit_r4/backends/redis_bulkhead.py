@@ -65,6 +65,7 @@ from ..core.clock import SYSTEM_CLOCK, Clock
 from ..core.durations import parse_duration
 from ..core.exceptions import BulkheadFull
 from .redis import (
+    CONNECT_TIMEOUT_S,
     DEFAULT_PREFIX,
     FAULT_COOLDOWN_S,
     RedisConnection,
@@ -709,7 +710,15 @@ class RedisBulkhead:
         # A client of its own: BLPOP holds its connection for up to a renewal interval.
         # Connects lazily (per command, from a pool of its own): Redis may be down when the thread starts.
         conn = self._conn
-        client = conn.new_client(socket_timeout=self._renew_every_s + 5.0, max_connections=2)
+        if conn.cluster or conn.sentinel is not None:
+            client = conn.new_client(socket_timeout=self._renew_every_s + 5.0, max_connections=2)
+        else:
+            client = redis.Redis.from_url(
+                self.url,
+                socket_timeout=self._renew_every_s + 5.0,
+                socket_connect_timeout=self.connection_options.get("socket_connect_timeout", CONNECT_TIMEOUT_S),
+                max_connections=2,
+            )
         next_renew = time.monotonic() + self._renew_every_s
         try:
             while not self._closed and proc == self._proc:

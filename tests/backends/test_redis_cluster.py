@@ -133,7 +133,7 @@ def test_a_fake_clock_drives_cluster_limiters_and_reset_restarts_every_shard(red
     clients = [f"c{i}" for i in range(20)]
     assert all(keyed.acquire_permission(c) for c in clients)
     assert not any(keyed.acquire_permission(c) for c in clients)
-    clock.advance(10_000_000_000)
+    clock.advance_ns(10_000_000_000)
     assert all(keyed.acquire_permission(c) for c in clients)  # every shard's cycle moved on together
     keyed.reset()
     assert all(keyed.acquire_permission(c) for c in clients)
@@ -260,6 +260,19 @@ def _spread_names(conn: Any, count: int, stem: str) -> list[str]:
     return names
 
 
+def _aged(*limiters: Any, keys: tuple[str, ...] = ()) -> None:
+    """Start the limiters' cycle 0 30 s ago (server time) instead of at first use: a split decision gives
+    permits back only when its take and the give-back fall in one cycle, seen with a margin of
+    CLUSTER_CLOCK_SKEW_US, so right after a cycle begins it under-admits instead (see docs/redis.md)."""
+    for limiter in limiters:
+        target = getattr(limiter, "backend", limiter)
+        conn = target._connection()
+        seconds, micros = conn.sync.time()
+        anchors = [target.anchor_key] if not keys else [target._phase_of(target._state_key(k)).anchor_key for k in keys]
+        for anchor in anchors:
+            conn.sync.set(anchor, f"{seconds - 30} {micros * 1000}")
+
+
 def _probe(url: str, cluster: bool) -> Any:
     return rb.connection(url, CLUSTER if cluster else None)
 
@@ -273,6 +286,7 @@ def test_a_split_decision_compensates_the_slots_that_granted(redis_cluster: Loca
     members = rb._many_members(tight.backend, [(r.backend, None) for r in (tight, wide, wider)], 1)
     groups = rb._slot_groups(tight.backend._connection(), members)
     assert groups is not None and len(groups) == 3  # three slots: the decision is split
+    _aged(tight, wide, wider)
     assert acquire_all([tight, wide, wider]) is None
     assert acquire_all([tight, wide, wider]) is None
     rejected = acquire_all([wide, tight, wider])
@@ -311,7 +325,7 @@ def test_split_decisions_match_one_server_exactly(redis_cluster: LocalCluster, r
         )
         seen = []
         for permits, advance_ms, key in _mirror_ops(seed):
-            clock.advance(advance_ms * 1_000_000)
+            clock.advance_ns(advance_ms * 1_000_000)
             entries = [(a, None), (keyed, f"client-{key}"), (b, None)]
             outcome, quotas = rb.acquire_all_quotas(entries, permits)
             seen.append((None if outcome is None else outcome, quotas))
@@ -326,6 +340,8 @@ def test_async_split_decisions(redis_cluster: LocalCluster) -> None:
     names = _spread_names(_probe(redis_cluster.url, True), 3, "am")
     tight, wide, wider = (_unkeyed(redis_cluster.url, prefix, n, limit) for n, limit in zip(names, (1, 3, 3), strict=True))
     keyed = rb.RedisKeyedRateLimiter("ak", _config(5), url=redis_cluster.url, prefix=prefix, connection_options=CLUSTER)
+    _aged(tight, wide, wider)
+    _aged(keyed, keys=("x",))
 
     async def run() -> None:
         assert await aacquire_all([tight, wide, wider]) is None
@@ -375,7 +391,47 @@ def test_multi_limit_exact_across_four_processes(redis_cluster: LocalCluster) ->
             return asyncio.run(run())
         return sum(rb.acquire_all_keyed(entries) is None for _ in range(30))
 
+    limiters, keyed = build()
+    _aged(*limiters)
+    _aged(keyed, keys=tuple(clients))
     granted = sum(_in_processes(work))
     assert granted == limits[0]
-    limiters, _ = build()
     assert [r.backend.state()[1] for r in limiters] == [limit - granted for limit in limits]
+
+
+@pytest.mark.parametrize(("advance_ms", "given_back"), [(100, True), (1200, False)])
+def test_a_give_back_after_a_cycle_boundary_returns_nothing(
+    redis_cluster: LocalCluster, advance_ms: int, given_back: bool
+) -> None:
+    """In the take's cycle the permits come back exactly; once a new cycle began its refill may have absorbed
+    them, so nothing comes back (never more permissive than without the take)."""
+    clock = FakeClock()
+    factory = rb.redis_backend(redis_cluster.url, prefix=_prefix(), connection_options=CLUSTER)
+    config = RateLimiterConfig(limit_for_period=5, limit_refresh_period="1s", timeout_duration=0)
+    rl = RateLimiter("gb", config, backend=factory, clock=clock)
+    clock.advance_ns(500_000_000)
+    assert rl.acquire_permission(3)  # 2 left in cycle 0
+    backend = rl.backend
+    conn = backend._connection()
+    members = rb._many_members(backend, [(backend, None)], 1)
+    taken_at = clock.now_ns()
+    assert rb._many_call(conn, backend, members, 1) == [0]  # 1 left
+    clock.advance_ns(advance_ms * 1_000_000)
+    calls = rb._give_back_calls(conn, backend, members, [[0]], 1, [0], taken_at)
+    [(reply, _, _)] = conn.run_scripts(rb.SCRIPT_SHA, rb.SCRIPT, calls)
+    remaining = backend._settle(reply, [members[0].phase])[0]
+    assert remaining == (2 if given_back else 5)
+    assert backend.state()[1] == remaining
+
+
+def test_gcra_all_or_nothing_across_slots_is_refused_clearly(redis_cluster: LocalCluster) -> None:
+    from django_ratelimit_r4.core.ratelimiter import acquire_all
+
+    prefix = _prefix()
+    names = _spread_names(_probe(redis_cluster.url, True), 2, "gm")
+    config = RateLimiterConfig(limit_for_period=3, limit_refresh_period="60s", timeout_duration=0, algorithm="gcra")
+    factory = rb.redis_backend(redis_cluster.url, prefix=prefix, connection_options=CLUSTER)
+    one, two = (RateLimiter(n, config, backend=factory) for n in names)
+    with pytest.raises(ValueError, match="one slot"):
+        acquire_all([one, two])
+    assert acquire_all([one]) is None

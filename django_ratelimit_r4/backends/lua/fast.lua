@@ -30,7 +30,7 @@ else
   now_us = now_s * 1000000 + t[2]
   now_ns = t[2] * 1000
   local deadline = ARGV[at - 1]
-  if deadline ~= '' and now_us > deadline + 0 then
+  if deadline ~= '' and now_us > deadline + 0 and op ~= 'g' then -- ("g" carries a time of its own there)
     -- The caller has given up (its socket timeout passed): change nothing.
     return redis.status_reply('LATE')
   end

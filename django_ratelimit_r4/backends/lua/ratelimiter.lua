@@ -23,10 +23,14 @@
 --                the decision (as "s" then reads them): reset is the time to the next cycle while a permit
 --                is left, else the wait for one.
 --   "M" many with quotas: 'm''s layout -> {remaining1, reset1, .., remainingN, resetN, then "m"'s reply}.
---   "g" give back: 'm''s layout (deadline '') -> {remaining1, reset1, .., remainingN, resetN}: returns
---                `permits` taken by an "m"/"M" to each limiter: permissions := min(refreshed + permits, limit),
---                exactly the state as if they had never been taken (other decisions meanwhile kept). The
---                compensation of an all-or-nothing decision split over cluster slots; run at most once.
+--   "g" give back: 'm''s layout, the deadline slot holding `since` -> {remaining1, reset1, ..}: returns
+--                `permits` taken by an "m"/"M" to each limiter whose current cycle began no later than
+--                `since` (server time: absolute microseconds, no later than the take ran; client time: ns
+--                elapsed since it, at least): the take was in this cycle, so permissions + permits is exactly
+--                the state as if they had never been taken (other decisions meanwhile kept). A cycle begun
+--                since may have absorbed the take in its refill: nothing is given back (never more permissive
+--                than without the take). The compensation of an all-or-nothing decision split over cluster
+--                slots; run at most once, never refused as late.
 --   "r" reset:   'r', '' -> {anchor, now_us}: anchor := now, the listed states deleted.
 -- deadline_us ('' for none): server time after which the caller has given up; a later execution changes
 --   nothing and returns the status reply LATE (no ghost charges after a client timeout). fast.lua checks it.
@@ -225,10 +229,18 @@ if op == 'g' then
       stale[#stale + 1] = e.report
       stale[#stale + 1] = e.current
     end
-    -- refresh(p - k) + k capped at the limit is refresh(p): as if the permits had never been taken. A
-    -- state of another anchor (a reset since) is full already and stays so.
-    local permissions = math.min(refresh(e.cycle, e.permissions, e.current, e.limit) + permits, e.limit)
-    if e.anchor then
+    local permissions = refresh(e.cycle, e.permissions, e.current, e.limit)
+    -- Units since `since` (rounded up: the check below must never pass early).
+    local back
+    if now_us then
+      back = (now_us - ARGV[at - 1]) * e.m
+    else
+      back = math.ceil(ARGV[at - 1] * e.m / 1000)
+    end
+    if e.offset >= back then
+      -- Same cycle as the take, no refill in between: p - k - j + k = p - j. A state of another anchor (a
+      -- reset since) reads as full and stays full.
+      permissions = math.min(permissions + permits, e.limit)
       store(e, permissions)
     end
     reply[2 * i - 1], reply[2 * i] = figures_of(e, permissions)
