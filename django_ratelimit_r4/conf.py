@@ -38,10 +38,9 @@ from .core.rates import RateError, parse_rate
 from .core.retry import RetryConfig
 from .core.retrybudget import RetryBudgetConfig
 from .core.timelimiter import TimeLimiterConfig
-from .headers import DRAFT_6, DRAFT_10
 from .ip import UNIX_PEER
 from .keyed import DEFAULT_MAX_KEYS as _KEYED_DEFAULT_MAX_KEYS
-from .keys import BUILTIN_KEYS, validate_key_spec
+from .keyspec import BUILTIN_KEYS, validate_key_spec
 
 __all__ = [
     "KINDS",
@@ -298,6 +297,9 @@ _OPTION_KEYS = (
 RETRY_BUDGETS = "retry_budgets"
 _BACKENDS = ("memory", "redis")
 _FAULT_POLICIES = ("open", "closed")
+#: The ``headers`` option's styles (the one list of them; :mod:`~django_ratelimit_r4.headers` formats each).
+DRAFT_10 = "draft-10"
+DRAFT_6 = "draft-6"
 _HEADER_STYLES = (DRAFT_10, DRAFT_6)
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 _DURATION_HINT = "Write durations as timedelta or a string with a unit: '500ms', '1s', '5m'."
@@ -496,7 +498,7 @@ def parse_key_spec(value: object) -> str | Callable[..., Any] | None:
 
 
 def _parse_key(value: object) -> str | Callable[..., Any] | None:
-    # keys.validate_key_spec is the single source of the key rules (it imports dotted paths).
+    # keyspec.validate_key_spec is the single source of the key rules (it imports dotted paths).
     try:
         error = validate_key_spec(value)
     except Exception as exc:  # a user module imported by the dotted path may raise anything

@@ -1,4 +1,8 @@
-"""IETF "RateLimit header fields for HTTP" (draft-ietf-httpapi-ratelimit-headers): pure formatters.
+"""IETF "RateLimit header fields for HTTP" (draft-ietf-httpapi-ratelimit-headers): formatting and writing.
+
+This module is the one place that formats the fields and the one place that writes them on a response
+(:func:`write_draft10`, :func:`write_fields`); it is also the only module of the package that touches a
+Django internal (``ResponseHeaders._store``, see "Writing" below).
 
 Two styles, chosen by the ``headers`` option:
 
@@ -25,6 +29,14 @@ refresh period **up** (at least 1): a limit of 10 per 100 ms is advertised as ``
 that follows the advertised policy therefore never sends faster than the real one allows; it may send
 slower. ``t`` and ``RateLimit-Reset`` are delay-seconds rounded up (:func:`delay_seconds`), so a client
 that waits ``t`` seconds never comes back too early. Negative remaining (reservation debt) is sent as 0.
+
+Writing. ``response[name] = value`` checks the charset and newlines of every value and lower-cases the
+name each time: a few hundred ns on every allowed request. The fields written here are ASCII without
+CR/LF by construction (sf-strings, integers, base64), so :func:`write_draft10` puts them straight into
+Django's ``ResponseHeaders._store`` (``{lower name: (name, value)}``). That layout is Django's private
+business: it is probed once at import (:func:`store_layout_ok`: write through the store, read back through
+the public API and the other way round), and when the probe fails (a Django that changed it) or a response
+has no such store (a response class of its own), the fields go through the public API instead.
 """
 
 from __future__ import annotations
@@ -34,7 +46,9 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
+
+from .conf import DRAFT_6, DRAFT_10  # the headers option's styles are named where the option is checked
 
 __all__ = [
     "DRAFT_6",
@@ -48,11 +62,12 @@ __all__ = [
     "partition_key",
     "ratelimit_headers",
     "sf_string",
+    "store_layout_ok",
     "window_seconds",
+    "write_draft10",
+    "write_fields",
 ]
 
-DRAFT_10 = "draft-10"
-DRAFT_6 = "draft-6"
 HeaderStyle = Literal["draft-10", "draft-6"]
 #: Valid values of the ``headers`` option (``None`` turns the fields off).
 HEADER_STYLES: tuple[str | None, ...] = (DRAFT_10, DRAFT_6, None)
@@ -121,6 +136,24 @@ class QuotaStatus:
     key: str | None = None
 
 
+def draft10_state(prefix: str, remaining: int, reset: int, pk: str = "") -> str:
+    """One member of the ``RateLimit`` field: ``prefix`` is ``sf_string(policy) + ";r="``, ``reset`` in seconds.
+
+    The only formatter of that member (the decorators' fast paths call it too); ``pk`` is ``""`` or
+    ``";pk=" + partition_key(...)``. Values are clamped to sf-integers (negative remaining is sent as 0).
+    """
+    # Comparisons, not _sf_int()/min(): this runs on every allowed request.
+    if remaining < 0:
+        remaining = 0
+    elif remaining > _SF_INT_MAX:
+        remaining = _SF_INT_MAX
+    if reset < 0:
+        reset = 0
+    elif reset > _SF_INT_MAX:
+        reset = _SF_INT_MAX
+    return f"{prefix}{remaining};t={reset}{pk}"
+
+
 def draft10_headers(statuses: Sequence[QuotaStatus], *, salt: bytes = b"") -> dict[str, str]:
     """``RateLimit-Policy`` and ``RateLimit`` in the -10 syntax; ``{}`` for no statuses."""
     if not statuses:
@@ -131,7 +164,7 @@ def draft10_headers(statuses: Sequence[QuotaStatus], *, salt: bytes = b"") -> di
         name = sf_string(s.policy)
         pk = "" if s.key is None else ";pk=" + partition_key(s.key, salt)
         policies.append(f"{name};q={_sf_int(s.limit)};w={_sf_int(s.window)}{pk}")
-        states.append(f"{name};r={_sf_int(s.remaining)};t={_sf_int(s.reset)}{pk}")
+        states.append(draft10_state(name + ";r=", s.remaining, s.reset, pk))
     return {"RateLimit-Policy": ", ".join(policies), "RateLimit": ", ".join(states)}
 
 
@@ -162,3 +195,68 @@ def ratelimit_headers(
     if style is None:
         return {}
     raise ValueError(f"headers must be 'draft-10', 'draft-6' or None, got {style!r}")
+
+
+# ------------------------------------------------------------------------------------------------ writing
+
+
+def store_layout_ok(headers_class: Any = None) -> bool:
+    """Whether ``headers_class`` (Django's ``ResponseHeaders`` by default) keeps ``{lower: (name, value)}``
+    in ``_store``, both ways: a value put in the store reads back through the public API, and a value set
+    through the public API shows in the store. False on any surprise (the fields then take the public API).
+    """
+    try:
+        if headers_class is None:
+            from django.http.response import ResponseHeaders as headers_class
+        headers = headers_class({})
+        store = headers._store
+        if type(store) is not dict:
+            return False
+        store["ratelimit-probe"] = ("RateLimit-Probe", "1")
+        headers["X-R4-Probe"] = "2"
+        return bool(
+            headers.get("RATELIMIT-PROBE") == "1"
+            and ("RateLimit-Probe", "1") in list(headers.items())
+            and store.get("x-r4-probe") == ("X-R4-Probe", "2")
+        )
+    except Exception:  # any change of shape: not the layout this module writes into
+        return False
+
+
+#: The probe's answer for the installed Django, read once at import.
+STORE_LAYOUT_OK: bool = store_layout_ok()
+
+
+def write_draft10(
+    response: Any, policy: str, prefix: str, remaining: int, reset_ns: int, pk: str = ""
+) -> None:
+    """Set ``RateLimit-Policy: policy`` and the ``RateLimit`` member of one decision on ``response``.
+
+    ``policy`` is the complete ``RateLimit-Policy`` value (with ``pk`` if any), ``prefix`` is
+    ``sf_string(name) + ";r="`` and ``reset_ns`` the time to the reset in ns (rounded up to seconds).
+    The decorators' hot path: straight into Django's header store when :data:`STORE_LAYOUT_OK`.
+    """
+    # draft10_state() inlined (this runs on every allowed request); tests/test_headers.py checks they agree.
+    if remaining < 0:
+        remaining = 0
+    elif remaining > _SF_INT_MAX:
+        remaining = _SF_INT_MAX
+    reset = (reset_ns + 999_999_999) // 1_000_000_000 if reset_ns > 0 else 0
+    state = f"{prefix}{remaining};t={reset if reset <= _SF_INT_MAX else _SF_INT_MAX}{pk}"
+    if STORE_LAYOUT_OK:
+        try:
+            store = response.headers._store
+        except AttributeError:  # a response class without Django's ResponseHeaders
+            store = None
+        if type(store) is dict:
+            store["ratelimit-policy"] = ("RateLimit-Policy", policy)
+            store["ratelimit"] = ("RateLimit", state)
+            return
+    response["RateLimit-Policy"] = policy
+    response["RateLimit"] = state
+
+
+def write_fields(response: Any, fields: dict[str, str]) -> None:
+    """Set every field of ``fields`` (as returned by :func:`ratelimit_headers`) on ``response``."""
+    for name, value in fields.items():
+        response[name] = value

@@ -55,6 +55,8 @@ __all__ = [
     "KeyedRateLimiterView",
     "aacquire_all_keyed",
     "acquire_all_keyed",
+    "is_mixed",
+    "redis_module_of",
 ]
 
 _NS_PER_S = 1_000_000_000
@@ -734,7 +736,7 @@ def _remote_flags(entries: Sequence[tuple[Any, Any]]) -> tuple[Any | None, list[
     return module, flags
 
 
-def _redis_of(entries: Sequence[tuple[Any, Any]]) -> Any | None:
+def redis_module_of(entries: Sequence[tuple[Any, Any]]) -> Any | None:
     """``backends.redis`` when some entry is Redis-backed, None when none is.
 
     A process that never imported ``backends.redis`` has no Redis-backed limiter (and ``redis`` stays
@@ -744,7 +746,7 @@ def _redis_of(entries: Sequence[tuple[Any, Any]]) -> Any | None:
     return _remote_flags(entries)[0]
 
 
-def _is_mixed(entries: Sequence[tuple[Any, Any]]) -> bool:
+def is_mixed(entries: Sequence[tuple[Any, Any]]) -> bool:
     """True when some entries are Redis-backed and others are not."""
     module, flags = _remote_flags(entries)
     return module is not None and not all(flags)

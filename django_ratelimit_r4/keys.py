@@ -30,9 +30,8 @@ import hashlib
 from collections.abc import Callable
 from typing import Any
 
-from django.utils.module_loading import import_string
-
 from .ip import ClientIPResolver
+from .keyspec import BUILTIN_KEYS, HEADER_PREFIX, resolve_key_callable, validate_key_spec
 
 __all__ = [
     "BUILTIN_KEYS",
@@ -50,9 +49,7 @@ KeyFunc = Callable[[Any], "str | None"]
 MAX_KEY_LENGTH = 256
 _HASH_PREFIX = "sha256:"
 
-#: The spec names understood without a dotted path ("header:<Name>" aside).
-BUILTIN_KEYS = ("ip", "user", "user_or_ip", "session")
-_HEADER_PREFIX = "header:"
+_HEADER_PREFIX = HEADER_PREFIX
 _UNPREFIXED_META = frozenset({"CONTENT_TYPE", "CONTENT_LENGTH"})
 
 
@@ -155,49 +152,6 @@ def _make_custom(fn: Callable[[Any], Any], namespace: str) -> KeyFunc:
     return custom_key
 
 
-def _check_header_name(name: str) -> str | None:
-    if not name.strip():
-        return "the header name after 'header:' is empty (e.g. 'header:X-Api-Key')"
-    if not all(c.isalnum() or c in "-_" for c in name.strip()) or not name.isascii():
-        return f"'{name}' is not a valid HTTP header name (letters, digits and '-')"
-    return None
-
-
-def _resolve_callable(path: str) -> tuple[Callable[[Any], Any] | None, str | None]:
-    try:
-        obj = import_string(path)
-    except ImportError as exc:
-        return None, f"cannot import key function '{path}': {exc}"
-    if not callable(obj):
-        return None, f"key function '{path}' is not callable"
-    return obj, None
-
-
-def _unknown(spec: str) -> str:
-    return (
-        f"unknown key '{spec}': use 'ip', 'user', 'user_or_ip', 'session', 'header:<Name>' "
-        "or a dotted path to a callable(request) -> str | None"
-    )
-
-
-def validate_key_spec(spec: object) -> str | None:
-    """Return an error message for an invalid key spec, or ``None`` when it is valid.
-
-    Imports dotted paths (so it belongs in system checks, not on a request path).
-    """
-    if spec is None or (callable(spec) and not isinstance(spec, str)):
-        return None
-    if not isinstance(spec, str):
-        return f"key must be a string or a callable, got {type(spec).__name__}"
-    if spec in BUILTIN_KEYS:
-        return None
-    if spec.startswith(_HEADER_PREFIX):
-        return _check_header_name(spec[len(_HEADER_PREFIX) :])
-    if "." not in spec or spec.startswith(".") or spec.endswith("."):
-        return _unknown(spec)
-    return _resolve_callable(spec)[1]
-
-
 def key_namespace(spec: str | Callable[[Any], Any]) -> str:
     """The prefix that ``spec``'s compiled key function puts before every value, e.g. ``"ip:"``.
 
@@ -246,6 +200,6 @@ def compile_key(spec: str | Callable[[Any], Any], *, ip_resolver: ClientIPResolv
         return _make_session(resolver)
     if spec.startswith(_HEADER_PREFIX):
         return _make_header(spec[len(_HEADER_PREFIX) :])
-    fn, _ = _resolve_callable(spec)
+    fn, _ = resolve_key_callable(spec)
     assert fn is not None  # validated above
     return _make_custom(fn, key_namespace(spec))

@@ -25,42 +25,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
-from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
-from . import conf, registry, stall
-from .conf import DEFAULT_BULKHEAD_RETRY_AFTER
-from .core.exceptions import BulkheadFull, ResilienceError
-from .responses import HANDLED_EXCEPTIONS, response_for_exception
+from . import stall
+from .responses import HANDLED_EXCEPTIONS, bulkhead_retry_after_ns, rejection_response
 
+# bulkhead_retry_after_ns and rejection_response live in responses.py; importable from here as before.
 __all__ = ["ResilienceMiddleware", "bulkhead_retry_after_ns", "rejection_response"]
-
-
-def bulkhead_retry_after_ns(name: str) -> int:
-    """The configured ``retry_after`` (ns) of bulkhead ``name``; the default for unknown instances."""
-    try:
-        return int(registry.instance_options("bulkheads", name)["retry_after"])
-    except (KeyError, ImproperlyConfigured):  # not configured (built by hand) or misconfigured
-        return int(DEFAULT_BULKHEAD_RETRY_AFTER)
-
-
-def rejection_response(
-    request: Any, exc: ResilienceError, *, bulkhead_retry_after: int | None = None
-) -> HttpResponse:
-    """The 429/503 response for one of :data:`~django_ratelimit_r4.responses.HANDLED_EXCEPTIONS`.
-
-    Uses the ``response_builder`` option and, for a full bulkhead, its configured ``retry_after``
-    (pass ``bulkhead_retry_after`` in ns to skip the lookup). A rejection path only: it reads the
-    cached options, never the raw settings.
-    """
-    if isinstance(exc, BulkheadFull) and bulkhead_retry_after is None:
-        bulkhead_retry_after = bulkhead_retry_after_ns(exc.name)
-    return response_for_exception(
-        request,
-        exc,
-        bulkhead_retry_after_ns=int(bulkhead_retry_after or DEFAULT_BULKHEAD_RETRY_AFTER),
-        builder=conf.get_options().response_builder,
-    )
 
 
 class ResilienceMiddleware:

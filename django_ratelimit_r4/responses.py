@@ -38,10 +38,13 @@ from functools import lru_cache
 from http import HTTPStatus
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 from django.utils.cache import patch_cache_control
 from django.utils.module_loading import import_string
 
+from . import conf, registry
+from .conf import DEFAULT_BULKHEAD_RETRY_AFTER
 from .core.exceptions import (
     BulkheadFull,
     CallNotPermitted,
@@ -56,7 +59,9 @@ __all__ = [
     "PROBLEM_TEMPORARY_REDUCED_CAPACITY",
     "ResponseBuilder",
     "accepts_json",
+    "bulkhead_retry_after_ns",
     "default_response",
+    "rejection_response",
     "resolve_response_builder",
     "response_for_exception",
     "retry_after_for",
@@ -74,7 +79,7 @@ PROBLEM_TEMPORARY_REDUCED_CAPACITY = _PROBLEM_BASE + "temporary-reduced-capacity
 #: A user-supplied builder: ``builder(request, exc, *, status, retry_after) -> HttpResponse``.
 ResponseBuilder = Callable[..., HttpResponse]
 
-_DEFAULT_BULKHEAD_RETRY_AFTER_NS = 1_000_000_000
+_DEFAULT_BULKHEAD_RETRY_AFTER_NS = int(DEFAULT_BULKHEAD_RETRY_AFTER)  # the settings' default, one source
 _JSON_CONTENT_TYPE = "application/problem+json"
 _TEXT_CONTENT_TYPE = "text/plain; charset=utf-8"
 _HTML_CONTENT_TYPE = "text/html; charset=utf-8"
@@ -326,3 +331,31 @@ def resolve_response_builder(spec: str | ResponseBuilder | None) -> ResponseBuil
     if not callable(builder):
         raise ValueError(f"response_builder '{spec}' is not callable")
     return builder  # type: ignore[no-any-return]
+
+
+def bulkhead_retry_after_ns(name: str) -> int:
+    """The configured ``retry_after`` (ns) of bulkhead ``name``; the default for unknown instances."""
+    try:
+        return int(registry.instance_options("bulkheads", name)["retry_after"])
+    except (KeyError, ImproperlyConfigured):  # not configured (built by hand) or misconfigured
+        return _DEFAULT_BULKHEAD_RETRY_AFTER_NS
+
+
+def rejection_response(
+    request: Any, exc: ResilienceError, *, bulkhead_retry_after: int | None = None
+) -> HttpResponse:
+    """The 429/503 response for one of :data:`HANDLED_EXCEPTIONS`, as configured.
+
+    Uses the ``response_builder`` option and, for a full bulkhead, its configured ``retry_after``
+    (pass ``bulkhead_retry_after`` in ns to skip the lookup). A rejection path only: it reads the
+    cached options, never the raw settings. What the decorators, the middleware and the DRF exception
+    handler all answer.
+    """
+    if isinstance(exc, BulkheadFull) and bulkhead_retry_after is None:
+        bulkhead_retry_after = bulkhead_retry_after_ns(exc.name)
+    return response_for_exception(
+        request,
+        exc,
+        bulkhead_retry_after_ns=int(bulkhead_retry_after or _DEFAULT_BULKHEAD_RETRY_AFTER_NS),
+        builder=conf.get_options().response_builder,
+    )

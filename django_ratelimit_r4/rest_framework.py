@@ -33,8 +33,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from . import registry
 from .decorators import RateLimitGate
-from .middleware import rejection_response
-from .responses import HANDLED_EXCEPTIONS
+from .responses import HANDLED_EXCEPTIONS, rejection_response
 
 __all__ = ["AnonRateThrottle", "RateLimiterThrottle", "UserRateThrottle", "exception_handler"]
 

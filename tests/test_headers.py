@@ -141,3 +141,151 @@ def test_partition_key_shape():
 
 def test_sf_string_plain():
     assert sf_string("api") == '"api"'
+
+
+# ------------------------------------------------------------------------------------------------ writing
+# headers.py is the only module that touches Django's private ResponseHeaders._store: these tests notice a
+# Django that changed its layout, and show that the fields then take the public API with the same result.
+
+
+class _HeadersWithoutStore:
+    """A response-headers mapping of some other shape (what a future Django might have)."""
+
+    def __init__(self, data: dict) -> None:
+        self._data = {k.lower(): (k, v) for k, v in data.items()}
+
+    def __setitem__(self, name: str, value: str) -> None:
+        self._data[name.lower()] = (name, value)
+
+    def get(self, name: str, default=None):
+        item = self._data.get(name.lower())
+        return default if item is None else item[1]
+
+    def items(self):
+        return list(self._data.values())
+
+
+class _HeadersWithOtherStore(_HeadersWithoutStore):
+    """A ``_store`` dict that maps lower-case names to bare values (not Django's ``(name, value)``)."""
+
+    @property
+    def _store(self) -> dict:
+        return {k: v for k, (_, v) in self._data.items()}
+
+
+def test_the_installed_django_has_the_layout_headers_writes_into():
+    """If this fails, Django changed ResponseHeaders: the fields still work, through the public API."""
+    from django_ratelimit_r4 import headers
+
+    assert headers.store_layout_ok() is True
+    assert headers.STORE_LAYOUT_OK is True
+
+
+@pytest.mark.parametrize("cls", [_HeadersWithoutStore, _HeadersWithOtherStore, object])
+def test_a_changed_layout_is_detected(cls):
+    from django_ratelimit_r4 import headers
+
+    assert headers.store_layout_ok(cls) is False
+
+
+def _written(response) -> dict:
+    return {name: response[name] for name in ("RateLimit-Policy", "RateLimit")}
+
+
+def test_write_draft10_through_the_store_matches_the_public_api(settings):
+    from django.http import HttpResponse
+
+    from django_ratelimit_r4 import headers
+
+    fast = HttpResponse()
+    headers.write_draft10(fast, '"api";q=10;w=1', '"api";r=', 3, 1_500_000_000, ";pk=:x:")
+    assert _written(fast) == {"RateLimit-Policy": '"api";q=10;w=1', "RateLimit": '"api";r=3;t=2;pk=:x:'}
+    assert ("RateLimit", '"api";r=3;t=2;pk=:x:') in list(fast.items())  # what the server sends
+    reference = draft10_headers([QuotaStatus("api", 10, 1, 3, 2)])
+    plain = HttpResponse()
+    headers.write_draft10(plain, reference["RateLimit-Policy"], '"api";r=', 3, 1_500_000_000)
+    assert _written(plain) == reference
+
+
+def test_write_draft10_falls_back_to_the_public_api_when_the_layout_changed(monkeypatch):
+    from django.http import HttpResponse
+
+    from django_ratelimit_r4 import headers
+
+    monkeypatch.setattr(headers, "STORE_LAYOUT_OK", False)
+    response = HttpResponse()
+    response.headers._store = None  # would raise if written into
+    monkeypatch.setattr(
+        type(response), "__setitem__", lambda self, name, value: calls.append((name, value)), raising=True
+    )
+    calls: list = []
+    headers.write_draft10(response, '"api";q=10;w=1', '"api";r=', -4, 0)
+    assert calls == [("RateLimit-Policy", '"api";q=10;w=1'), ("RateLimit", '"api";r=0;t=0')]
+
+
+def test_write_draft10_on_a_response_without_django_headers():
+    """A response class of its own (no ``headers._store``): the public ``response[name] = value``."""
+    from django_ratelimit_r4 import headers
+
+    class Response(dict):
+        headers = _HeadersWithoutStore({})
+
+    response = Response()
+    headers.write_draft10(response, '"api";q=10;w=1', '"api";r=', 10**20, 10**30)
+    assert response == {"RateLimit-Policy": '"api";q=10;w=1', "RateLimit": '"api";r=999999999999999;t=999999999999999'}
+
+
+def test_a_view_gets_the_same_fields_without_the_fast_store(monkeypatch, r4_clock):
+    """Through @ratelimit (the hot path), a Django without the known layout gives identical headers."""
+    from django.http import HttpResponse
+    from django.test import RequestFactory
+
+    from django_ratelimit_r4 import headers
+    from django_ratelimit_r4.decorators import ratelimit
+
+    @ratelimit("api")
+    def view(request):
+        return HttpResponse("ok")
+
+    fast = _written(view(RequestFactory().get("/")))
+    monkeypatch.setattr(headers, "STORE_LAYOUT_OK", False)
+    slow = _written(view(RequestFactory().get("/")))
+    assert fast == {"RateLimit-Policy": '"api";q=10;w=1', "RateLimit": '"api";r=9;t=1'}
+    assert slow == {"RateLimit-Policy": '"api";q=10;w=1', "RateLimit": '"api";r=8;t=1'}
+
+
+def test_only_headers_touches_django_private_store():
+    """No other module reads ``<something>.headers._store`` or ``getattr(..., "_store")``."""
+    import ast
+    from pathlib import Path
+
+    import django_ratelimit_r4
+
+    root = Path(django_ratelimit_r4.__file__).parent
+
+    def touches(path: Path) -> bool:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr == "_store" and isinstance(node.value, ast.Attribute):
+                return True
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", "") == "getattr"
+                and any(isinstance(a, ast.Constant) and a.value == "_store" for a in node.args)
+            ):
+                return True
+        return False
+
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*.py") if touches(p)) == ["headers.py"]
+
+
+@pytest.mark.parametrize("remaining", [-5, 0, 1, 7, 999_999_999_999_999, 10**16])
+@pytest.mark.parametrize("reset_ns", [-1, 0, 1, 999_999_999, 1_000_000_000, 1_000_000_001, 10**30])
+def test_write_draft10_formats_as_draft10_state(remaining, reset_ns):
+    """write_draft10 inlines draft10_state for the hot path: both give the same member."""
+    from django.http import HttpResponse
+
+    from django_ratelimit_r4.headers import draft10_state, write_draft10
+
+    response = HttpResponse()
+    write_draft10(response, "p", '"a";r=', remaining, reset_ns, ";pk=:x:")
+    assert response["RateLimit"] == draft10_state('"a";r=', remaining, delay_seconds(reset_ns), ";pk=:x:")

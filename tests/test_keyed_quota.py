@@ -16,11 +16,11 @@ from django.test import RequestFactory, override_settings
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from django_ratelimit_r4 import decorators
+from django_ratelimit_r4 import gate as gate_module
 from django_ratelimit_r4.core.clock import FakeClock
 from django_ratelimit_r4.core.exceptions import RequestNotPermitted
 from django_ratelimit_r4.core.ratelimiter import RateLimiterConfig
-from django_ratelimit_r4.decorators import RateLimitGate, _secret_salt
+from django_ratelimit_r4.gate import RateLimitGate, _secret_salt
 from django_ratelimit_r4.headers import QuotaStatus, delay_seconds, draft10_headers, window_seconds
 from django_ratelimit_r4.keyed import KeyedRateLimiter
 from tests import views
@@ -240,7 +240,7 @@ def test_other_header_styles_take_the_general_path(r4_clock, style) -> None:
 
 
 def test_per_key_header_cache_is_bounded_and_stays_exact(r4_clock, monkeypatch) -> None:
-    monkeypatch.setattr(decorators, "_KEYED_ENTRIES_MAX", 3)
+    monkeypatch.setattr(gate_module, "_KEYED_ENTRIES_MAX", 3)
     with override_settings(RATELIMIT_R4=keyed_settings()):
         gate = RateLimitGate("per_ip_60")
         clients = [f"192.0.2.{n}" for n in range(1, 8)]

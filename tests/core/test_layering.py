@@ -18,12 +18,16 @@ CORE = ROOT / "django_ratelimit_r4" / "core"
 PACKAGE = "django_ratelimit_r4"
 
 
-def _outside_core(path: Path) -> list[str]:
-    """Every import in ``path`` that reaches a module of this package outside ``core/``."""
+def _outside_core(path: Path, depth: int = 0) -> list[str]:
+    """Every import in ``path`` that reaches a module of this package outside ``core/``.
+
+    ``depth``: how many packages below ``core/`` the file sits (1 in ``core/circuitbreaker/``, where
+    ``from ..clock import`` is still inside core).
+    """
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if isinstance(node, ast.ImportFrom):
-            if node.level > 1:  # from ..x: the package above core/
+            if node.level > 1 + depth:  # from ..x in core/x.py: the package above core/
                 found.append(f"line {node.lineno}: from {'.' * node.level}{node.module or ''} import ...")
             elif (
                 node.level == 0
@@ -47,9 +51,17 @@ def _outside_core(path: Path) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("path", sorted(CORE.glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(CORE.rglob("*.py")), ids=lambda p: str(p.relative_to(CORE)))
 def test_core_imports_nothing_outside_core(path: Path) -> None:
-    assert _outside_core(path) == [], f"{path.relative_to(ROOT)} imports outside core/"
+    depth = len(path.relative_to(CORE).parts) - 1  # core/circuitbreaker/breaker.py: 1
+    assert _outside_core(path, depth) == [], f"{path.relative_to(ROOT)} imports outside core/"
+
+
+def test_subpackages_of_core_are_checked_too() -> None:
+    assert any(p.parent.name == "circuitbreaker" for p in CORE.rglob("*.py"))
+    sample = CORE / "circuitbreaker" / "breaker.py"
+    assert _outside_core(sample, 1) == []
+    assert _outside_core(sample, 0) != []  # its "from .." imports would leave core from one level up
 
 
 def test_the_check_sees_each_kind_of_import(tmp_path: Path) -> None:

@@ -1,0 +1,67 @@
+"""The grammar of a rate limiter's ``key`` spec: which specs are valid (the one source of that rule).
+
+A spec is ``None`` (unkeyed), one of :data:`BUILTIN_KEYS`, ``"header:<Name>"``, a dotted path to
+``callable(request) -> str | None`` or such a callable itself. :func:`validate_key_spec` says what is wrong
+with one; the settings (:mod:`~django_ratelimit_r4.conf`) turn its message into a check problem and
+:func:`~django_ratelimit_r4.keys.compile_key` into a ``ValueError``. It lives apart from
+:mod:`~django_ratelimit_r4.keys` (which turns a valid spec into a request function, the HTTP edge) so the
+settings layer can validate specs without importing the request edge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.utils.module_loading import import_string
+
+__all__ = ["BUILTIN_KEYS", "HEADER_PREFIX", "resolve_key_callable", "validate_key_spec"]
+
+#: The spec names understood without a dotted path ("header:<Name>" aside).
+BUILTIN_KEYS = ("ip", "user", "user_or_ip", "session")
+#: The prefix of a header spec, ``"header:X-Api-Key"``.
+HEADER_PREFIX = "header:"
+
+
+def _check_header_name(name: str) -> str | None:
+    if not name.strip():
+        return "the header name after 'header:' is empty (e.g. 'header:X-Api-Key')"
+    if not all(c.isalnum() or c in "-_" for c in name.strip()) or not name.isascii():
+        return f"'{name}' is not a valid HTTP header name (letters, digits and '-')"
+    return None
+
+
+def resolve_key_callable(path: str) -> tuple[Callable[[Any], Any] | None, str | None]:
+    """Import the key function at dotted ``path``: ``(function, None)``, or ``(None, error message)``."""
+    try:
+        obj = import_string(path)
+    except ImportError as exc:
+        return None, f"cannot import key function '{path}': {exc}"
+    if not callable(obj):
+        return None, f"key function '{path}' is not callable"
+    return obj, None
+
+
+def _unknown(spec: str) -> str:
+    return (
+        f"unknown key '{spec}': use 'ip', 'user', 'user_or_ip', 'session', 'header:<Name>' "
+        "or a dotted path to a callable(request) -> str | None"
+    )
+
+
+def validate_key_spec(spec: object) -> str | None:
+    """Return an error message for an invalid key spec, or ``None`` when it is valid.
+
+    Imports dotted paths (so it belongs in system checks, not on a request path).
+    """
+    if spec is None or (callable(spec) and not isinstance(spec, str)):
+        return None
+    if not isinstance(spec, str):
+        return f"key must be a string or a callable, got {type(spec).__name__}"
+    if spec in BUILTIN_KEYS:
+        return None
+    if spec.startswith(HEADER_PREFIX):
+        return _check_header_name(spec[len(HEADER_PREFIX) :])
+    if "." not in spec or spec.startswith(".") or spec.endswith("."):
+        return _unknown(spec)
+    return resolve_key_callable(spec)[1]

@@ -1,0 +1,55 @@
+"""``RateLimitGate`` (django_ratelimit_r4/gate.py) on its own: the check behind @ratelimit and the DRF throttle."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import RequestFactory
+
+from django_ratelimit_r4.core.exceptions import RequestNotPermitted
+from django_ratelimit_r4.gate import RateLimitGate
+
+pytestmark = pytest.mark.django_db(databases=[])
+
+
+def test_check_computes_each_key_once_on_a_rejection(r4_clock) -> None:
+    """A rejected ``check()`` reuses the keys of its decision for the header fields (it computed them twice)."""
+    calls: list[str] = []
+
+    def key(request) -> str:
+        calls.append(request.path)
+        return "client"
+
+    gate = RateLimitGate("per_ip", key=key)  # 2 per period
+    request = RequestFactory().get("/k")
+    for _ in range(2):
+        assert gate.check(request)[0] is None
+    calls.clear()
+    rejection, headers = gate.check(request)
+    assert isinstance(rejection, RequestNotPermitted)
+    assert calls == ["/k"]
+    assert headers["RateLimit"].startswith('"per_ip";r=0;t=')
+
+
+def test_check_computes_each_key_once_over_several_limits(r4_clock) -> None:
+    calls: list[str] = []
+
+    def key(request) -> str:
+        calls.append(request.path)
+        return "client"
+
+    gate = RateLimitGate(["per_ip", "api"], key=key)
+    request = RequestFactory().get("/k")
+    for _ in range(2):
+        assert gate.check(request)[0] is None
+    calls.clear()
+    rejection, headers = gate.check(request)
+    assert isinstance(rejection, RequestNotPermitted)
+    assert calls == ["/k", "/k"]  # one call per limit, not two
+    assert headers["RateLimit"].count(";r=") == 2
+
+
+def test_a_new_gate_resolves_at_its_first_use(r4_clock) -> None:
+    """The gate starts with a complete plan of no limits that never matches a registry generation."""
+    gate = RateLimitGate("api")
+    assert gate._plan.limits == () and gate._plan.generation < 0
+    assert gate.plan().limits[0].name == "api"
