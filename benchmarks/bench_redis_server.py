@@ -7,10 +7,10 @@ real clients for each row, and reads ``usec_per_call`` of the scripts the row ra
 anything sent outside a script), divided by the decisions; next to it the server process's whole CPU time
 per decision (``INFO cpu``: reading the request and writing the reply included).
 
-Rows: unkeyed allowed / denied, keyed allowed / denied, an all-or-nothing decision over 3 limits; side by side
-with a bare ``INCR`` + ``PEXPIRE`` script (the floor of any counter in a script) and, when the ``limits``
-package is installed (``pip install limits`` or the ``bench`` extra), limits' fixed window and moving window
-on the same server. The last column is decisions per second one Redis core can serve (1e6 / µs).
+Rows: unkeyed allowed / denied, keyed allowed / denied, an all-or-nothing decision over 3 limits; the same for
+``gcra`` and ``sliding_window`` (their own scripts); side by side with a bare ``INCR`` + ``PEXPIRE`` script
+(the floor of any counter in a script) and, when installed (the ``bench`` extra), limits' fixed window, moving
+window and sliding-window counter and pyrate-limiter's GCRA and sliding log on the same server. The last column is decisions per second one Redis core can serve (1e6 / µs).
 
 Run: ``python benchmarks/bench_redis_server.py [N]`` (default N = 20000 decisions per row; needs
 ``redis-server`` on the PATH). Each row is measured REPEAT times, interleaved with the others, and the best
@@ -156,6 +156,7 @@ def _rows(url: str, prefix: str) -> list[tuple[str, Callable[[], Any], int]]:
         ("ours keyed denied + header figures", refused(lambda: keyed_denied.acquire_quota("203.0.113.7")), 1),
         ("ours all-or-nothing over 3 + header figures", lambda: acquire_all_quotas([(r, None) for r in trio]), 3),
     ]
+    rows += _smooth_rows(url, prefix, refused)
     bare = redis.Redis.from_url(url)
     incr = bare.register_script(_INCR_PEXPIRE)
     rows.append(("bare INCR + PEXPIRE script", lambda: incr(keys=[prefix + ":incr"], args=[3_600_000]), 0))
@@ -172,9 +173,74 @@ def _rows(url: str, prefix: str) -> list[tuple[str, Callable[[], Any], int]]:
     moving_item = limits.parse("1000/hour")
     for _ in range(1000):  # a full moving window: the script scans 1000 entries per hit
         moving.hit(moving_item, prefix, "moving")
+    counter = limits.strategies.SlidingWindowCounterRateLimiter(storage)
     rows.append(("limits fixed window (hit)", lambda: fixed.hit(item, prefix, "fixed"), 0))
     rows.append(("limits moving window (hit, 1000 in window)", lambda: moving.hit(moving_item, prefix, "moving"), 0))
+    rows.append(("limits sliding window counter (hit)", lambda: counter.hit(item, prefix, "counter"), 0))
+    return rows + _pyrate_rows(url, prefix)
+
+
+def _smooth_rows(
+    url: str, prefix: str, refused: Callable[[Callable[[], Any]], Callable[[], Any]]
+) -> list[tuple[str, Callable[[], Any], int]]:
+    """GCRA and the sliding window (issue 13): their own scripts, allowed / denied / keyed / with figures."""
+    from django_ratelimit_r4.backends.redis import RedisStore
+    from django_ratelimit_r4.core.clock import SYSTEM_CLOCK
+    from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig
+
+    store = RedisStore("bench", url, {"key_prefix": prefix})
+    rows: list[tuple[str, Callable[[], Any], int]] = []
+    # Allowed: GCRA never reaches its limit; the sliding window's log of 100 is reused every 1 ms (full log).
+    shapes = {"gcra": (10**12, "1h"), "sliding_window": (100, "1ms")}
+    for algorithm, (limit, period) in shapes.items():
+        allowed_cfg = RateLimiterConfig(limit_for_period=limit, limit_refresh_period=period, algorithm=algorithm)
+        denied_cfg = RateLimiterConfig(limit_for_period=100, limit_refresh_period="1h", algorithm=algorithm)
+        factory = store.backend_factory("allow")
+        allowed = RateLimiter(f"{algorithm}-a", allowed_cfg, clock=SYSTEM_CLOCK, backend=factory)
+        denied = RateLimiter(f"{algorithm}-d", denied_cfg, clock=SYSTEM_CLOCK, backend=factory)
+        while denied.acquire_permission():
+            pass
+        keyed = store.keyed_rate_limiter(
+            f"{algorithm}-k", allowed_cfg, clock=SYSTEM_CLOCK, max_keys=1, idle_timeout_ns=None, on_error="allow"
+        )
+        rows += [
+            (f"ours {algorithm} unkeyed allowed", allowed.acquire_permission, 1),
+            (f"ours {algorithm} unkeyed denied (100 in window)", denied.acquire_permission, 1),
+            (f"ours {algorithm} keyed allowed", lambda k=keyed: k.acquire_permission("203.0.113.7"), 1),
+            (f"ours {algorithm} unkeyed allowed + header figures", allowed.acquire_quota, 1),
+            (f"ours {algorithm} unkeyed denied + header figures", refused(denied.acquire_quota), 1),
+        ]
+    big = RateLimiterConfig(limit_for_period=10_000, limit_refresh_period="1ms", algorithm="sliding_window")
+    large = RateLimiter("sliding-10k", big, clock=SYSTEM_CLOCK, backend=store.backend_factory("allow"))
+    rows.append(("ours sliding_window allowed, log of 10,000 (slot by slot)", large.acquire_permission, 1))
+    rows.append(("ours sliding_window same + header figures", large.acquire_quota, 1))
     return rows
+
+
+def _pyrate_rows(url: str, prefix: str) -> list[tuple[str, Callable[[], Any], int]]:
+    """pyrate-limiter's Redis limiters (the ``bench`` extra), allowed."""
+    try:
+        from pyrate_limiter import (
+            GCRA,
+            Limiter,
+            Rate,
+            RedisBucket,
+            RedisStateStore,
+            SlidingWindowLog,
+            StateBucket,
+        )
+    except ImportError:
+        return []
+    client = redis.Redis.from_url(url)
+    gcra = Limiter(StateBucket([Rate(10**9, 3_600_000)], algorithm=GCRA(), store=RedisStateStore(client, prefix + ":pg")))
+    bucket = RedisBucket.init([Rate(1000, 3_600_000)], client, prefix + ":pl", algorithm=SlidingWindowLog())
+    log = Limiter(bucket)
+    for _ in range(1000):  # a full log of 1000 (then denied), like limits' moving window row
+        log.try_acquire("x", blocking=False)
+    return [
+        ("pyrate-limiter GCRA (RedisStateStore)", lambda: gcra.try_acquire("x", blocking=False), 0),
+        ("pyrate-limiter sliding log (RedisBucket, 1000 in window)", lambda: log.try_acquire("x", blocking=False), 0),
+    ]
 
 
 def run(number: int = NUMBER, repeat: int = REPEAT) -> list[dict[str, Any]]:

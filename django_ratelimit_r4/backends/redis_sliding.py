@@ -4,8 +4,9 @@
 over the hand-over times of the last ``limit`` permits, kept per limiter (or client key) in one Redis string
 (a ring of fixed-width slots: a decision for ``k`` permits reads two slots and writes ``k``; the header
 figures use a binary search). Same guarantee as in memory: **never more than ``limit`` permits in any window
-of length ``period``**, for the whole cluster. Memory in Redis: 16 bytes per logged permit plus a 40-byte
-header, growing with use up to ``limit`` slots; the key expires once every logged permit has left the window.
+of length ``period``**, for the whole cluster. Memory in Redis: 16 bytes per logged permit plus a 56-byte
+header, growing with use up to ``limit`` slots; the key expires at most a period after every logged permit
+has left the window.
 
 * :class:`RedisSlidingBackend` -- a :class:`~.redis.RedisBackend` (same keys, fault policies, connection)
   deciding by the sliding log; built by :func:`~.redis.redis_backend`'s factory for a sliding-window config.
@@ -164,7 +165,7 @@ class _Sliding:
 class RedisSlidingBackend(_Sliding, RedisBackend):
     """A :class:`~.redis.RedisBackend` deciding by the exact sliding log (``algorithm="sliding_window"``).
 
-    Key: ``<prefix>:rl:{<name>}:state`` (the log; expires once every logged permit has left the window).
+    Key: ``<prefix>:rl:{<name>}:state`` (the log; expires at most a period after every logged permit left the window).
     """
 
     def __init__(

@@ -105,6 +105,46 @@ def test_redis_sliding_gives_the_pure_references_answers(
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
+    limit=st.integers(min_value=250, max_value=262),
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["acquire", "acquire", "quota", "state", "drain", "advance"]),
+            st.sampled_from([1, 2, 50, 130, 256, 257, 300]),
+            st.integers(min_value=0, max_value=1_500_000_000),
+        ),
+        max_size=30,
+    ),
+)
+def test_large_rings_slot_by_slot_give_the_same_answers(
+    redis_url: str, prefix: str, limit: int, ops: list[Any]
+) -> None:
+    """Logs of more than 256 permits are read and written slot by slot (GETRANGE / SETRANGE), smaller ones
+    whole: both give the in-memory answers, across the size boundary too."""
+    clock = FakeClock()
+    memory = SlidingWindowBackend("m", limit, 10**9, clock)
+    remote = rs.RedisSlidingBackend("big", limit, 10**9, clock, url=redis_url, prefix=prefix)
+    for op, permits, amount in ops:
+        if op == "acquire":
+            assert remote.acquire(permits, amount) == memory.acquire(permits, amount), (permits, amount)
+        elif op == "quota":
+            assert remote.quota() == memory.quota()
+        elif op == "state":
+            assert remote.state()[1:] == memory.state()[1:]
+        elif op == "drain":
+            assert remote.drain() == memory.drain()
+        else:
+            clock.advance_ns(amount)
+    for limit in (300, 200, 257):  # across the whole-string / slot-by-slot boundary
+        memory.change_limit(limit)
+        remote.change_limit(limit)
+        assert remote.quota() == memory.quota()
+        assert remote.acquire(limit // 2, 0) == memory.acquire(limit // 2, 0)
+        assert remote.quota() == memory.quota()
+        clock.advance_ns(400_000_000)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
     limits=st.lists(st.integers(min_value=1, max_value=6), min_size=2, max_size=4),
     ops=st.lists(st.tuples(st.integers(1, 4), st.integers(0, 400_000_000)), max_size=30),
 )

@@ -2,14 +2,17 @@
 -- sliding_decide in Lua 5.1: an exact sliding log, never more than `limit` permits in any window of `period`.
 -- A script of its own (own SHA): the cycle script and gcra.lua are untouched.
 --
--- State per limiter (or client key), KEYS[i]: one string, a 40-byte header then a ring of `size` slots of 16
--- bytes. Header: "%020d%010d%010d" base (whole seconds), head (ring index of the oldest slot), size (the limit
--- the ring was written for). Slot: "%016d", a hand-over time in units (1 ns, or 1 us for periods over ~10.4
--- days) after `base`; a slot never written (zero bytes, or past the string's end) is older than any window.
--- The string grows with use up to 40 + 16 * limit bytes and expires once every logged permit has left the
--- window, so an idle limiter costs nothing. Times stay below 2^52 units (the base moves forward, rewriting
--- the ring once, when `now` is 2^50 units past it: every ~13 days of continuous use in ns), so Lua's doubles
--- are exact; the client caps the timeout at 2^51 units.
+-- State per limiter (or client key), KEYS[i]: one string, a 56-byte header then a ring of `size` slots of 16
+-- bytes. Header: "%020d%010d%010d%016d" base (whole seconds), head (ring index of the oldest slot), size (the
+-- limit the ring was written for), expiry (units after base until which the key's TTL keeps it; 0 unknown).
+-- Slot: "%016d", a hand-over time in units (1 ns, or 1 us for periods over ~10.4 days) after `base`; a slot
+-- never written (zero bytes, or past the string's end) is older than any window. A decision for k permits
+-- reads the header and two slots (one GETRANGE when they are neighbours) and writes k slots and the header;
+-- the TTL is pushed to two periods past the newest permit when it would end before one (so PEXPIRE runs about
+-- once per period). The string grows with use up to 56 + 16 * limit bytes and expires at most two periods
+-- after the last permit, so an idle limiter costs nothing. Times stay below 2^52 units (the base moves
+-- forward, rewriting the ring once, when `now` is 2^50 units past it: every ~13 days of continuous use in
+-- ns), so Lua's doubles are exact; the client caps the timeout at 2^51 units.
 --
 -- ARGV: op, permits, timeout (units of limiter 1), n, then per limiter i three arguments at j = 5 + 3 * (i - 1):
 --   limit, period (units), unit (ns per unit: 1 or 1000); then the deadline (server microseconds, '' for none);
@@ -40,7 +43,7 @@ else
   end
 end
 
-local HDR, W = 40, 16
+local HDR, W = 56, 16
 local REBASE = 1125899906842624 -- 2^50 units
 local EMPTY = string.rep('\0', W)
 local floor, sub, fmt, rep = math.floor, string.sub, string.format, string.rep
@@ -66,8 +69,8 @@ local function slot(st, index)
   return tonumber(redis.call('GETRANGE', st.key, from, from + W - 1))
 end
 
-local function put_header(st)
-  redis.call('SETRANGE', st.key, 0, fmt('%020d%010d%010d', st.base, st.head, st.size))
+local function header(st)
+  return fmt('%020d%010d%010d%016d', st.base, st.head, st.size, st.exp)
 end
 
 -- Rewrite the whole ring: the newest `limit` times of the log (older ones empty), shifted to `base`.
@@ -94,8 +97,8 @@ local function rewrite(st, base, limit)
   for i = math.max(1, st.size - limit + 1), st.size do
     parts[#parts + 1] = times[i]
   end
-  st.base, st.head, st.size = base, 0, limit
-  redis.call('SET', st.key, fmt('%020d%010d%010d', base, 0, limit) .. table.concat(parts), 'KEEPTTL')
+  st.base, st.head, st.size, st.exp = base, 0, limit, 0
+  redis.call('SET', st.key, header(st) .. table.concat(parts), 'KEEPTTL')
 end
 
 -- A limiter's state: its key, limit, period and unit, the ring's header and `now` in units after the base.
@@ -103,9 +106,10 @@ local function load(i, limit, period, unit)
   local st = {key = KEYS[i], limit = limit, period = period, unit = unit}
   local h = redis.call('GETRANGE', st.key, 0, HDR - 1)
   if #h < HDR then
-    st.base, st.head, st.size = now_s, 0, limit
+    st.base, st.head, st.size, st.exp = now_s, 0, limit, 0
   else
     st.base, st.head, st.size = tonumber(sub(h, 1, 20)), tonumber(sub(h, 21, 30)), tonumber(sub(h, 31, 40))
+    st.exp = tonumber(sub(h, 41, 56))
   end
   st.now = now_after(st.base, unit)
   if st.now > REBASE or st.now < 0 then
@@ -117,10 +121,18 @@ local function load(i, limit, period, unit)
   return st
 end
 
--- When `k` permits (k <= size) can be handed over: max(now, times[k - 1] + period, newest); and the newest.
+-- When `k` permits (k <= size) can be handed over: max(now, times[k - 1] + period, newest).
 local function at_of(st, k)
-  local oldest = slot(st, (st.head + k - 1) % st.size)
-  local newest = slot(st, (st.head - 1) % st.size)
+  local head, size = st.head, st.size
+  local oldest, newest
+  if k == 1 and head > 0 then -- the newest and the oldest slot are neighbours: one read
+    local from = HDR + (head - 1) * W
+    local both = redis.call('GETRANGE', st.key, from, from + 2 * W - 1)
+    newest, oldest = tonumber(sub(both, 1, W)), tonumber(sub(both, W + 1, 2 * W))
+  else
+    oldest = slot(st, (head + k - 1) % size)
+    newest = slot(st, (head - 1) % size)
+  end
   local at = st.now
   if oldest and oldest + st.period > at then
     at = oldest + st.period
@@ -131,7 +143,7 @@ local function at_of(st, k)
   return at
 end
 
--- Log `k` permits handed over at `at` (they replace the oldest slots); the key expires once they left the window.
+-- Log `k` permits handed over at `at` (they replace the oldest slots); the key outlives them by a period.
 local function write(st, at, k)
   local v = fmt('%016d', at)
   local head, size = st.head, st.size
@@ -141,8 +153,15 @@ local function write(st, at, k)
     redis.call('SETRANGE', st.key, HDR, rep(v, k - first))
   end
   st.head = (head + k) % size
-  put_header(st)
-  redis.call('PEXPIRE', st.key, floor((at + st.period - st.now) * st.unit / 1000000) + 1 + slack)
+  local ttl
+  if st.exp < at + st.period then
+    st.exp = at + 2 * st.period
+    ttl = floor((st.exp - st.now) * st.unit / 1000000) + 1 + slack
+  end
+  redis.call('SETRANGE', st.key, 0, header(st))
+  if ttl then
+    redis.call('PEXPIRE', st.key, ttl)
+  end
 end
 
 -- sliding_available: permits one request could take now (0 while a reservation is pending).
