@@ -166,6 +166,11 @@ class Code(enum.Enum):
         "E030",
         "backends['default'] is set together with the top-level shorthand backend, redis_url or redis_key_prefix",
     )
+    INVALID_LEASE = (
+        "E031",
+        "a rate limiter's lease is not an int from 1 to its limit_for_period, or is set without a redis backend "
+        "or with an algorithm other than 'cycle'",
+    )
     MEMORY_MULTIPROCESS = ("W001", "in-memory rate limiters in a deployment that looks multi-process")
     METRICS_WITHOUT_PROMETHEUS = ("W002", "metrics is True but prometheus_client is not installed")
     SHORT_TOKEN = ("W003", "state_endpoint_token is shorter than 32 characters")
@@ -228,7 +233,7 @@ KINDS: dict[str, Kind] = {
             RateLimiterConfig,
             "django_ratelimit_r4.core.ratelimiter.RateLimiter",
             "get_rate_limiter",
-            ("key", "max_keys", "key_idle_timeout", "backend", "on_backend_error"),
+            ("key", "max_keys", "key_idle_timeout", "backend", "on_backend_error", "lease"),
             ("rate",),
         ),
         Kind(
@@ -521,6 +526,23 @@ def _parse_max_keys(value: object) -> int:
     return value
 
 
+_LEASE_HINT = (
+    'A lease is a count of permits, e.g. "lease": 20: each process takes up to that many permits of the current '
+    "cycle from the shared Redis budget per round trip (see docs/redis.md, Permit leases)."
+)
+
+
+def _parse_lease(value: object) -> int | None:
+    # The bound (<= limit_for_period) and the backend are checked once backends are bound (_check_leases).
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Invalid(f"must be a positive integer (permits per round trip) or None, got {value!r}", _LEASE_HINT)
+    if value < 1:
+        raise _Invalid(f"must be >= 1, got {value}", _LEASE_HINT)
+    return value
+
+
 def _parse_positive_duration(value: object) -> Nanos:
     try:
         nanos = parse_duration(value)
@@ -611,6 +633,7 @@ _EXTRAS: dict[str, tuple[Callable[[Any], Any], Any, Code]] = {
     "retry_after": (_parse_retry_after, DEFAULT_BULKHEAD_RETRY_AFTER, Code.INVALID_INSTANCE_OPTION),
     "budget": (_parse_budget_name, None, Code.UNKNOWN_RETRY_BUDGET),
     "lease_ttl": (_parse_lease_ttl, DEFAULT_LEASE_TTL, Code.INVALID_INSTANCE_OPTION),
+    "lease": (_parse_lease, None, Code.INVALID_LEASE),
 }
 
 #: Extra options whose default differs in one section: a bulkhead stays in-process unless it names a backend.
@@ -1547,6 +1570,7 @@ def analyse(raw: object, drf_rates: object = None) -> Analysis:
     _bind_backends(raw, analysis)
     _check_redis_periods(analysis)
     _check_redis_adaptive(analysis)
+    _check_leases(analysis)
     return analysis
 
 
@@ -1631,6 +1655,47 @@ def _check_retry_budgets(analysis: Analysis) -> None:
             analysis.problems.append(problem)
         del specs[name]
         analysis.broken["retries"][name] = [problem]
+
+
+def _check_leases(analysis: Analysis) -> None:
+    """A rate limiter's ``lease`` needs a redis backend, algorithm ``"cycle"`` and at most ``limit_for_period``.
+
+    Only that instance breaks (it raises on use); the others and ``r4 status`` work.
+    """
+    specs = analysis.specs["ratelimiters"]
+    for name, spec in list(specs.items()):
+        lease = spec.options.get("lease")
+        if lease is None:
+            continue
+        where = spec.origins.get("lease", f'{spec.path}["lease"]')
+        backend = analysis.backends.get(spec.options["backend"])
+        limit = int(spec.config.limit_for_period)
+        if backend is None or backend.backend != "redis":
+            message = (
+                f"lease {lease} needs a redis backend (permits are leased from a budget shared through Redis), "
+                f"but backend {spec.options['backend']!r} is {'per process' if backend is not None else 'unknown'}"
+            )
+            hint = (
+                f"Point {setting_path('ratelimiters', 'instances', name, 'backend')} at a redis entry of "
+                f"{setting_path('backends')}, or remove {where}: an in-memory limiter decides locally already."
+            )
+        elif spec.config.algorithm != "cycle":
+            message = f"lease is implemented for algorithm 'cycle' only, got {spec.config.algorithm!r}"
+            hint = (
+                f"Remove {where}, or use algorithm 'cycle' "
+                f"({setting_path('ratelimiters', 'instances', name, 'algorithm')}): a leased permit dies at its "
+                "cycle's end, and gcra and sliding_window have no cycles."
+            )
+        elif lease > limit:
+            message = f"lease {lease} is larger than limit_for_period {limit}"
+            hint = f"Use a lease from 1 to {limit}, e.g. {max(1, limit // 10)} (a tenth of the limit)."
+        else:
+            continue
+        problem = Problem(Code.INVALID_LEASE, where, message, hint)
+        if problem not in analysis.problems:
+            analysis.problems.append(problem)
+        del specs[name]
+        analysis.broken["ratelimiters"][name] = [problem]
 
 
 def _check_redis_adaptive(analysis: Analysis) -> None:

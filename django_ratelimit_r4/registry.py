@@ -19,6 +19,7 @@ compare per call.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -277,7 +278,12 @@ def _build(state: _State, kind: str, name: str) -> Any:
             spec = _spec(state, kind, name)
             if kind == "ratelimiters":
                 store = _store_of(state, spec)
-                factory = store.backend_factory(spec.options["on_backend_error"])
+                if spec.options.get("lease"):  # permit leases (backends/redis_lease.py; conf checks the store)
+                    from .backends.redis_lease import lease_backend_factory
+
+                    factory = lease_backend_factory(store, spec.options["on_backend_error"], spec.options["lease"])
+                else:
+                    factory = store.backend_factory(spec.options["on_backend_error"])
                 instance = _primitive_class(kind)(name, spec.config, clock=_clock, backend=factory)
             elif kind == "bulkheads" and spec.options["backend"] is not None:
                 instance = _shared_bulkhead(state, spec)
@@ -392,7 +398,13 @@ def get_keyed_rate_limiter(name: str) -> KeyedRateLimiter:
             keyed = state.keyed.get(name)
             if keyed is None:
                 spec = _spec(state, "ratelimiters", name)
-                keyed = _store_of(state, spec).keyed_rate_limiter(
+                store = _store_of(state, spec)
+                build: Any = store.keyed_rate_limiter
+                if spec.options.get("lease"):  # permit leases per client key (backends/redis_lease.py)
+                    from .backends.redis_lease import lease_keyed_rate_limiter
+
+                    build = functools.partial(lease_keyed_rate_limiter, store, lease=spec.options["lease"])
+                keyed = build(
                     name,
                     spec.config,
                     clock=_clock,
