@@ -29,7 +29,7 @@ Guarantee (exact in the direction that matters):
   Permits leased by other processes count as spent. On a decision served from the lease (no round trip) the
   shared part is the one read by this process's latest round trip of the cycle (the shared budget only
   falls within a cycle, so it may over-state by what other processes took since); :meth:`quota` and
-  ``state()`` read it afresh (one round trip, no write).
+  ``state()`` read it afresh (one round trip, no write), and later lease decisions use that read.
 
 Not leased: reservations (a wait within ``timeout_duration``) and all-or-nothing decisions over several
 limiters decide on the shared state as without leases. Keyed limiters lease per client key, in a bounded
@@ -357,6 +357,10 @@ class _Leasing:
         if not held:
             return state
         cycle, permissions, wait, to_next = state
+        with self._lease_lock:
+            lease = self._leases.get(state_key)
+            if lease is not None:
+                lease.shared = permissions  # the freshest read of the shared budget
         permissions += held
         return cycle, permissions, 0 if permissions >= 1 else wait, to_next
 
