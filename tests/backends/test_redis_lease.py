@@ -104,7 +104,7 @@ def test_remaining_is_the_shared_budget_plus_this_processs_lease(redis_url: str,
     assert a.quota() == (12, 59 * S)  # a fresh read: 8 shared + a's 4 (other's 5 count as spent)
     assert other.quota() == (13, 59 * S)
     assert a.state()[1] == 12
-    wait, remaining, reset = a.acquire_quota(1, 0)
+    wait, remaining, _ = a.acquire_quota(1, 0)
     assert (wait, remaining) == (0, 11)  # served from a's lease: 8 + 3
 
 
