@@ -101,6 +101,7 @@ def urlconf(**views: Any) -> types.ModuleType:
         ("docs/testing.md", "# settings.py"),
         ("docs/redis.md", '"backends": {\n'),
         ("docs/redis.md", '"lease_ttl": "10s"'),
+        ("docs/redis.md", '"lease": 20'),
         ("docs/configuration.md", '"backends": {'),
     ],
 )
@@ -387,6 +388,7 @@ def test_configuration_tables_list_every_field_with_its_real_default(section: st
         "backend": None if section == "bulkheads" else "default",
         "on_backend_error": None,
         "lease_ttl": conf.DEFAULT_LEASE_TTL,
+        "lease": None,
     }
     for name, documented in rows.items():
         actual = extras[name] if name in (*kind.extras, *kind.shorthands) else getattr(defaults, name)

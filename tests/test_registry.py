@@ -88,6 +88,7 @@ def test_instance_options_have_defaults_and_inherit() -> None:
         "key_idle_timeout": None,
         "backend": "default",
         "on_backend_error": None,
+        "lease": None,
     }
     assert dict(registry.instance_options("ratelimiters", "per_ip")) == {
         "key": "ip",
@@ -95,6 +96,7 @@ def test_instance_options_have_defaults_and_inherit() -> None:
         "key_idle_timeout": 300 * S,
         "backend": "default",
         "on_backend_error": None,
+        "lease": None,
     }
     assert registry.instance_options("bulkheads", "db")["retry_after"] == 2 * S  # from configs.default
     assert registry.instance_options("bulkheads", "io")["retry_after"] == 7 * S
