@@ -57,6 +57,7 @@ def test_status_json_after_11_calls_shows_zero_available(fresh: Any) -> None:
         "key_idle_timeout": None,
         "backend": "default",
         "on_backend_error": None,
+        "lease": None,
     }
     assert "in-memory backend" in err and "--url" in err
 
