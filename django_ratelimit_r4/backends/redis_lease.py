@@ -239,7 +239,7 @@ class _Leasing:
     def _lease_args(self: Any, state_key: str, permits: int, timeout_ns: int) -> tuple[list[Any], int]:
         unit = self._unit
         args: list[Any] = [
-            self.anchor_key,
+            self._phase_of(state_key).anchor_key,  # the anchor of state_key's slot (its shard's on a cluster)
             state_key,
             b"l",
             permits,

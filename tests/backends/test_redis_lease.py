@@ -270,7 +270,7 @@ def test_leases_die_at_real_cycle_boundaries_across_4_processes(redis_url: str, 
     grants = [g for _ in procs for g in out.get(timeout=120)]
     for p in procs:
         p.join(30)
-    s, ns = client.get(f"{prefix}:rl:real:anchor").split()
+    s, ns = client.get(rb.key_base(prefix, "rl", "real") + ":anchor").split()
     client.close()
     anchor = int(s) * S + int(ns)
     per_cycle: dict[int, int] = {}
@@ -379,3 +379,40 @@ def test_the_lease_option_builds_leased_limiters(redis_url: str, prefix: str, se
     keyed = registry.get_keyed_rate_limiter(name)
     assert isinstance(keyed, rl.RedisLeaseKeyedRateLimiter) and keyed.lease == 5
     assert keyed.acquire_permission("a")
+
+
+# ------------------------------------------------------------------------------------------ Redis Cluster
+
+
+def _cluster_worker(url: str, prefix: str, limit: int, lease: int, keys: list[str], barrier: Any, out: Any) -> None:
+    cfg = RateLimiterConfig(limit_for_period=limit, limit_refresh_period="600s")
+    options = {"cluster": True}
+    b = rl.RedisLeaseBackend("u", limit, 600 * S, SYSTEM_CLOCK, lease=lease, url=url, prefix=prefix,
+                             connection_options=options)
+    k = rl.RedisLeaseKeyedRateLimiter("k", cfg, lease=lease, url=url, prefix=prefix, connection_options=options)
+    barrier.wait(60)
+    unkeyed = sum(b.acquire(1, 0) >= 0 for _ in range(limit))
+    keyed = {key: sum(k.acquire_permission(key) for _ in range(limit)) for key in keys}
+    out.put((unkeyed, keyed, b.faults + k.faults))
+
+
+def test_exact_across_4_processes_on_a_redis_cluster(redis_cluster: Any) -> None:
+    """A 3-primary cluster: each lease script touches its key's slot (keyed clients spread over the shards),
+    and 4 processes together never exceed the limit, unkeyed and for each of 12 client keys."""
+    limit, lease = 30, 6
+    prefix = f"r4c:{uuid.uuid4().hex[:10]}"
+    keys = [f"198.51.100.{i}" for i in range(12)]
+    ctx = multiprocessing.get_context("fork")
+    barrier, out = ctx.Barrier(4), ctx.Queue()
+    procs = [ctx.Process(target=_cluster_worker, args=(redis_cluster.url, prefix, limit, lease, keys, barrier, out))
+             for _ in range(4)]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(30)
+    assert sum(r[2] for r in results) == 0  # no fault: every script found its slot
+    bound = under_use_bound(4, lease)
+    assert limit - bound <= sum(r[0] for r in results) <= limit
+    for key in keys:
+        assert limit - bound <= sum(r[1][key] for r in results) <= limit, key
