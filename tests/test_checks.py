@@ -396,7 +396,7 @@ CASES = [
         "E031",
         f'{RL}["instances"]["api"]["lease"]',
         "lease is implemented for algorithm 'cycle' only, got 'gcra'",
-        "GCRA has no cycles",
+        "gcra and sliding_window have no cycles",
         id="E031-lease-gcra",
     ),
     pytest.param(
