@@ -46,7 +46,7 @@ BENCH_R4: dict[str, Any] = {
         }
     },
     "retries": {"instances": {"bench_stack": {}}},
-    "circuitbreakers": {"instances": {"bench_stack": {}}},
+    "circuitbreakers": {"instances": {"bench_stack": {}, "bench_open": {"wait_duration_in_open_state": "1h"}}},
     "bulkheads": {"instances": {"bench_stack": {"max_concurrent_calls": 1000}}},
 }
 
@@ -224,6 +224,7 @@ def _measure(number: int, repeat: int, override_settings: Any) -> list[dict[str,
                 assert response.status_code == (429 if name == "denied" else 200), (name, response)
         best = _best(callers, number, repeat)
         stacked_ns, plain_ns = _stack(number * 20, repeat)
+        decorated_open_ns, core_open_ns = _open_breaker(number * 20, repeat)
     base, drf = best["bare"], best["drf-bare"]
     return [
         _row("django view, bare (baseline)", base, base, None, "~44 us here"),
@@ -247,6 +248,14 @@ def _measure(number: int, repeat: int, override_settings: Any) -> list[dict[str,
         _row("DRF + RateLimiterThrottle", best["drf-r4"], drf, None, "info"),
         _row("DRF + SimpleRateThrottle (AnonRateThrottle)", best["drf-simple"], drf, None, "info"),
         _row("@resilient(retry, circuitbreaker, bulkhead) service call", stacked_ns, plain_ns, None, "info"),
+        _row("CircuitBreaker.call rejected by OPEN (raise + catch)", core_open_ns, core_open_ns, None, "baseline"),
+        _row(
+            "@circuitbreaker rejected by OPEN, service function",
+            decorated_open_ns,
+            core_open_ns,
+            None,
+            "little more than the core's (issue 10, item 9)",
+        ),
     ]
 
 
@@ -259,6 +268,47 @@ def _stack(number: int, repeat: int) -> tuple[float, float]:
 
     stacked = resilient(retry="bench_stack", circuitbreaker="bench_stack", bulkhead="bench_stack")(plain)
     return _best_pair(lambda: stacked(1), lambda: plain(1), number, repeat)
+
+
+def _open_breaker(number: int, repeat: int) -> tuple[float, float]:
+    """A service function's rejection by an OPEN breaker: through ``@circuitbreaker`` vs ``CircuitBreaker.call``.
+
+    The decorator adds one Python frame to the rejection's way out (its wrapper catches, to answer views with
+    a 503, and re-raises for anything else): that frame is the floor of any Python decorator that catches.
+    """
+    from django_ratelimit_r4 import get_circuit_breaker
+    from django_ratelimit_r4.core.exceptions import CallNotPermitted
+    from django_ratelimit_r4.decorators import circuitbreaker
+
+    def plain(amount: int) -> int:
+        return amount
+
+    breaker = get_circuit_breaker("bench_open")
+    breaker.transition_to_open_state()
+    decorated = circuitbreaker("bench_open")(plain)
+    core_call = breaker.call
+
+    def through_decorator() -> None:
+        try:  # noqa: SIM105 - what a caller writes; contextlib.suppress would add its own cost
+            decorated(1)
+        except CallNotPermitted:
+            pass
+
+    def through_core() -> None:
+        try:  # noqa: SIM105 - same shape as above
+            core_call(plain, 1)
+        except CallNotPermitted:
+            pass
+
+    # Thread CPU time, not wall time: on a shared machine the two sides would otherwise measure the neighbours.
+    import time
+
+    timers = [timeit.Timer(fn, timer=time.thread_time) for fn in (through_decorator, through_core)]
+    best = [float("inf"), float("inf")]
+    for _ in range(repeat):
+        for i, timer in enumerate(timers):
+            best[i] = min(best[i], timer.timeit(number) / number * 1e9)
+    return best[0], best[1]
 
 
 if __name__ == "__main__":

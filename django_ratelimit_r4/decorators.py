@@ -91,7 +91,10 @@ _PERMITS_PREFIX = "_r4_permits:"
 
 
 def referenced_names(fn: object) -> set[tuple[str, str]]:
-    """``(kind, name)`` of every instance the decorators on ``fn`` use (read by ``manage.py check``)."""
+    """``(section, name)`` of every instance the decorators on ``fn`` use (read by ``manage.py check``).
+
+    ``section`` is the ``RATELIMIT_R4`` section the name comes from (``"ratelimiters"``, ``"bulkheads"``, ...).
+    """
     found: set[tuple[str, str]] = set()
     seen = 0
     while fn is not None and seen < 32:  # follow __wrapped__ through decorators that do not copy __dict__
@@ -99,8 +102,8 @@ def referenced_names(fn: object) -> set[tuple[str, str]]:
         if isinstance(attrs, dict):
             for attr in attrs:
                 if isinstance(attr, str) and attr.startswith(_USES_PREFIX):
-                    kind, _, name = attr[len(_USES_PREFIX) :].partition(":")
-                    found.add((kind, name))
+                    section, _, name = attr[len(_USES_PREFIX) :].partition(":")
+                    found.add((section, name))
         fn = getattr(fn, "__wrapped__", None)
         seen += 1
     return found
@@ -190,7 +193,7 @@ class _Resilience:
             ("bulkheads", bulkhead),
             *(("ratelimiters", n) for n in (self.gate.names if self.gate is not None else ())),
         ]
-        self.uses = tuple(f"{_USES_PREFIX}{kind}:{name}" for kind, name in uses if name)
+        self.uses = tuple(f"{_USES_PREFIX}{section}:{name}" for section, name in uses if name)
         if self.gate is not None and permits > 1:  # what manage.py check compares with limit_for_period
             self.uses += tuple(f"{_PERMITS_PREFIX}{name}:{permits}" for name in self.gate.names)
 
@@ -328,18 +331,25 @@ class _Resilience:
         # The stack is built once per set of instances (i.e. per registry generation), not per call; one
         # tuple holds both so a concurrent rebuild can never pair new instances with an old chain.
         cached: tuple[Any, Callable[..., Any]] = ((), fn)
+        catch, handle, fallback = self.catch, self.handle, self.fallback
 
         def _protected(*args: Any, **kwargs: Any) -> Any:
             nonlocal cached
-            found = self.instances()
+            generation, found = self._state  # self.instances() inlined
+            if generation != registry.generation:
+                found = self._resolve()
             built_for, call = cached
             if built_for is not found:
                 call = chain(found)
                 cached = (found, call)
             try:
                 return call(*args, **kwargs)
-            except self.catch as exc:
-                outcome = self.handle(fn, exc, args, kwargs)
+            except catch as exc:
+                # Without a fallback only a view answers a rejection: anything else re-raises here, without
+                # handle()'s calls (the open-breaker path of a service function, issue 10 item 9).
+                if fallback is None and (not args or request_of(args) is None):
+                    raise
+                outcome = handle(fn, exc, args, kwargs)
                 if outcome is _RERAISE:
                     raise
                 return outcome
@@ -384,17 +394,22 @@ class _Resilience:
             return call
 
         cached: tuple[Any, Callable[..., Any]] = ((), fn)  # as in _sync_wrapper: built once per generation
+        catch, fallback = self.catch, self.fallback
 
         async def _aprotected(*args: Any, **kwargs: Any) -> Any:
             nonlocal cached
-            found = self.instances()
+            generation, found = self._state  # as in _sync_wrapper: self.instances() inlined
+            if generation != registry.generation:
+                found = self._resolve()
             built_for, call = cached
             if built_for is not found:
                 call = achain(found)
                 cached = (found, call)
             try:
                 return await call(*args, **kwargs)
-            except self.catch as exc:
+            except catch as exc:
+                if fallback is None and (not args or request_of(args) is None):  # as in _sync_wrapper
+                    raise
                 outcome = await _ahandle(exc, args, kwargs)
                 if outcome is _RERAISE:
                     raise

@@ -86,7 +86,7 @@ _HTML_CONTENT_TYPE = "text/html; charset=utf-8"
 _JSON, _HTML, _TEXT = "json", "html", "text"
 #: What a rejection can be sent as, in the order that breaks a tie (``*/*`` gets problem+json).
 _OFFERS = ("application/problem+json", "application/json", "text/html", "text/plain")
-_KINDS = {"application/problem+json": _JSON, "application/json": _JSON, "text/html": _HTML, "text/plain": _TEXT}
+_BODY_TYPES = {"application/problem+json": _JSON, "application/json": _JSON, "text/html": _HTML, "text/plain": _TEXT}
 _MAX_ACCEPT_LEN = 2048
 
 # RFC 9110 token and qvalue grammar.
@@ -151,7 +151,7 @@ def _negotiated_cached(accept: str) -> str:
     request = HttpRequest()
     request.META["HTTP_ACCEPT"] = ", ".join(f"{t}/{sub};q={q}" for t, sub, q in ranges if q > 0)
     choice = request.get_preferred_type(offers)
-    return _TEXT if choice is None else _KINDS[choice]
+    return _TEXT if choice is None else _BODY_TYPES[choice]
 
 
 def _negotiated(accept: str | None) -> str:
@@ -237,12 +237,12 @@ def _rendered(
     violated: tuple[str, ...],
     status: int,
     retry_after: int,
-    kind: str,
+    body_type: str,
 ) -> tuple[bytes, str]:
     body, detail = _problem_for(problem_type, message, name, violated, status, retry_after)
-    if kind == _JSON:
+    if body_type == _JSON:
         return json.dumps(body).encode(), _JSON_CONTENT_TYPE
-    if kind == _HTML:
+    if body_type == _HTML:
         return _page(status, detail).encode(), _HTML_CONTENT_TYPE
     return (detail + "\n").encode(), _TEXT_CONTENT_TYPE
 

@@ -53,3 +53,35 @@ def test_a_new_gate_resolves_at_its_first_use(r4_clock) -> None:
     gate = RateLimitGate("api")
     assert gate._plan.limits == () and gate._plan.generation < 0
     assert gate.plan().limits[0].name == "api"
+
+
+def test_a_service_function_rejection_without_fallback_skips_the_handler(monkeypatch) -> None:
+    """Item 9: an OPEN breaker's rejection of a plain call is re-raised at once (no handle()/owns() calls);
+    a view still gets its 503 and a fallback still runs."""
+    from django.http import HttpResponse
+
+    from django_ratelimit_r4 import get_circuit_breaker
+    from django_ratelimit_r4.core.exceptions import CallNotPermitted
+    from django_ratelimit_r4.decorators import _Resilience, circuitbreaker
+
+    handled: list[BaseException] = []
+    original = _Resilience.handle
+
+    def spy(self, fn, exc, args, kwargs):
+        handled.append(exc)
+        return original(self, fn, exc, args, kwargs)
+
+    monkeypatch.setattr(_Resilience, "handle", spy)
+    get_circuit_breaker("acquirer").transition_to_open_state()
+    try:
+        service = circuitbreaker("acquirer")(lambda amount: amount)
+        with pytest.raises(CallNotPermitted):
+            service(1)
+        assert handled == []
+        view = circuitbreaker("acquirer")(lambda request: HttpResponse("ok"))
+        assert view(RequestFactory().get("/")).status_code == 503
+        with_fallback = circuitbreaker("acquirer", fallback=lambda amount, exc: "cached")(lambda amount: amount)
+        assert with_fallback(1) == "cached"
+        assert len(handled) == 2
+    finally:
+        get_circuit_breaker("acquirer").reset()

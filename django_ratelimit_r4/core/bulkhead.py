@@ -320,7 +320,12 @@ class Bulkhead:
         return ok
 
     def acquire_permission(self) -> None:
-        """Like :meth:`try_acquire_permission` but raise :class:`BulkheadFull` when no slot came."""
+        """Like :meth:`try_acquire_permission` but raise :class:`BulkheadFull` when no slot came.
+
+        Resilience4j's naming, kept: on a bulkhead and a circuit breaker ``acquire_permission`` raises and
+        ``try_acquire_permission`` answers a bool, while ``RateLimiter.acquire_permission`` answers a bool
+        (its raising form is ``acquire_or_raise``).
+        """
         if not self.try_acquire_permission():
             raise BulkheadFull(self)
 

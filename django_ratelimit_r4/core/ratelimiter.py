@@ -324,6 +324,10 @@ class RateLimiter:
         Waits (``clock.sleep``) only when the needed wait fits in ``timeout_duration``, having reserved the
         permits first; otherwise returns False at once and reserves nothing. Blocks the thread while waiting:
         from async code use :meth:`aacquire_permission`.
+
+        Resilience4j's naming, kept, and it surprises: here ``acquire_permission`` answers a bool (the raising
+        form is :meth:`acquire_or_raise`), while ``CircuitBreaker.acquire_permission`` and
+        ``Bulkhead.acquire_permission`` raise (their bool form is ``try_acquire_permission``).
         """
         wait = self._acquire(permits, self._timeout_ns)
         if wait == 0:

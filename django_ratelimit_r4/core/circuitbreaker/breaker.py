@@ -348,15 +348,15 @@ class CircuitBreaker:
             return
         name = self.name
         for item in out:
-            kind = item[0]
-            if kind == "STATE_TRANSITION":
+            event_type = item[0]
+            if event_type == "STATE_TRANSITION":
                 events.publish(
-                    CircuitBreakerOnStateTransitionEvent(kind, name, from_state=item[1], to_state=item[2])
+                    CircuitBreakerOnStateTransitionEvent(event_type, name, from_state=item[1], to_state=item[2])
                 )
-            elif kind == "FAILURE_RATE_EXCEEDED":
-                events.publish(CircuitBreakerOnFailureRateExceededEvent(kind, name, failure_rate=item[1]))
-            elif kind == "SLOW_CALL_RATE_EXCEEDED":
-                events.publish(CircuitBreakerOnSlowCallRateExceededEvent(kind, name, slow_call_rate=item[1]))
+            elif event_type == "FAILURE_RATE_EXCEEDED":
+                events.publish(CircuitBreakerOnFailureRateExceededEvent(event_type, name, failure_rate=item[1]))
+            elif event_type == "SLOW_CALL_RATE_EXCEEDED":
+                events.publish(CircuitBreakerOnSlowCallRateExceededEvent(event_type, name, slow_call_rate=item[1]))
 
     def _publish(self, event: Event) -> None:
         # Resilience4j's shouldPublishEvents: DISABLED and FORCED_OPEN only let forced types through.
@@ -438,7 +438,12 @@ class CircuitBreaker:
         return self._acquire_slow().__class__ is _StateData
 
     def acquire_permission(self) -> None:
-        """Like :meth:`try_acquire_permission` but raises :class:`CallNotPermitted` (with ``wait_ns``)."""
+        """Like :meth:`try_acquire_permission` but raises :class:`CallNotPermitted` (with ``wait_ns``).
+
+        Resilience4j's naming, kept: on a circuit breaker and a bulkhead ``acquire_permission`` raises and
+        ``try_acquire_permission`` answers a bool, while ``RateLimiter.acquire_permission`` answers a bool
+        (its raising form is ``acquire_or_raise``).
+        """
         if self._st.fast:
             return
         granted: Any = self._acquire_slow()
