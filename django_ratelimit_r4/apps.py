@@ -22,6 +22,11 @@ class RateLimitR4Config(AppConfig):
         # Start-up reads only this one flag and never parses RATELIMIT_R4: a bad setting must not stop
         # start-up (`manage.py check` reports it, accessors raise at first use).
         raw = getattr(settings, "RATELIMIT_R4", None)
+        if isinstance(raw, dict) and raw.get("control"):
+            from . import control
+
+            # The control plane's thread starts at the process's first request (never in a gunicorn master).
+            control.connect_request_started()
         metrics = raw.get("metrics", True) if isinstance(raw, dict) else True
         if metrics is not False and importlib.util.find_spec("prometheus_client") is not None:
             from .contrib import prometheus

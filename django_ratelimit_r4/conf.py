@@ -48,6 +48,7 @@ __all__ = [
     "Analysis",
     "BackendSpec",
     "Code",
+    "ControlOptions",
     "InstanceSpec",
     "Kind",
     "Problem",
@@ -58,6 +59,7 @@ __all__ = [
     "drf_scope_path",
     "drf_throttle_rates",
     "get_analysis",
+    "get_control",
     "get_options",
     "parse_key_spec",
     "per_process_rate_limiters",
@@ -170,6 +172,11 @@ class Code(enum.Enum):
         "E031",
         "a rate limiter's lease is not an int from 1 to its limit_for_period, or is set without a redis backend "
         "or with an algorithm other than 'cycle'",
+    )
+    INVALID_CONTROL = (
+        "E032",
+        "control is not a dict, its backend names no redis entry of backends, or heartbeat_interval is not a "
+        "duration from 100ms to 1h",
     )
     MEMORY_MULTIPROCESS = ("W001", "in-memory rate limiters in a deployment that looks multi-process")
     METRICS_WITHOUT_PROMETHEUS = ("W002", "metrics is True but prometheus_client is not installed")
@@ -297,6 +304,7 @@ _OPTION_KEYS = (
     "stall_detector",
     "metrics",
     "enabled",
+    "control",
 )
 #: Top-level option holding the named retry budgets (``{name: RetryBudgetConfig fields}``).
 RETRY_BUDGETS = "retry_budgets"
@@ -333,6 +341,34 @@ class StallDetectorOptions:
 
     enabled: bool = False
     threshold_ns: int = 20_000_000
+
+
+#: ``RATELIMIT_R4["control"]["heartbeat_interval"]`` when not written.
+DEFAULT_HEARTBEAT_INTERVAL = Nanos(5_000_000_000)
+#: The shortest and longest heartbeat interval accepted.
+MIN_HEARTBEAT_INTERVAL = Nanos(100_000_000)
+MAX_HEARTBEAT_INTERVAL = Nanos(3_600_000_000_000)
+#: A worker whose heartbeat is older than this many intervals is gone from ``r4 status``.
+HEARTBEAT_TTL_INTERVALS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ControlOptions:
+    """``RATELIMIT_R4["control"]``: one control plane for every worker, through a shared (redis) backend.
+
+    Off unless written: ``{"backend": "shared"}`` names an entry of ``RATELIMIT_R4["backends"]`` whose
+    ``BACKEND`` is ``"redis"``. Every worker then publishes a heartbeat every ``heartbeat_interval_ns``
+    (gone after :data:`HEARTBEAT_TTL_INTERVALS` of them without one) and applies ``r4 transition`` / ``reset``
+    / ``drain`` broadcast on the backend (see :mod:`django_ratelimit_r4.control`).
+    """
+
+    backend: str
+    heartbeat_interval_ns: int = DEFAULT_HEARTBEAT_INTERVAL
+
+    @property
+    def heartbeat_ttl_ns(self) -> int:
+        """How long a heartbeat stays: a worker silent for this long is no longer listed."""
+        return self.heartbeat_interval_ns * HEARTBEAT_TTL_INTERVALS
 
 
 @dataclass(frozen=True, slots=True)
@@ -449,6 +485,8 @@ class Analysis:
     backends: dict[str, BackendSpec] = field(default_factory=dict)
     #: Entries of ``backends`` that cannot be built, with their problems (their instances are broken too).
     broken_backends: dict[str, list[Problem]] = field(default_factory=dict)
+    #: The validated ``RATELIMIT_R4["control"]``; None when not written or when it has problems (then off).
+    control: ControlOptions | None = None
 
     def names(self, kind: str) -> tuple[str, ...]:
         """Every configured instance name of ``kind``, valid or broken, in setting order."""
@@ -1568,10 +1606,85 @@ def analyse(raw: object, drf_rates: object = None) -> Analysis:
     _parse_backends(raw, analysis)
     _add_drf_scopes(drf_rates, analysis)
     _bind_backends(raw, analysis)
+    _parse_control(raw.get("control"), analysis)
     _check_redis_periods(analysis)
     _check_redis_adaptive(analysis)
     _check_leases(analysis)
     return analysis
+
+
+_CONTROL_KEYS = ("backend", "heartbeat_interval")
+_CONTROL_HINT = 'Write it as {"backend": "shared", "heartbeat_interval": "5s"}, "shared" being a redis entry of backends.'
+
+
+def _parse_control(value: object, analysis: Analysis) -> None:
+    """Read ``RATELIMIT_R4["control"]`` (after the backends): its problems turn the control plane off, nothing else."""
+    if value is None:
+        return
+    problems: list[Problem] = []
+    if not isinstance(value, Mapping):
+        problems.append(
+            Problem(Code.INVALID_CONTROL, setting_path("control"), f"must be a dict, got {type(value).__name__}", _CONTROL_HINT)
+        )
+        analysis.problems.extend(problems)
+        return
+    for key in value:
+        if key not in _CONTROL_KEYS:
+            problems.append(
+                Problem(
+                    Code.UNKNOWN_KEY,
+                    setting_path("control", key),
+                    f"unknown option {key!r}",
+                    _did_you_mean(key, _CONTROL_KEYS) or f"Known options: {_known(_CONTROL_KEYS)}.",
+                )
+            )
+    alias = value.get("backend")
+    at = setting_path("control", "backend")
+    redis_aliases = sorted(a for a, b in analysis.backends.items() if b.backend == "redis")
+    if alias is None:
+        problems.append(Problem(Code.INVALID_CONTROL, at, "is missing: name the redis backend workers share", _CONTROL_HINT))
+    elif not isinstance(alias, str) or alias not in analysis.backends:
+        if isinstance(alias, str) and alias in analysis.broken_backends:
+            message = f"names backend {alias!r}, which is misconfigured"
+            hint = f"Fix {setting_path('backends', alias)} (its problems are listed with it)."
+        else:
+            message = f"names no entry of {setting_path('backends')}: {alias!r}"
+            hint = _did_you_mean(alias, analysis.backends) or (
+                f"Redis backends configured: {', '.join(repr(a) for a in redis_aliases)}."
+                if redis_aliases
+                else 'Declare one: RATELIMIT_R4["backends"] = {"shared": {"BACKEND": "redis", "LOCATION": "redis://..."}}.'
+            )
+        problems.append(Problem(Code.INVALID_CONTROL, at, message, hint))
+    elif analysis.backends[alias].backend != "redis":
+        problems.append(
+            Problem(
+                Code.INVALID_CONTROL,
+                at,
+                f"backend {alias!r} is {analysis.backends[alias].backend!r}; the control plane needs a redis backend "
+                "that every worker reaches",
+                f"Redis backends configured: {', '.join(repr(a) for a in redis_aliases)}."
+                if redis_aliases
+                else "Without a shared backend, r4 commands reach one worker (they say which).",
+            )
+        )
+    interval = DEFAULT_HEARTBEAT_INTERVAL
+    if "heartbeat_interval" in value:
+        try:
+            interval = _parse_positive_duration(value["heartbeat_interval"])
+            if not MIN_HEARTBEAT_INTERVAL <= interval <= MAX_HEARTBEAT_INTERVAL:
+                raise _Invalid(
+                    f"must be between {format_duration(MIN_HEARTBEAT_INTERVAL)} and "
+                    f"{format_duration(MAX_HEARTBEAT_INTERVAL)}, got {format_duration(interval)}",
+                    f"A worker is listed until {HEARTBEAT_TTL_INTERVALS} intervals pass without its heartbeat; "
+                    'the default "5s" suits most.',
+                )
+        except _Invalid as exc:
+            problems.append(
+                Problem(Code.INVALID_CONTROL, setting_path("control", "heartbeat_interval"), exc.message, exc.hint)
+            )
+    analysis.problems.extend(problems)
+    if not problems:
+        analysis.control = ControlOptions(str(alias), interval)
 
 
 def _parse_retry_budgets(value: object, analysis: Analysis) -> None:
@@ -1793,6 +1906,12 @@ def get_options() -> R4Options:
         details = "\n".join(f"  - {p}" for p in analysis.option_problems)
         raise ImproperlyConfigured(f"{SETTING} has invalid options (run `manage.py check`):\n{details}")
     return analysis.options
+
+
+def get_control() -> ControlOptions | None:
+    """The validated ``RATELIMIT_R4["control"]``, or None when it is not written or is misconfigured (then the
+    control plane is off and ``manage.py check`` says why)."""
+    return get_analysis().control
 
 
 def clear_cache() -> None:

@@ -47,7 +47,10 @@ __all__ = [
     "IllegalAction",
     "StateError",
     "UnknownName",
+    "check_action",
+    "check_names",
     "drain",
+    "parse_name",
     "reset",
     "snapshot",
     "transition",
@@ -199,8 +202,18 @@ def _bulkhead_state(bulkhead: Any) -> dict[str, Any]:
         "finished_calls": m.finished_calls,
     }
     cluster = getattr(m, "cluster_concurrent_calls", None)
-    if cluster is not None:  # a cluster-wide bulkhead: leases alive cluster-wide as of its last reply
+    if cluster is not None:  # a cluster-wide bulkhead: leases alive cluster-wide (one round trip)
+        expired = None
+        try:
+            counts = bulkhead.cluster_counts()
+        except Exception:  # Redis unreachable: the count as of its last reply
+            counts = None
+        if counts is not None:
+            cluster, expired = counts
         out["cluster_concurrent_calls"] = cluster
+        out["available_concurrent_calls"] = max(0, m.max_allowed_concurrent_calls - cluster)
+        out["cluster_expired_leases"] = expired  # ever, cluster-wide: workers killed or stalled mid-call
+        out["lost_leases"] = m.lost_leases  # this process's calls whose lease expired while they ran
     return out
 
 
@@ -343,6 +356,43 @@ def _parse(qualified: str) -> tuple[str | None, str]:
     return None, qualified
 
 
+def parse_name(qualified: str) -> tuple[str | None, str]:
+    """``"circuitbreaker:payments"`` -> ``("circuitbreakers", "payments")``; a bare name -> ``(None, name)``."""
+    return _parse(qualified)
+
+
+def check_names(names: Iterable[str]) -> None:
+    """Raise :class:`UnknownName` (as :func:`snapshot` would) if one of ``names`` is not configured."""
+    for qualified in names:
+        kind, name = _parse(qualified)
+        kinds = [kind] if kind is not None else list(TYPES)
+        if not any(name in registry.names(k) for k in kinds):
+            raise UnknownName(_unknown_message(name, kind, None))
+
+
+def check_action(action: str, name: str, *, key: str | None = None, to: str | None = None) -> None:
+    """Raise the :class:`StateError` that :func:`reset`, :func:`drain` or :func:`transition` would raise for these
+    arguments before acting (unknown name or state, wrong type, a bulkhead reset), without acting.
+
+    Whether a transition is allowed depends on each process's current state: only the action itself knows.
+    """
+    if action == "transition":
+        target = str(to).strip().upper().replace("-", "_")
+        if target not in TRANSITION_TARGETS:
+            raise IllegalAction(f"unknown circuit breaker state {to!r}; use one of {', '.join(TRANSITION_TARGETS)}")
+        _resolve_kind(name, ("circuitbreakers",), "transition")
+    elif action == "reset":
+        allowed = ("ratelimiters", "circuitbreakers", "retries", "timelimiters")
+        _refuse_bulkhead_reset(name, allowed)
+        kind, bare = _resolve_kind(name, allowed, "reset")
+        if key is not None and kind != "ratelimiters":
+            raise IllegalAction(f"--key applies to rate limiters only, not to {TYPES[kind]} {bare!r}")
+    elif action == "drain":
+        _resolve_kind(name, ("ratelimiters",), "drain")
+    else:
+        raise IllegalAction(f"unknown action {action!r}; use transition, reset or drain")
+
+
 def _unknown_message(name: str, kind: str | None, allowed: tuple[str, ...] | None) -> str:
     kinds = [kind] if kind is not None else list(allowed or TYPES)
     listing = "; ".join(f"{TYPES[k]}: {', '.join(registry.names(k)) or 'none'}" for k in kinds)
@@ -352,6 +402,13 @@ def _unknown_message(name: str, kind: str | None, allowed: tuple[str, ...] | Non
 
 def _resolve(qualified: str, allowed: tuple[str, ...], action: str) -> tuple[str, str, Any]:
     """Find the one instance ``qualified`` names among the ``allowed`` kinds."""
+    kind, name = _resolve_kind(qualified, allowed, action)
+    # The registry raises MisconfiguredInstance (an ImproperlyConfigured) for broken instances.
+    return kind, name, registry.lookup(kind, name)[1]
+
+
+def _resolve_kind(qualified: str, allowed: tuple[str, ...], action: str) -> tuple[str, str]:
+    """The kind and bare name of the one instance ``qualified`` names among the ``allowed`` kinds."""
     kind, name = _parse(qualified)
     if kind is not None:
         if kind not in allowed:
@@ -374,14 +431,25 @@ def _resolve(qualified: str, allowed: tuple[str, ...], action: str) -> tuple[str
             raise IllegalAction(f"{name!r} is configured as several types; name one: {spelled}")
     if name not in registry.names(candidates[0]):
         raise UnknownName(_unknown_message(name, candidates[0], allowed))
-    kind = candidates[0]
-    # The registry raises MisconfiguredInstance (an ImproperlyConfigured) for broken instances.
-    return kind, name, registry.lookup(kind, name)[1]
+    return candidates[0], name
 
 
 def _keyed(name: str) -> Any:
     """The keyed store of rate limiter ``name``, if one is in use."""
     return dict(registry.keyed_rate_limiters()).get(name)
+
+
+def _refuse_bulkhead_reset(name: str, allowed: tuple[str, ...]) -> None:
+    kind_hint, bare = _parse(name)
+    if (
+        kind_hint is None
+        and bare in registry.names("bulkheads")
+        and not any(bare in registry.names(k) for k in allowed)
+    ):
+        raise IllegalAction(
+            f"bulkhead {bare!r} cannot be reset: a reset forgets the permits held by calls in flight, so more "
+            "than max_concurrent_calls could run; restart the worker instead"
+        )
 
 
 def reset(name: str, key: str | None = None) -> dict[str, Any]:
@@ -393,16 +461,7 @@ def reset(name: str, key: str | None = None) -> dict[str, Any]:
     ``max_concurrent_calls`` run until they finish.
     """
     allowed = ("ratelimiters", "circuitbreakers", "retries", "timelimiters")
-    kind_hint, bare = _parse(name)
-    if (
-        kind_hint is None
-        and bare in registry.names("bulkheads")
-        and not any(bare in registry.names(k) for k in allowed)
-    ):
-        raise IllegalAction(
-            f"bulkhead {bare!r} cannot be reset: a reset forgets the permits held by calls in flight, so more "
-            "than max_concurrent_calls could run; restart the worker instead"
-        )
+    _refuse_bulkhead_reset(name, allowed)
     kind, bare, instance = _resolve(name, allowed, "reset")
     result: dict[str, Any] = {"action": "reset", "type": TYPES[kind], "name": bare}
     if key is not None:

@@ -18,8 +18,15 @@ Client keys of keyed rate limiters are listed only with ``?keys=1`` **and** eith
 the ``ratelimit_r4.view_keys`` permission (superusers have every permission; for other staff grant it
 through an authentication backend's ``has_perm``). Without that permission ``?keys=1`` is a 403.
 
-Each response carries ``X-R4-Worker-Pid``: with the in-memory backend every worker has its own
-state, and this says which one answered.
+Each response carries ``X-R4-Worker-Pid`` and ``X-R4-Worker-Host``: with the in-memory backend every worker
+has its own state, and these say which one answered.
+
+Without ``RATELIMIT_R4["control"]`` an action changes the worker that answers, and its JSON says so
+(``"scope": "worker"`` and ``"worker": {"host", "pid", "started"}``). With it, an action is broadcast to every
+live worker (:func:`django_ratelimit_r4.control.broadcast`; an optional ``timeout`` field in seconds, at most
+:data:`MAX_TIMEOUT_S`) and the JSON lists who acknowledged and who did not (``"scope": "cluster"``).
+``GET ?cluster=1`` answers ``{"scope": "cluster", "workers": [...], "totals": [...]}`` with the control plane, and
+``{"scope": "worker", "worker": {...}, "instances": [...]}`` without it; a plain GET keeps answering the list.
 """
 
 from __future__ import annotations
@@ -38,14 +45,15 @@ from django.urls import get_resolver, get_urlconf
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 
-from . import conf, state
+from . import conf, control, state
 
-__all__ = ["KEYS_PERMISSION", "drain_view", "reset_view", "state_view", "transition_view"]
+__all__ = ["KEYS_PERMISSION", "MAX_TIMEOUT_S", "drain_view", "reset_view", "state_view", "transition_view"]
 
 #: The permission (besides the bearer token) that lets ``?keys=1`` list client keys.
 KEYS_PERMISSION = "ratelimit_r4.view_keys"
 
-_PID = str(os.getpid())
+#: The longest ``timeout`` (seconds) a broadcast action may wait for acknowledgements.
+MAX_TIMEOUT_S = 30.0
 
 
 class _Access:
@@ -126,7 +134,8 @@ def _csrf_failure(request: HttpRequest) -> HttpResponse | None:
 
 def _json(data: Any, status: int = 200) -> JsonResponse:
     response = JsonResponse(data, status=status, safe=False, json_dumps_params={"sort_keys": True})
-    response["X-R4-Worker-Pid"] = _PID
+    response["X-R4-Worker-Pid"] = str(os.getpid())  # read per response: a preloading server forks after import
+    response["X-R4-Worker-Host"] = control.worker()["host"]
     return response
 
 
@@ -143,10 +152,18 @@ def state_view(request: HttpRequest, access: _Access) -> HttpResponse:
     if include_keys and not access.may_see_keys():
         return _error(f"listing client keys needs the bearer token or the {KEYS_PERMISSION} permission", 403)
     names = request.GET.getlist("name") or None
+    cluster = request.GET.get("cluster") in ("1", "true", "yes")
     try:
-        return _json(state.snapshot(names, include_keys=include_keys))
+        if cluster and not include_keys and control.get_control_plane() is not None:
+            return _json(control.cluster_status(names))
+        items = state.snapshot(names, include_keys=include_keys)
     except state.UnknownName as exc:
         return _error(str(exc), 404)
+    except control.ControlUnavailable as exc:
+        return _error(str(exc), 503)
+    if cluster:
+        return _json({"scope": "worker", "worker": control.worker(), "instances": items})
+    return _json(items)
 
 
 _FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
@@ -242,9 +259,16 @@ def _action(
             if failure is not None:
                 return failure
         try:
-            return _json(run(name, _body(request, accepted)))
+            data = _body(request, accepted | {"timeout"})
+            timeout = _timeout(data.pop("timeout", None))
+            if control.get_control_plane() is not None:
+                return _json(_broadcast(run, name, data, timeout))
+            result = run(name, data)
+            return _json({**result, "scope": "worker", "worker": control.worker()})
         except state.UnknownName as exc:
             return _error(str(exc), 404)
+        except control.ControlUnavailable as exc:
+            return _error(str(exc), 503)
         except state.StateError as exc:
             return _error(str(exc), 400)
         except ImproperlyConfigured as exc:  # a misconfigured instance: say what `manage.py check` says
@@ -252,6 +276,33 @@ def _action(
 
     view.__doc__ = run.__doc__
     return _operators_only(view)
+
+
+def _timeout(value: Any) -> float:
+    """The ``timeout`` field: seconds to wait for acknowledgements (a number from 0 to :data:`MAX_TIMEOUT_S`)."""
+    if value is None:
+        return control.DEFAULT_TIMEOUT_S
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = -1.0
+    if isinstance(value, bool) or not 0 <= seconds <= MAX_TIMEOUT_S:
+        raise state.IllegalAction(f"'timeout' must be a number of seconds from 0 to {MAX_TIMEOUT_S:g}, got {value!r}")
+    return seconds
+
+
+def _broadcast(
+    run: Callable[[str, dict[str, Any]], dict[str, Any]], name: str, data: dict[str, Any], timeout: float
+) -> dict[str, Any]:
+    """The action sent to every worker through the control plane, with the fields checked as for one worker."""
+    action = _ACTION_OF[run]
+    key = _optional(data, "key") if action != "transition" else None
+    to = None
+    if action == "transition":
+        to = _optional(data, "to")
+        if to is None:
+            raise state.IllegalAction(f"'to' is required: one of {', '.join(state.TRANSITION_TARGETS)}")
+    return control.broadcast(action, name, key=key, to=to, timeout=timeout)
 
 
 def _optional(data: dict[str, Any], field: str) -> str | None:
@@ -288,6 +339,12 @@ def _transition(name: str, data: dict[str, Any]) -> dict[str, Any]:
         raise state.IllegalAction(f"'to' is required: one of {', '.join(state.TRANSITION_TARGETS)}")
     return state.transition(name, to)
 
+
+_ACTION_OF: dict[Callable[[str, dict[str, Any]], dict[str, Any]], str] = {
+    _reset: "reset",
+    _drain: "drain",
+    _transition: "transition",
+}
 
 #: POST ``<name>/reset`` with optional ``key``.
 reset_view = _action(_reset, "key")

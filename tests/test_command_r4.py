@@ -362,7 +362,7 @@ def test_url_never_follows_a_redirect_with_the_token(
     assert f"HTTP {code}" in message and f"{recorder.url}/landed/" in message  # names the Location
     assert "does not follow redirects" in message
     # The server saw exactly the one request to --url; nothing reached the Location, token or not.
-    sent = f"/go/{code}/" + ("api/reset" if args[0] == "reset" else "")
+    sent = f"/go/{code}/" + ("api/reset" if args[0] == "reset" else "?cluster=1")
     assert [(path, auth) for _, path, auth in recorder.seen] == [(sent, "Bearer s3cret-token")]
 
 
@@ -375,7 +375,7 @@ def test_url_redirect_to_another_host_is_named_and_not_followed(fresh: Any, reco
 def test_url_without_a_redirect_still_works(fresh: Any, recorder: Any) -> None:
     out, _ = run("status", "--json", "--url", f"{recorder.url}/landed/", "--token", "t")
     assert json.loads(out) == []
-    assert recorder.seen == [("GET", "/landed/", "Bearer t")]
+    assert recorder.seen == [("GET", "/landed/?cluster=1", "Bearer t")]  # a cluster view if the server has one
 
 
 @pytest.mark.parametrize(

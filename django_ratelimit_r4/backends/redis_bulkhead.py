@@ -254,7 +254,7 @@ class RedisBulkhead:
         self._renew_every_s = ttl_ns / 3e9
         base = f"{prefix}:bh:{{{_name_part(name)}}}"
         self._base = base
-        self._keys = [f"{base}:leases", f"{base}:queue", f"{base}:waiters", f"{base}:seq"]
+        self._keys = [f"{base}:leases", f"{base}:queue", f"{base}:waiters", f"{base}:seq", f"{base}:stats"]
         self.events = BulkheadEvents()
         self.metrics = RedisBulkheadMetrics(self)
         self._lock = threading.Lock()
@@ -415,9 +415,17 @@ class RedisBulkhead:
 
     def cluster_concurrent_calls(self) -> int:
         """Leases alive in the whole cluster now (one round trip; a fault raises)."""
+        return self.cluster_counts()[0]
+
+    def cluster_counts(self) -> tuple[int, int]:
+        """``(leases alive in the whole cluster now, leases that ever expired unreleased)`` in one round trip.
+
+        An expired lease is a slot given back by its TTL: a worker killed or stalled mid-call. A fault raises.
+        """
         reply = self._eval(self._conn.sync, "count")
-        self._cluster = int(reply[0])
-        return self._cluster
+        self._cluster = alive = int(reply[0])
+        # Every lease ever granted was released, is alive, or was given back by its TTL.
+        return alive, max(0, int(reply[1]) - int(reply[2]) - alive)
 
     def close(self) -> None:
         """Give back every lease this process holds and stop the renewal thread (for shutdown and tests)."""
@@ -445,17 +453,17 @@ class RedisBulkhead:
     def _eval(self, client: redis.Redis, op: str, *rest: Any) -> Any:
         args = self._args(op, *rest)
         try:
-            return client.evalsha(_SHA, 4, *args)
+            return client.evalsha(_SHA, len(self._keys), *args)
         except NoScriptError:
-            return client.eval(BULKHEAD_SCRIPT, 4, *args)
+            return client.eval(BULKHEAD_SCRIPT, len(self._keys), *args)
 
     async def _aeval(self, op: str, *rest: Any) -> Any:
         client = self._conn.aio()
         args = self._args(op, *rest)
         try:
-            return await client.evalsha(_SHA, 4, *args)
+            return await client.evalsha(_SHA, len(self._keys), *args)
         except NoScriptError:
-            return await client.eval(BULKHEAD_SCRIPT, 4, *args)
+            return await client.eval(BULKHEAD_SCRIPT, len(self._keys), *args)
 
     def _new_id(self) -> str:
         return f"{self._proc}:{next(self._ids)}"

@@ -14,6 +14,9 @@ series                                                      type       extra lab
 ``resilience4j_ratelimiter_keys``                           gauge      (keyed limiters only)      livesum
 ``resilience4j_bulkhead_available_concurrent_calls``        gauge                                 liveall
 ``resilience4j_bulkhead_max_allowed_concurrent_calls``      gauge                                 livesum
+``r4_bulkhead_cluster_concurrent_calls``                    gauge      (cluster-wide bulkheads)   livemax
+``r4_bulkhead_cluster_expired_leases``                      gauge      (cluster-wide bulkheads)   livemax
+``r4_bulkhead_lost_leases_total``                           counter    (cluster-wide bulkheads)
 ``resilience4j_circuitbreaker_state``                       gauge 0/1  ``state`` (6 values)       livemax
 ``resilience4j_circuitbreaker_failure_rate``                gauge                                 livemax
 ``resilience4j_circuitbreaker_slow_call_rate``              gauge                                 livemax
@@ -193,6 +196,27 @@ BH_MAX = _Spec(
     ("name",),
     "livesum",
 )
+BH_CLUSTER_CALLS = _Spec(
+    "r4_bulkhead_cluster_concurrent_calls",
+    "gauge",
+    "A cluster-wide (redis) bulkhead's leases alive in the whole cluster (the same value in every worker).",
+    ("name",),
+    "livemax",
+)
+BH_CLUSTER_EXPIRED = _Spec(
+    "r4_bulkhead_cluster_expired_leases",
+    "gauge",
+    "A cluster-wide bulkhead's leases ever given back by their TTL, not released (a worker killed or stalled mid-call); "
+    "cluster-wide, only grows.",
+    ("name",),
+    "livemax",
+)
+BH_LOST_LEASES = _Spec(
+    "r4_bulkhead_lost_leases",
+    "counter",
+    "Calls of this worker whose cluster-wide bulkhead lease expired while they still ran (renewal came too late).",
+    ("name",),
+)
 CB_STATE = _Spec(
     "resilience4j_circuitbreaker_state",
     "gauge",
@@ -289,6 +313,9 @@ _SPECS: tuple[_Spec, ...] = (
     RL_BACKEND_DEGRADED,
     BH_AVAILABLE,
     BH_MAX,
+    BH_CLUSTER_CALLS,
+    BH_CLUSTER_EXPIRED,
+    BH_LOST_LEASES,
     CB_STATE,
     CB_FAILURE_RATE,
     CB_SLOW_RATE,
@@ -379,7 +406,19 @@ def _read(out: _Reading) -> None:
 
     for name, bh in r4_registry.instances("bulkheads"):
         m = bh.metrics
-        gauge((BH_AVAILABLE, (name,), m.available_concurrent_calls))
+        cluster_counts = getattr(bh, "cluster_counts", None)
+        if cluster_counts is not None:  # cluster-wide (redis): one round trip per read, the cached count on a fault
+            try:
+                in_flight, expired = cluster_counts()
+            except Exception:
+                in_flight, expired = m.cluster_concurrent_calls, None
+            gauge((BH_CLUSTER_CALLS, (name,), in_flight))
+            if expired is not None:
+                gauge((BH_CLUSTER_EXPIRED, (name,), expired))
+            counter((BH_LOST_LEASES, (name,), "", bh, m.lost_leases))
+            gauge((BH_AVAILABLE, (name,), max(0, m.max_allowed_concurrent_calls - in_flight)))
+        else:
+            gauge((BH_AVAILABLE, (name,), m.available_concurrent_calls))
         gauge((BH_MAX, (name,), m.max_allowed_concurrent_calls))
 
     for name, cb in r4_registry.instances("circuitbreakers"):

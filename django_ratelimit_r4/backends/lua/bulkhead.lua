@@ -4,6 +4,8 @@
 -- KEYS[2] queue   ZSET  waiting lease id -> arrival sequence (FIFO)
 -- KEYS[3] waiters HASH  waiting lease id -> "<deadline ms>|<wake list key of its process>"
 -- KEYS[4] seq     STRING arrival counter of the queue
+-- KEYS[5] stats   HASH  "issued": leases ever granted, "released": leases ever given back by a release (no expiry)
+--                       issued - released - alive = leases given back by their TTL (a worker killed or stalled)
 -- The wake lists (one per process, named by the waiters) share the keys' hash tag, so one slot holds all.
 --
 -- ARGV[1] op, ARGV[2] max_concurrent_calls, ARGV[3] lease TTL (ms), then per op:
@@ -12,10 +14,10 @@
 --   cancel   ARGV[4] lease id of a waiter giving up -> {1, count} it was granted meanwhile (keeps it), else {0, count}
 --   release  ARGV[4..] lease ids -> {released, count}
 --   renew    ARGV[4..] lease ids -> {count, lost id, ...} (lost: expired before this renewal)
---   count    -> {count}
+--   count    -> {count, leases ever issued, leases ever released}
 -- Time is the server's (TIME), so hosts agree. Every write extends the keys' life to cover what they hold.
 
-local L, Q, W, SEQ = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local L, Q, W, SEQ, S = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local op = ARGV[1]
 local max = tonumber(ARGV[2])
 local ttl = tonumber(ARGV[3])
@@ -37,6 +39,7 @@ local function pump()
       local sep = string.find(info, '|', 1, true)
       if tonumber(string.sub(info, 1, sep - 1)) > now then
         redis.call('ZADD', L, now + ttl, id)
+        redis.call('HINCRBY', S, 'issued', 1)
         n = n + 1
         local wake = string.sub(info, sep + 1)
         redis.call('RPUSH', wake, id)
@@ -59,6 +62,7 @@ if op == 'acquire' then
   local n = pump()
   if n < max and redis.call('ZCARD', Q) == 0 then
     redis.call('ZADD', L, now + ttl, id)
+    redis.call('HINCRBY', S, 'issued', 1)
     keep(ttl)
     return {1, n + 1}
   end
@@ -83,6 +87,7 @@ elseif op == 'release' then
   for i = 4, #ARGV do
     released = released + redis.call('ZREM', L, ARGV[i])
   end
+  if released > 0 then redis.call('HINCRBY', S, 'released', released) end
   return {released, pump()}
 elseif op == 'renew' then
   redis.call('ZREMRANGEBYSCORE', L, '-inf', now)
@@ -98,6 +103,7 @@ elseif op == 'renew' then
   for _, id in ipairs(lost) do out[#out + 1] = id end
   return out
 elseif op == 'count' then
-  return {redis.call('ZCOUNT', L, '(' .. now, '+inf')}
+  local stats = redis.call('HMGET', S, 'issued', 'released')
+  return {redis.call('ZCOUNT', L, '(' .. now, '+inf'), tonumber(stats[1] or '0'), tonumber(stats[2] or '0')}
 end
 return redis.error_reply('unknown bulkhead op ' .. tostring(op))

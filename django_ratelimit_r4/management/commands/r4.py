@@ -3,9 +3,9 @@
 ::
 
     manage.py r4 status [NAME ...] [--json] [--keys] [--watch SECONDS] [REMOTE]
-    manage.py r4 reset NAME [--key KEY] [REMOTE]
-    manage.py r4 drain NAME [--key KEY] [REMOTE]
-    manage.py r4 transition NAME --to STATE [REMOTE]
+    manage.py r4 reset NAME [--key KEY] [--timeout SECONDS] [REMOTE]
+    manage.py r4 drain NAME [--key KEY] [--timeout SECONDS] [REMOTE]
+    manage.py r4 transition NAME --to STATE [--timeout SECONDS] [REMOTE]
 
     REMOTE: --url URL [--token TOKEN] [--allow-insecure-http]
 
@@ -15,7 +15,12 @@ Without ``--url`` the command reads the instances of *its own process*. With the
 that is a fresh copy, not the server's state, and the command says so on stderr. ``--url`` points it
 at a running server's state endpoint (``django_ratelimit_r4.urls``) instead, authenticating with a
 bearer token from ``--token``, ``$R4_STATE_ENDPOINT_TOKEN`` or ``RATELIMIT_R4["state_endpoint_token"]``.
-The answer then comes from whichever worker served the request.
+The answer then comes from whichever worker served the request, and the command names it (host, pid):
+without a control plane an action changes that worker only, and the command says so.
+
+With ``RATELIMIT_R4["control"]`` (a shared redis backend, :mod:`django_ratelimit_r4.control`), ``status``
+lists every live worker with totals over them, and ``reset`` / ``drain`` / ``transition`` reach every worker and
+report who acknowledged within ``--timeout`` (and who did not: the command then fails), locally or via ``--url``.
 
 The token goes to ``--url`` and nowhere else: a redirect is never followed (the command fails and
 names the ``Location``), and plain ``http://`` is refused for a host other than loopback
@@ -38,12 +43,14 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
-from django_ratelimit_r4 import conf, state
+from django_ratelimit_r4 import conf, control, state
 
 #: Environment variable read for the bearer token when ``--token`` is not given.
 TOKEN_ENV = "R4_STATE_ENDPOINT_TOKEN"
 #: Seconds to wait for the state endpoint.
 HTTP_TIMEOUT = 10.0
+#: The longest ``--timeout`` an action may wait for the workers' acknowledgements (seconds).
+MAX_WAIT_S = 30.0
 #: Clears the terminal between ``--watch`` frames (cursor home + erase display).
 CLEAR = "\x1b[H\x1b[2J"
 
@@ -58,6 +65,16 @@ def _positive_seconds(value: str) -> float:
         raise ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
     if not seconds > 0:
         raise ArgumentTypeError(f"must be more than 0 seconds, got {value!r}")
+    return seconds
+
+
+def _wait_seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
+    if not 0 <= seconds <= MAX_WAIT_S:
+        raise ArgumentTypeError(f"must be from 0 to {MAX_WAIT_S:g} seconds, got {value!r}")
     return seconds
 
 
@@ -117,6 +134,8 @@ def _row(item: dict[str, Any], width: int) -> list[str]:
             "?" if live_keys is None else str(live_keys),
         ]
     if kind == "bulkhead":
+        cluster = s.get("cluster_concurrent_calls")
+        expired = s.get("cluster_expired_leases")
         return [
             item["name"],
             str(s["concurrent_calls"]),
@@ -125,11 +144,17 @@ def _row(item: dict[str, Any], width: int) -> list[str]:
             str(s["waiting_calls"]),
             str(s["permitted_calls"]),
             str(s["rejected_calls"]),
+            "-" if cluster is None else str(cluster),
+            "-" if expired is None else str(expired),
         ]
     if kind == "circuitbreaker":
+        states = s.get("states") or {}
+        shown = s["state"]
+        if shown == "MIXED" and states:  # cluster totals: the workers disagree
+            shown = "MIXED(" + ",".join(f"{k}:{v}" for k, v in sorted(states.items())) + ")"
         return [
             item["name"],
-            s["state"],
+            shown,
             _rate(s["failure_rate"]),
             _rate(s["slow_call_rate"]),
             str(s["number_of_buffered_calls"]),
@@ -171,7 +196,21 @@ _SECTIONS: list[tuple[str, str, tuple[str, ...]]] = [
         "Rate limiters",
         ("NAME", "LIMIT", "AVAILABLE", "WAIT", "WAITING", "GRANTED", "REJECTED", "KEYS"),
     ),
-    ("bulkhead", "Bulkheads", ("NAME", "IN USE", "MAX", "AVAILABLE", "WAITING", "PERMITTED", "REJECTED")),
+    (
+        "bulkhead",
+        "Bulkheads",
+        (
+            "NAME",
+            "IN USE",
+            "MAX",
+            "AVAILABLE",
+            "WAITING",
+            "PERMITTED",
+            "REJECTED",
+            "CLUSTER IN USE",
+            "EXPIRED LEASES",
+        ),
+    ),
     (
         "circuitbreaker",
         "Circuit breakers",
@@ -223,6 +262,49 @@ def render_table(items: list[dict[str, Any]]) -> str:
     return "\n\n".join(blocks)
 
 
+def _age(seconds: float) -> str:
+    return human_ns(int(seconds * 1e9)) if seconds >= 0.001 else "0"
+
+
+def describe_worker(w: dict[str, Any] | None) -> str:
+    """``"web-1 pid 4242"`` for a worker dict (``host``, ``pid``); ``"an unknown worker"`` without one."""
+    if not w or w.get("pid") is None:
+        return "an unknown worker"
+    return f"{w.get('host') or '?'} pid {w['pid']}"
+
+
+def render_cluster(view: dict[str, Any]) -> str:
+    """The readable form of a cluster status (:func:`django_ratelimit_r4.control.cluster_status`)."""
+    workers = view.get("workers") or []
+    interval = float(view.get("heartbeat_interval_seconds") or 0)
+    now = time.time()
+    head = (
+        f"Workers: {len(workers)} live (control plane on backend {view.get('backend')!r}; a heartbeat every "
+        f"{interval:g}s, listed until {3 * interval:g}s without one)"
+    )
+    rows = [
+        [
+            str(w.get("host", "?")),
+            str(w.get("pid", "?")),
+            _age(max(0.0, now - float(w.get("started") or now))),
+            _age(float(w.get("age_seconds") or 0)) + " ago",
+        ]
+        for w in workers
+    ]
+    lines = [head]
+    if rows:
+        lines.extend(_table(("HOST", "PID", "UP", "HEARTBEAT"), rows))
+    totals = view.get("totals") or []
+    lines.append("")
+    lines.append(
+        f"Totals over the {len(workers)} workers (counters summed; state shared in Redis shown once; "
+        "MIXED: the workers' breaker states differ)"
+    )
+    lines.append("")
+    lines.append(render_table(totals))
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------------------- the state endpoint
 
 
@@ -260,6 +342,18 @@ class Remote:
         self.base = url if url.endswith("/") else url + "/"
         self.token = token
         self._opener = urllib.request.build_opener(_NoRedirect)
+        #: ``{"host", "pid"}`` of the worker that answered the last request (its ``X-R4-Worker-*`` headers).
+        self.last_worker: dict[str, Any] | None = None
+
+    def view(self, names: Sequence[str], include_keys: bool) -> list[dict[str, Any]] | dict[str, Any]:
+        """``GET <base>?cluster=1``: the cluster view (a dict) with a control plane; else the answering worker's
+        (``{"scope": "worker", ...}``, or the plain list from a server older than the control plane)."""
+        query = [("name", n) for n in names] + ([("keys", "1")] if include_keys else []) + [("cluster", "1")]
+        url = self.base + "?" + urllib.parse.urlencode(query)
+        data = self._request(url, None)
+        if not isinstance(data, (list, dict)):
+            raise CommandError(f"{url} did not answer with a state list; is --url the state endpoint?")
+        return data
 
     def status(self, names: Sequence[str], include_keys: bool) -> list[dict[str, Any]]:
         """``GET <base>?name=..&keys=1``: the snapshot list of the worker that answers."""
@@ -286,8 +380,14 @@ class Remote:
             url, data=body, headers=headers, method="GET" if body is None else "POST"
         )
         try:  # _remote() accepted only http(s) URLs and redirects are refused: no file:// reads
-            with self._opener.open(request, timeout=HTTP_TIMEOUT) as response:
+            with self._opener.open(request, timeout=HTTP_TIMEOUT + MAX_WAIT_S) as response:
                 payload = response.read()
+                pid = response.headers.get("X-R4-Worker-Pid")
+                self.last_worker = (
+                    {"host": response.headers.get("X-R4-Worker-Host"), "pid": int(pid)}
+                    if pid and pid.isdigit()
+                    else None
+                )
         except urllib.error.HTTPError as exc:
             raise CommandError(self._http_error(url, exc)) from None
         except (urllib.error.URLError, OSError) as exc:
@@ -360,19 +460,31 @@ class Command(BaseCommand):
         )
         remote(status)
 
+        def timeout(p: ArgumentParser) -> None:
+            p.add_argument(
+                "--timeout",
+                type=_wait_seconds,
+                metavar="SECONDS",
+                help=f"with a control plane: how long to wait for every worker's acknowledgement "
+                f"(default {control.DEFAULT_TIMEOUT_S:g}, at most {MAX_WAIT_S:g})",
+            )
+
         reset = sub.add_parser("reset", help="return an instance (or one client key) to its fresh state")
         reset.add_argument("name", metavar="NAME")
         reset.add_argument("--key", help="only this client key, as stored (e.g. ip:203.0.113.7, user:42)")
+        timeout(reset)
         remote(reset)
 
         drain = sub.add_parser("drain", help="set a rate limiter's available permissions to 0")
         drain.add_argument("name", metavar="NAME")
         drain.add_argument("--key", help="only this client key, as stored (e.g. ip:203.0.113.7, user:42)")
+        timeout(drain)
         remote(drain)
 
         transition = sub.add_parser("transition", help="move a circuit breaker to another state")
         transition.add_argument("name", metavar="NAME")
         transition.add_argument("--to", required=True, type=str.upper, choices=list(state.TRANSITION_TARGETS))
+        timeout(transition)
         remote(transition)
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -421,6 +533,8 @@ class Command(BaseCommand):
 
     def _note_local(self) -> None:
         analysis = conf.get_analysis()
+        if analysis.control is not None:
+            return  # the control plane reaches every worker: no caveat
         default = analysis.backends.get("default")
         shared = sorted(
             {
@@ -446,18 +560,25 @@ class Command(BaseCommand):
         names: list[str] = options["names"]
         keys: bool = options["keys"]
         watch: float | None = options["watch"]
+        cluster_here = remote is None and not keys and conf.get_control() is not None
         try:
             while True:
-                items = (
-                    remote.status(names, keys)
-                    if remote is not None
-                    else state.snapshot(names or None, include_keys=keys)
-                )
-                text = json.dumps(items, indent=2, sort_keys=True) if options["json"] else render_table(items)
+                data: list[dict[str, Any]] | dict[str, Any]
+                if remote is not None:
+                    data = remote.view(names, keys)
+                elif cluster_here:
+                    data = control.cluster_status(names or None)
+                else:
+                    data = state.snapshot(names or None, include_keys=keys)
+                text, note = self._render(data, remote, options["json"])
                 if watch is None:
                     self.stdout.write(text)
+                    if note:
+                        self.stderr.write(note)
                     return
                 where = remote.base if remote is not None else "this process"
+                if note:
+                    text = f"{text}\n\n{note}"
                 self.stdout.write(
                     f"{CLEAR}r4 status of {where} at {time.strftime('%H:%M:%S')} "
                     f"(every {watch:g}s, Ctrl-C to stop)\n\n{text}"
@@ -469,18 +590,91 @@ class Command(BaseCommand):
                 raise
             self.stdout.write("")  # leave the prompt on a fresh line; a clean exit, status 0
 
+    @staticmethod
+    def _render(
+        data: list[dict[str, Any]] | dict[str, Any], remote: Remote | None, as_json: bool
+    ) -> tuple[str, str | None]:
+        """The status text for stdout and a note for stderr (which worker answered), from any view's data."""
+        if isinstance(data, dict) and data.get("scope") == "cluster":
+            return (json.dumps(data, indent=2, sort_keys=True) if as_json else render_cluster(data)), None
+        if isinstance(data, dict):  # one worker's view: {"scope": "worker", "worker": ..., "instances": [...]}
+            items, who = data.get("instances") or [], data.get("worker")
+        else:
+            items, who = data, remote.last_worker if remote is not None else None
+        text = json.dumps(items, indent=2, sort_keys=True) if as_json else render_table(items)
+        note = None
+        if remote is not None:
+            note = (
+                f"answered by worker {describe_worker(who)}: its bulkheads, circuit breakers, retries, time limiters and "
+                "per-process rate limiters are that worker's own (others may differ); set "
+                'RATELIMIT_R4["control"] to see every worker'
+            )
+        return text, note
+
     def _act(self, remote: Remote | None, options: dict[str, Any]) -> None:
         action, name = options["subcommand"], options["name"]
         body = {"to": options["to"]} if action == "transition" else {"key": options["key"]}
+        wait = options.get("timeout")
+        who: dict[str, Any] | None = None
         if remote is not None:
+            if wait is not None:
+                body["timeout"] = wait
             result = remote.act(name, action, {k: v for k, v in body.items() if v is not None})
-        elif action == "transition":
-            result = state.transition(name, options["to"])
-        elif action == "reset":
-            result = state.reset(name, key=options["key"])
+            who = result.get("worker") or remote.last_worker
+        elif conf.get_control() is not None:
+            result = control.broadcast(
+                action,
+                name,
+                key=options.get("key"),
+                to=options.get("to"),
+                timeout=control.DEFAULT_TIMEOUT_S if wait is None else wait,
+            )
         else:
-            result = state.drain(name, key=options["key"])
-        self.stdout.write(self._describe(result))
+            if action == "transition":
+                result = state.transition(name, options["to"])
+            elif action == "reset":
+                result = state.reset(name, key=options["key"])
+            else:
+                result = state.drain(name, key=options["key"])
+        if result.get("scope") == "cluster":
+            self._report_cluster(result)
+            return
+        line = self._describe(result)
+        if remote is not None:
+            line += (
+                f" on worker {describe_worker(who)} only: without a control plane the other workers keep their own "
+                'state (set RATELIMIT_R4["control"] to reach every worker)'
+            )
+        self.stdout.write(line)
+
+    def _report_cluster(self, result: dict[str, Any]) -> None:
+        """Print who acknowledged a broadcast action; fail unless every live worker did, without error."""
+        acks, missing = result.get("acks") or [], result.get("missing") or []
+        failed = [a for a in acks if not a.get("ok")]
+        live = len(acks) + len(missing)
+        what = f"{result.get('action')} {result.get('name')!r}"
+        self.stdout.write(
+            f"{what}: acknowledged by {len(acks)} of {live} live worker(s) "
+            f"within {float(result.get('timeout_seconds') or 0):g}s"
+            + (f", {len(failed)} refused" if failed else "")
+        )
+        for ack in acks:
+            outcome = self._describe(ack["result"]) if ack.get("ok") else f"refused: {ack.get('error')}"
+            self.stdout.write(f"  {describe_worker(ack)}: {outcome}")
+        for gone in missing:
+            self.stdout.write(f"  {describe_worker(gone)}: NO ACKNOWLEDGEMENT")
+        if missing or failed:
+            parts = []
+            if missing:
+                parts.append(
+                    f"{len(missing)} live worker(s) did not acknowledge: "
+                    + ", ".join(describe_worker(m) for m in missing)
+                    + " (stopped, stalled or cut off from Redis; a worker listed in r4 status stays listed for "
+                    "three heartbeat intervals after its last heartbeat)"
+                )
+            if failed:
+                parts.append(f"{len(failed)} worker(s) refused: " + ", ".join(describe_worker(f) for f in failed))
+            raise CommandError("; ".join(parts))
 
     @staticmethod
     def _describe(result: dict[str, Any]) -> str:
