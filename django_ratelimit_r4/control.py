@@ -123,19 +123,14 @@ def _worker_id() -> str:
 
 
 def _client(spec: conf.BackendSpec) -> Any:
-    """A redis-py client of its own for ``spec`` (the control plane never takes a decision's pooled connection)."""
-    import redis
+    """A redis-py client of its own for ``spec`` (plain, Redis Cluster or Sentinel, as the backend's decisions use),
+    never taking a decision's pooled connection; the subscription holds one of its connections."""
+    from .backends.redis import RedisStore, connection
 
-    options = dict(spec.options)
-    options.pop("key_prefix", None)
-    options.pop("timeout", None)  # the blocking pool's wait: not used here
-    options.pop("max_connections", None)
-    cluster = bool(options.pop("cluster", False))
-    options["socket_timeout"] = max(float(options.get("socket_timeout") or 0), SOCKET_TIMEOUT_S)
-    options.setdefault("socket_connect_timeout", 2.0)
-    if cluster:  # a Redis Cluster entry: PUBLISH reaches subscribers on every node
-        return redis.RedisCluster.from_url(str(spec.location), **options)
-    return redis.Redis.from_url(str(spec.location), health_check_interval=10, **options)
+    store = RedisStore(spec.alias, spec.location, spec.options)
+    return connection(store.url, store.connection_options).new_client(
+        socket_timeout=SOCKET_TIMEOUT_S, max_connections=8
+    )
 
 
 class ControlPlane:
