@@ -399,9 +399,13 @@ def test_configuration_top_level_options_table() -> None:
     rows = _table("## Top-level options")
     defaults = conf.R4Options()
     # backends (its own section, "## Backends") is analysed per entry, not an R4Options field.
-    assert set(rows) == {f.name for f in dataclasses.fields(conf.R4Options)} | {"backends"}
+    # control is analysed on its own too (a broken one turns only the control plane off): conf.ControlOptions.
+    assert set(rows) == {f.name for f in dataclasses.fields(conf.R4Options)} | {"backends", "control"}
     for name, documented in rows.items():
-        if name == "backends":
+        if name == "control":
+            assert ast.literal_eval(documented) is None
+            assert conf.analyse({}).control is None
+        elif name == "backends":
             assert ast.literal_eval(documented) == {"default": {"BACKEND": "memory"}}
             assert conf.analyse({}).backends["default"].backend == "memory"
         elif name == "stall_detector":
