@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: test demo demo-gunicorn demo-uvicorn demo-redis bench bench-peers lint docs clean
+.PHONY: test demo demo-gunicorn demo-uvicorn demo-redis demo-cluster bench bench-peers lint docs clean
 
 # tox >= 4.5x may leave a PEP 832 ".venv" redirect *file* here (tox.ini now turns that off): replace it.
 $(VENV)/.installed: pyproject.toml
@@ -32,6 +32,11 @@ demo-uvicorn: $(VENV)/.installed    # demo.asgi:application with the stall detec
 
 demo-redis: $(VENV)/.installed      # gunicorn, 4 workers, rate limits in Redis on 127.0.0.1:6379
 	cd demo_project && ../$(PY) serve.py gunicorn --workers 4 --backend redis --host $(HOST) --port $(PORT) --migrate
+
+# Two gunicorn "hosts" (ports PORT and PORT+1) x 2 workers sharing Redis, with the control plane: r4 status
+# lists all 4 workers, r4 transition reaches them all (docs/demo.md).
+demo-cluster: $(VENV)/.installed
+	cd demo_project && ../$(PY) serve.py gunicorn --hosts 2 --workers 2 --backend redis --control --host $(HOST) --port $(PORT) --migrate
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/run.py

@@ -1,4 +1,5 @@
-"""gunicorn configuration of the demo (``make demo-gunicorn``, ``make demo-redis``): docs/operations.md's hooks.
+"""gunicorn configuration of the demo (``make demo-gunicorn``, ``make demo-redis``, ``make demo-cluster``):
+docs/operations.md's hooks.
 
 serve.py gives the rest on the command line (workers, threads, bind) and points
 ``PROMETHEUS_MULTIPROC_DIR`` at a fresh empty directory before gunicorn starts.
@@ -11,11 +12,22 @@ from typing import Any
 from prometheus_client import multiprocess
 
 
+def post_worker_init(worker: Any) -> None:
+    """In a new worker: start its control plane (with DEMO_CONTROL=1; a no-op otherwise), so `r4 status` lists it
+    and `r4 transition` reaches it before its first request."""
+    from django_ratelimit_r4 import control
+
+    control.start()
+
+
 def worker_exit(server: Any, worker: Any) -> None:
-    """In the exiting worker: flush its last second of counts into PROMETHEUS_MULTIPROC_DIR."""
+    """In the exiting worker: flush its last second of counts into PROMETHEUS_MULTIPROC_DIR; leave the control
+    plane's list at once."""
+    from django_ratelimit_r4 import control
     from django_ratelimit_r4.contrib import prometheus
 
     prometheus.sync_now()
+    control.stop()
 
 
 def child_exit(server: Any, worker: Any) -> None:

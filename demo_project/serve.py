@@ -1,6 +1,8 @@
-"""Run the demo under a production server: ``make demo-gunicorn``, ``make demo-uvicorn``, ``make demo-redis``.
+"""Run the demo under a production server: ``make demo-gunicorn``, ``make demo-uvicorn``, ``make demo-redis``,
+``make demo-cluster``.
 
     python serve.py gunicorn [--workers 4] [--threads 8] [--port 8000] [--backend memory|redis] [--migrate]
+                             [--hosts N] [--control]
     python serve.py uvicorn [--port 8000] [--migrate]
 
 What it sets up, so the servers behave like docs/operations.md says they should:
@@ -12,6 +14,10 @@ What it sets up, so the servers behave like docs/operations.md says they should:
 * uvicorn ``demo.asgi:application`` (one worker: the stall detector from ``monitor_asgi`` watches its loop);
 * ``--backend redis``: ``DEMO_BACKEND=redis``; if nothing answers at ``--redis-url`` and ``redis-server``
   is installed, a throwaway one (no persistence) is started on that port and stopped at exit.
+* ``--hosts N`` (gunicorn): N gunicorn masters on ports ``--port`` .. ``--port + N - 1``, standing for N hosts
+  (each its own ``PROMETHEUS_MULTIPROC_DIR``, so each is its own scrape target); ``--control`` (with
+  ``--backend redis``): ``DEMO_CONTROL=1``, the control plane on the Redis backend, so ``manage.py r4`` sees and
+  steers every worker of every "host".
 
 Ctrl-C (or SIGTERM) stops the server, then the throwaway Redis, then removes the directory.
 """
@@ -46,12 +52,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--backend", choices=["memory", "redis"], default="memory")
     parser.add_argument("--redis-url", default=os.environ.get("DEMO_REDIS_URL", DEFAULT_REDIS_URL))
     parser.add_argument("--migrate", action="store_true", help="run manage.py migrate first")
-    return parser.parse_args(argv)
+    parser.add_argument("--hosts", type=int, default=1, help="gunicorn servers on consecutive ports (default 1)")
+    parser.add_argument("--control", action="store_true", help="the control plane on Redis (needs --backend redis)")
+    args = parser.parse_args(argv)
+    if args.hosts < 1 or (args.hosts > 1 and args.server != "gunicorn"):
+        parser.error("--hosts takes a number >= 1, and more than 1 only with gunicorn")
+    if args.control and args.backend != "redis":
+        parser.error("--control needs --backend redis (the control plane lives in Redis)")
+    return args
 
 
-def server_command(args: argparse.Namespace) -> list[str]:
-    """The gunicorn or uvicorn command line."""
-    bind = f"{args.host}:{args.port}"
+def server_command(args: argparse.Namespace, port: int | None = None) -> list[str]:
+    """The gunicorn or uvicorn command line (on ``port``, by default ``--port``)."""
+    bind = f"{args.host}:{args.port if port is None else port}"
     if args.server == "gunicorn":
         return [sys.executable, "-m", "gunicorn", "demo.wsgi:application", "--config", str(HERE / "gunicorn.conf.py"),
                 "--bind", bind, "--workers", str(args.workers), "--worker-class", "gthread",
@@ -101,6 +114,7 @@ def server_environment(args: argparse.Namespace, tmp: Path) -> dict[str, str]:
     """The server's environment: the demo's settings, its backend, a state dir under ``tmp``."""
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "demo.settings", "DEMO_BACKEND": args.backend,
            "DEMO_REDIS_URL": args.redis_url, "DEMO_STATE_DIR": str(tmp / "state"),
+           "DEMO_CONTROL": "1" if getattr(args, "control", False) else "0",
            # Django exports settings.TIME_ZONE as $TZ in the processes that load it (gunicorn's workers,
            # not its master): give the master the same zone, so every log line shows one time zone.
            "TZ": "UTC"}
@@ -112,25 +126,25 @@ def server_environment(args: argparse.Namespace, tmp: Path) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     """Set the environment up, run the server until it exits or we are told to stop, clean up."""
     args = parse_args(argv)
-    if not port_is_free(args.host, args.port):
-        print(f"serve.py: {args.host}:{args.port} is in use (another demo running?); use --port", file=sys.stderr)
-        return 2
+    ports = [args.port + i for i in range(args.hosts)]
+    for port in ports:
+        if not port_is_free(args.host, port):
+            print(f"serve.py: {args.host}:{port} is in use (another demo running?); use --port", file=sys.stderr)
+            return 2
     tmp = Path(tempfile.mkdtemp(prefix="r4-demo-"))
     env = server_environment(args, tmp)
     (tmp / "state").mkdir()
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    if args.server == "gunicorn":
-        (tmp / "prometheus").mkdir()  # fresh and empty at every start
-        env["PROMETHEUS_MULTIPROC_DIR"] = str(tmp / "prometheus")
     redis_process: subprocess.Popen[bytes] | None = None
-    server: subprocess.Popen[bytes] | None = None
+    servers: list[subprocess.Popen[bytes]] = []
     stopping = False
 
     def stop(signum: int, frame: FrameType | None) -> None:
         nonlocal stopping
         stopping = True
-        if server is not None and server.poll() is None:
-            server.send_signal(signal.SIGTERM)
+        for each in servers:
+            if each.poll() is None:
+                each.send_signal(signal.SIGTERM)
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
@@ -143,18 +157,29 @@ def main(argv: list[str] | None = None) -> int:
         if stopping:
             return 0
         extra = f", {args.workers} workers, {args.backend} backend" if args.server == "gunicorn" else ""
-        print(f"serve.py: {args.server}{extra} on http://{args.host}:{args.port}/  (Ctrl-C stops)", flush=True)
-        server = subprocess.Popen(server_command(args), cwd=HERE, env=env)
+        extra += ", control plane on Redis" if args.control else ""
+        for index, port in enumerate(ports):
+            host_env = dict(env)
+            if args.server == "gunicorn":  # each "host" is its own scrape target: a directory of its own
+                directory = tmp / ("prometheus" if len(ports) == 1 else f"prometheus-{index}")
+                directory.mkdir()  # fresh and empty at every start
+                host_env["PROMETHEUS_MULTIPROC_DIR"] = str(directory)
+            name = "" if len(ports) == 1 else f" (host {index + 1} of {len(ports)})"
+            print(f"serve.py: {args.server}{extra} on http://{args.host}:{port}/{name}  (Ctrl-C stops)", flush=True)
+            servers.append(subprocess.Popen(server_command(args, port), cwd=HERE, env=host_env))
         while True:
             try:
-                return server.wait(timeout=15) if not stopping else server.wait(timeout=10)
+                codes = [each.wait(timeout=15) if not stopping else each.wait(timeout=10) for each in servers]
+                return max(codes)
             except subprocess.TimeoutExpired:
                 if stopping:
-                    server.kill()
+                    for each in servers:
+                        each.kill()
     finally:
-        if server is not None and server.poll() is None:
-            server.kill()
-            server.wait()
+        for each in servers:
+            if each.poll() is None:
+                each.kill()
+                each.wait()
         if redis_process is not None:
             redis_process.terminate()
             redis_process.wait(timeout=10)

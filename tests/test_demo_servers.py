@@ -79,10 +79,23 @@ class Server:
         return self.log_path.read_text(errors="replace")
 
 
+def free_port_pair() -> int:
+    """A port ``p`` such that nothing listens on ``p`` nor ``p + 1`` right now (two demo "hosts")."""
+    for _ in range(100):
+        port = free_port()
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise AssertionError("no two consecutive free ports")
+
+
 @contextlib.contextmanager
-def serve(tmp_path: Path, *args: str) -> Iterator[Server]:
-    """Start ``serve.py <args>`` on a free port; stop its whole process group at exit."""
-    port = free_port()
+def serve(tmp_path: Path, *args: str, port: int | None = None) -> Iterator[Server]:
+    """Start ``serve.py <args>`` on a free port (or ``port``); stop its whole process group at exit."""
+    port = free_port() if port is None else port
     log_path = tmp_path / f"server-{port}.log"
     # A 60 s per-client period: how many requests fit in one cycle must not depend on the machine's speed.
     env = demo_env(PYTHONUNBUFFERED="1", DEMO_PER_CLIENT_PERIOD="60s")
@@ -374,3 +387,45 @@ def test_gunicorn_redis_backend_makes_per_client_global(tmp_path: Path) -> None:
         assert request(server.url + "/dashboard/state.json").json()["backend"] == "redis"  # type: ignore[index]
         assert_probes_green(server.url)
         assert "multi-process" not in server.log()  # one budget in Redis: nothing to warn about
+
+
+DEMO_TOKEN = "demo-token-for-local-use-only-0123456789"  # demo/settings.py's state_endpoint_token
+
+
+def test_gunicorn_cluster_two_hosts_one_control_plane(tmp_path: Path) -> None:
+    """make demo-cluster: two gunicorn "hosts" x 2 workers on one Redis, with the control plane. The state
+    endpoint of either host lists all four workers; a forced open sent to one host is acknowledged by all four,
+    so every worker of both hosts refuses at once (503 without the fallback), and closing it reaches all four."""
+    redis_port, port = free_port(), free_port_pair()
+    hosts = [f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"]
+    auth = {"Authorization": f"Bearer {DEMO_TOKEN}", "Content-Type": "application/json"}
+    with serve(tmp_path, "gunicorn", "--hosts", "2", "--workers", "2", "--threads", "4", "--backend", "redis",
+               "--control", "--redis-url", f"redis://127.0.0.1:{redis_port}/0", port=port) as server:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:  # the first host answers (serve() waited for it); wait for the second and the 4 heartbeats
+            with contextlib.suppress(OSError, ValueError):
+                view = request(hosts[1] + "/r4/?cluster=1", headers=auth).json()
+                if isinstance(view, dict) and len(view.get("workers", [])) == 4:
+                    break
+            assert time.monotonic() < deadline, f"4 workers not listed:\n{server.log()}"
+            time.sleep(0.1)
+        assert view["scope"] == "cluster"  # type: ignore[index]
+
+        def transition(to: str, host: str) -> dict[str, object]:
+            body = json.dumps({"to": to, "timeout": 10}).encode()
+            answer = request(host + "/r4/acquirer/transition", "POST", body, auth, timeout=20)
+            assert answer.status == 200, answer
+            result = answer.json()
+            assert isinstance(result, dict) and result["missing"] == [], result
+            assert len(result["acks"]) == 4 and all(a["ok"] for a in result["acks"]), result
+            return result
+
+        transition("FORCED_OPEN", hosts[0])
+        for h, host in enumerate(hosts):  # each of the 4 workers acknowledged after applying it: no waiting
+            statuses = [
+                request(f"{host}/authorize?fallback=0", "POST", b"", {"X-Forwarded-For": f"198.18.9.{10 * h + i}"}).status
+                for i in range(8)
+            ]
+            assert statuses == [503] * 8, (host, statuses)
+        transition("CLOSED", hosts[1])
+        assert request(f"{hosts[0]}/authorize", "POST", b"", {"X-Forwarded-For": "198.18.9.99"}).status == 200

@@ -93,7 +93,7 @@ def test_make_replaces_a_venv_redirect_file_left_by_tox(tmp_path: Path) -> None:
 def test_every_demo_target_listens_on_port(tmp_path: Path) -> None:
     import subprocess
 
-    for target in ("demo", "demo-gunicorn", "demo-uvicorn", "demo-redis"):
+    for target in ("demo", "demo-gunicorn", "demo-uvicorn", "demo-redis", "demo-cluster"):
         result = subprocess.run(
             ["make", "-n", "-C", str(ROOT), target, "PORT=8765", "VENV=" + str(tmp_path / "v")],
             capture_output=True,

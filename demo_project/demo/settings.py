@@ -129,3 +129,10 @@ if DEMO_BACKEND == "redis":
     RATELIMIT_R4["redis_key_prefix"] = "r4demo"
 elif DEMO_BACKEND != "memory":
     raise ValueError(f"DEMO_BACKEND must be 'memory' or 'redis', not {DEMO_BACKEND!r}")
+
+# DEMO_CONTROL=1 (make demo-cluster): one control plane on that Redis. Every worker of every "host" sends a
+# heartbeat each second; `manage.py r4 status` lists them all and `r4 transition` reaches them all.
+if os.environ.get("DEMO_CONTROL") == "1":
+    if DEMO_BACKEND != "redis":
+        raise ValueError("DEMO_CONTROL=1 needs DEMO_BACKEND=redis: the control plane lives in Redis")
+    RATELIMIT_R4["control"] = {"backend": "default", "heartbeat_interval": "1s"}
