@@ -38,7 +38,7 @@ from .core.rates import RateError, parse_rate
 from .core.retry import RetryConfig
 from .core.retrybudget import RetryBudgetConfig
 from .core.timelimiter import TimeLimiterConfig
-from .ip import UNIX_PEER
+from .ip import parse_forwarded_header, parse_ipv6_prefix_length, parse_trusted_proxies
 from .keyed import DEFAULT_MAX_KEYS as _KEYED_DEFAULT_MAX_KEYS
 from .keyspec import BUILTIN_KEYS, validate_key_spec
 
@@ -1005,58 +1005,36 @@ def _option_response_builder(value: object, raw: Mapping[str, Any]) -> Callable[
 
 
 def _option_trusted_proxies(value: object, raw: Mapping[str, Any]) -> int | tuple[IPNetwork | str, ...]:
-    hint = "Give the number of proxies in front of Django (e.g. 1) or a list of CIDRs, e.g. ['10.0.0.0/8']."
-    if isinstance(value, bool):
-        raise _Invalid(f"must be an integer or a list of CIDR strings, got {value!r}", hint)
-    if isinstance(value, int):
-        if value < 0:
-            raise _Invalid(f"must be >= 0, got {value}", hint)
-        return value
-    if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
-        raise _Invalid(f"must be an integer or a list of CIDR strings, got {value!r}", hint)
-    networks: list[IPNetwork | str] = []
-    bad: list[str] = []
-    for item in value:
-        if isinstance(item, str) and item.strip().lower() == UNIX_PEER:
-            networks.append(UNIX_PEER)  # a peer without an IP address (a Unix socket): only when named
-            continue
-        try:
-            networks.append(
-                ipaddress.ip_network(item, strict=False) if isinstance(item, str) else _not_cidr(item)
-            )
-        except ValueError as exc:
-            bad.append(f"{item!r} ({exc})")
-    if bad:
-        raise _Invalid(
-            "not valid CIDR networks: " + "; ".join(bad),
+    # ip.parse_trusted_proxies is the one source of the rule (ClientIPResolver checks with it too).
+    try:
+        return parse_trusted_proxies(value)
+    except ValueError as exc:
+        message = str(exc)
+    if message.startswith("not valid CIDR networks"):
+        hint = (
             "Write networks with their prefix, e.g. '10.0.0.0/8', '2001:db8::/32', '203.0.113.7/32', "
-            "and 'unix' to trust a proxy that reaches Django over a Unix socket.",
+            "and 'unix' to trust a proxy that reaches Django over a Unix socket."
         )
-    return tuple(networks)
-
-
-def _not_cidr(item: object) -> IPNetwork:
-    raise ValueError(f"expected a string, got {type(item).__name__}")
+    else:
+        hint = "Give the number of proxies in front of Django (e.g. 1) or a list of CIDRs, e.g. ['10.0.0.0/8']."
+    raise _Invalid(message, hint)
 
 
 def _option_ipv6_prefix(value: object, raw: Mapping[str, Any]) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 128:
-        raise _Invalid(
-            f"must be an integer from 1 to 128, got {value!r}", "64 groups every client of one /64 network."
-        )
-    return value
-
-
-_FORWARDED_HEADERS = ("auto", "x-forwarded-for", "forwarded")
+    try:
+        return parse_ipv6_prefix_length(value)  # ip.py's rule, shared with ClientIPResolver
+    except ValueError as exc:
+        raise _Invalid(str(exc), "64 groups every client of one /64 network.") from None
 
 
 def _option_forwarded_header(value: object, raw: Mapping[str, Any]) -> str:
-    if not isinstance(value, str) or value.lower() not in _FORWARDED_HEADERS:
+    try:
+        return parse_forwarded_header(value)  # ip.py's rule, shared with ClientIPResolver
+    except ValueError as exc:
         raise _Invalid(
-            f"must be one of {', '.join(repr(h) for h in _FORWARDED_HEADERS)}, got {value!r}",
+            str(exc),
             "Pin the header your proxy writes, e.g. 'x-forwarded-for' behind nginx or a cloud load balancer.",
-        )
-    return value.lower()
+        ) from None
 
 
 def _option_token(value: object, raw: Mapping[str, Any]) -> str | None:

@@ -27,11 +27,20 @@ because one IPv6 client usually owns a whole /64.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any, Literal
 
-__all__ = ["UNIX_PEER", "UNKNOWN_CLIENT", "ClientIPResolver", "ForwardedHeader"]
+__all__ = [
+    "FORWARDED_HEADERS",
+    "UNIX_PEER",
+    "UNKNOWN_CLIENT",
+    "ClientIPResolver",
+    "ForwardedHeader",
+    "parse_forwarded_header",
+    "parse_ipv6_prefix_length",
+    "parse_trusted_proxies",
+]
 
 #: Returned when even ``REMOTE_ADDR`` is missing or is not an IP (for example a Unix-socket peer).
 #: All such requests share one budget; behind a proxy on a Unix socket, trust it with :data:`UNIX_PEER`.
@@ -51,6 +60,8 @@ _MAX_ENTRY_LEN = 80
 # Beyond this many hops a header is not something a proxy chain produced; refuse to walk it.
 _MAX_HOPS = 64
 _CACHE_SIZE = 4096
+#: The values of ``forwarded_header``: which header a trusted proxy writes (``"auto"``: either).
+FORWARDED_HEADERS: tuple[str, ...] = ("auto", "x-forwarded-for", "forwarded")
 
 
 def _strip_port(text: str) -> str:
@@ -100,6 +111,63 @@ def _x_forwarded_for(value: str) -> list[str]:
     return [part.strip() for part in value.split(",")]
 
 
+# ---------------------------------------------------------------------------------- the one set of rules
+# The settings (conf) and ClientIPResolver both validate with these; each raises ValueError with a message
+# that does not name the option (the caller does: conf as a check problem with a hint, the resolver as
+# "trusted_proxies ...").
+
+
+def parse_trusted_proxies(value: object) -> int | tuple[_IPNetwork | str, ...]:
+    """``trusted_proxies`` checked: a proxy count ``>= 0``, or CIDR networks (strings or network objects, and
+    :data:`UNIX_PEER`), every bad entry named at once. IPv4-mapped IPv6 networks become IPv4 networks.
+
+    :raises ValueError: for anything else.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, list, tuple, set, frozenset)):
+        raise ValueError(f"must be an integer or a list of CIDR strings, got {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"must be >= 0, got {value}")
+        return value
+    networks: list[_IPNetwork | str] = []
+    bad: list[str] = []
+    for item in value:
+        if isinstance(item, str) and item.strip().lower() == UNIX_PEER:
+            networks.append(UNIX_PEER)  # a peer without an IP address (a Unix socket): only when named
+            continue
+        if not isinstance(item, (str, ipaddress.IPv4Network, ipaddress.IPv6Network)):
+            bad.append(f"{item!r} (expected a string, got {type(item).__name__})")
+            continue
+        try:
+            networks.append(_ipv4_if_mapped(ipaddress.ip_network(item, strict=False)))
+        except ValueError as exc:
+            bad.append(f"{item!r} ({exc})")
+    if bad:
+        raise ValueError("not valid CIDR networks: " + "; ".join(bad))
+    return tuple(networks)
+
+
+def _ipv4_if_mapped(net: _IPNetwork) -> _IPNetwork:
+    # Addresses are normalised from IPv4-mapped IPv6 to IPv4, so normalise such networks too.
+    if isinstance(net, ipaddress.IPv6Network) and net.prefixlen >= 96 and net.network_address.ipv4_mapped:
+        return ipaddress.IPv4Network((net.network_address.ipv4_mapped, net.prefixlen - 96))
+    return net
+
+
+def parse_ipv6_prefix_length(value: object) -> int:
+    """``ipv6_prefix_length`` checked: an int from 1 to 128. :raises ValueError: otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 128:
+        raise ValueError(f"must be an integer from 1 to 128, got {value!r}")
+    return value
+
+
+def parse_forwarded_header(value: object) -> ForwardedHeader:
+    """``forwarded_header`` checked and lower-cased: one of :data:`FORWARDED_HEADERS`. :raises ValueError: otherwise."""
+    if not isinstance(value, str) or value.lower() not in FORWARDED_HEADERS:
+        raise ValueError(f"must be one of {', '.join(repr(h) for h in FORWARDED_HEADERS)}, got {value!r}")
+    return value.lower()  # type: ignore[return-value]
+
+
 class ClientIPResolver:
     """Callable that returns a request's client IP as a normalised string.
 
@@ -134,38 +202,29 @@ class ClientIPResolver:
         :param forwarded_header: ``"auto"``, ``"x-forwarded-for"`` or ``"forwarded"``.
         :raises ValueError: on an invalid configuration (never at request time).
         """
-        if isinstance(trusted_proxies, bool):
-            raise ValueError("trusted_proxies must be a proxy count or a list of CIDR strings, not a bool")
-        if isinstance(ipv6_prefix_length, bool) or not isinstance(ipv6_prefix_length, int):
-            raise ValueError(f"ipv6_prefix_length must be an int from 1 to 128, got {ipv6_prefix_length!r}")
-        if not 1 <= ipv6_prefix_length <= 128:
-            raise ValueError(f"ipv6_prefix_length must be from 1 to 128, got {ipv6_prefix_length}")
-        if forwarded_header not in ("auto", "x-forwarded-for", "forwarded"):
-            raise ValueError(
-                f"forwarded_header must be 'auto', 'x-forwarded-for' or 'forwarded', got {forwarded_header!r}"
-            )
+        try:
+            proxies = 0 if trusted_proxies is None else parse_trusted_proxies(trusted_proxies)
+        except ValueError as exc:
+            raise ValueError(f"trusted_proxies {exc}") from None
+        try:
+            ipv6_prefix_length = parse_ipv6_prefix_length(ipv6_prefix_length)
+        except ValueError as exc:
+            raise ValueError(f"ipv6_prefix_length {exc}") from None
+        try:
+            forwarded_header = parse_forwarded_header(forwarded_header)
+        except ValueError as exc:
+            raise ValueError(f"forwarded_header {exc}") from None
         self.trusted_proxies = trusted_proxies
         self.ipv6_prefix_length = ipv6_prefix_length
         self._header = forwarded_header
         self._count = 0
         self._networks: tuple[_IPNetwork, ...] = ()
         self._trust_unix = False
-        if trusted_proxies is None:
-            pass
-        elif isinstance(trusted_proxies, int):
-            if trusted_proxies < 0:
-                raise ValueError(f"trusted_proxies count must be >= 0, got {trusted_proxies}")
-            self._count = trusted_proxies
-        elif isinstance(trusted_proxies, str):
-            raise ValueError("trusted_proxies must be a list of CIDR strings, not a single string")
+        if isinstance(proxies, int):
+            self._count = proxies
         else:
-            specs = list(trusted_proxies)
-            self._trust_unix = any(isinstance(s, str) and s.strip().lower() == UNIX_PEER for s in specs)
-            self._networks = tuple(
-                self._compile_networks(
-                    s for s in specs if not (isinstance(s, str) and s.strip().lower() == UNIX_PEER)
-                )
-            )
+            self._trust_unix = UNIX_PEER in proxies
+            self._networks = tuple(net for net in proxies if not isinstance(net, str))
         # Normalisation and trust per textual address, memoised: the same clients and proxies repeat.
         self._cache = lru_cache(maxsize=_CACHE_SIZE)(self._classify)
         # No trusted proxies: the answer is REMOTE_ADDR's alone and no header is read (see as_function).
@@ -174,24 +233,6 @@ class ClientIPResolver:
     def _lookup(self, text: str) -> tuple[str, bool] | None:
         # Length check before the cache so attacker-sized strings are never stored in it.
         return self._cache(text) if len(text) <= _MAX_ENTRY_LEN else None
-
-    @staticmethod
-    def _compile_networks(specs: Iterable[Any]) -> Iterable[_IPNetwork]:
-        for spec in specs:
-            try:
-                net = ipaddress.ip_network(spec, strict=False)
-            except (TypeError, ValueError) as exc:
-                raise ValueError(
-                    f"trusted_proxies entry {spec!r} is not an IP network (CIDR): {exc}"
-                ) from None
-            # Addresses are normalised from IPv4-mapped IPv6 to IPv4, so normalise such networks too.
-            if (
-                isinstance(net, ipaddress.IPv6Network)
-                and net.prefixlen >= 96
-                and net.network_address.ipv4_mapped
-            ):
-                net = ipaddress.IPv4Network((net.network_address.ipv4_mapped, net.prefixlen - 96))
-            yield net
 
     def _classify(self, text: str) -> tuple[str, bool] | None:
         """(client string, is a trusted proxy) for one textual address; None when malformed."""

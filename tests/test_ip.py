@@ -256,3 +256,81 @@ def test_as_function_with_proxies_is_the_general_resolver():
     resolver = ClientIPResolver(1)
     assert resolver.as_function() == resolver.__call__
     assert resolver.as_function()(req("10.0.0.1", xff="203.0.113.7")) == "203.0.113.7"
+
+
+# One source for the proxy rules (issue 10, item 3): the settings and ClientIPResolver ask ip.py alike.
+_PROXY_VALUES = [
+    0,
+    2,
+    -1,
+    True,
+    "10.0.0.0/8",
+    ["10.0.0.0/8", "unix"],
+    ["::ffff:10.0.0.0/104"],
+    ["10.0.0.0/33"],
+    ["proxy", 7],
+    (),
+    3.5,
+]
+
+
+@pytest.mark.parametrize("value", _PROXY_VALUES, ids=repr)
+def test_settings_and_resolver_agree_on_trusted_proxies(value) -> None:
+    from django_ratelimit_r4 import conf
+
+    try:
+        conf._option_trusted_proxies(value, {})
+        settings_ok = True
+    except conf._Invalid:
+        settings_ok = False
+    try:
+        ClientIPResolver(value)
+        resolver_ok = True
+    except ValueError:
+        resolver_ok = False
+    assert settings_ok == resolver_ok
+
+
+@pytest.mark.parametrize("value", [0, 1, 64, 128, 129, True, "64"], ids=repr)
+def test_settings_and_resolver_agree_on_ipv6_prefix_length(value) -> None:
+    from django_ratelimit_r4 import conf
+
+    try:
+        conf._option_ipv6_prefix(value, {})
+        settings_ok = True
+    except conf._Invalid:
+        settings_ok = False
+    try:
+        ClientIPResolver(None, value)
+        resolver_ok = True
+    except ValueError:
+        resolver_ok = False
+    assert settings_ok == resolver_ok
+
+
+@pytest.mark.parametrize("value", ["auto", "Forwarded", "x-forwarded-for", "x-real-ip", None], ids=repr)
+def test_settings_and_resolver_agree_on_forwarded_header(value) -> None:
+    from django_ratelimit_r4 import conf
+
+    try:
+        conf._option_forwarded_header(value, {})
+        settings_ok = True
+    except conf._Invalid:
+        settings_ok = False
+    try:
+        ClientIPResolver(1, forwarded_header=value)
+        resolver_ok = True
+    except ValueError:
+        resolver_ok = False
+    assert settings_ok == resolver_ok
+
+
+def test_conf_has_no_proxy_rules_of_its_own() -> None:
+    """conf calls ip.py's parse_* functions; the network parsing and the header list are not repeated there."""
+    from pathlib import Path
+
+    import django_ratelimit_r4
+
+    source = (Path(django_ratelimit_r4.__file__).parent / "conf.py").read_text(encoding="utf-8")
+    assert "ip_network(" not in source
+    assert "_FORWARDED_HEADERS" not in source and "UNIX_PEER" not in source
