@@ -41,6 +41,12 @@ def leased(url: str, prefix: str, limit: int, period_ns: int, lease: int, *, clo
     )
 
 
+#: The multi-process tests: a generous command timeout and the "closed" policy, so a machine too loaded to
+#: answer within the default 250 ms can only make a decision fail loudly (faults are asserted to be 0), never
+#: admit through a fault policy.
+PATIENT = {"socket_timeout": 10.0}
+
+
 def under_use_bound(processes: int, lease: int) -> int:
     """The documented bound (docs/redis.md, Permit leases) for 1-permit requests."""
     return (processes - 1) * (lease - 1)
@@ -153,9 +159,11 @@ def _cycle_worker(url: str, prefix: str, name: str, limit: int, period: int, lea
                   steps: int, attempts: int, barrier: Any, out: Any, seed: int) -> None:
     clock = SharedClock(value)
     if lease is None:
-        b: Any = rb.RedisBackend(name, limit, period, clock, url=url, prefix=prefix)
+        b: Any = rb.RedisBackend(name, limit, period, clock, url=url, prefix=prefix, fault_policy="closed",
+                                 connection_options=PATIENT)
     else:
-        b = rl.RedisLeaseBackend(name, limit, period, clock, lease=lease, url=url, prefix=prefix)
+        b = rl.RedisLeaseBackend(name, limit, period, clock, lease=lease, url=url, prefix=prefix,
+                                 fault_policy="closed", connection_options=PATIENT)
     barrier.wait(60)  # every process built (each reset the anchor to the same shared time)
     rng = random.Random(seed)
     rows = []
@@ -169,7 +177,7 @@ def _cycle_worker(url: str, prefix: str, name: str, limit: int, period: int, lea
                 rejected += 1
         rows.append((granted, rejected))
         barrier.wait(60)
-    out.put((rows, asdict(b.lease_stats) if lease is not None else None))
+    out.put((rows, asdict(b.lease_stats) if lease is not None else None, b.faults))
 
 
 def test_exact_across_4_processes_over_many_cycles_with_a_shared_clock(redis_url: str, prefix: str) -> None:
@@ -196,9 +204,10 @@ def test_exact_across_4_processes_over_many_cycles_with_a_shared_clock(redis_url
     results = [out.get(timeout=60) for _ in procs]
     for p in procs:
         p.join(30)
+    assert sum(r[2] for r in results) == 0
     admitted = [0] * cycles
     rejected = [0] * cycles
-    for rows, _ in results:
+    for rows, _, _ in results:
         for step, (g, r) in enumerate(rows):
             admitted[step // per_cycle] += g
             rejected[step // per_cycle] += r
@@ -206,17 +215,19 @@ def test_exact_across_4_processes_over_many_cycles_with_a_shared_clock(redis_url
     under = [limit - a for a, r in zip(admitted, rejected, strict=True) if r]
     assert len(under) >= cycles // 2  # the load exceeds the limit in most cycles
     assert max(under) <= under_use_bound(4, lease), under
-    expired = sum(stats["expired_permits"] for _, stats in results if stats)
+    expired = sum(stats["expired_permits"] for _, stats, _ in results if stats)
     assert expired > 0  # leftovers did die at cycle ends (and were never spent in the next cycle)
 
 
 def _burst_worker(url: str, prefix: str, names: list[str], limit: int, lease: int, barrier: Any, out: Any) -> None:
-    granted = []
+    granted, faults = [], 0
     for name in names:
-        b = rl.RedisLeaseBackend(name, limit, 600 * S, SYSTEM_CLOCK, lease=lease, url=url, prefix=prefix)
+        b = rl.RedisLeaseBackend(name, limit, 600 * S, SYSTEM_CLOCK, lease=lease, url=url, prefix=prefix,
+                                 fault_policy="closed", connection_options=PATIENT)
         barrier.wait(60)
         granted.append(sum(b.acquire(1, 0) >= 0 for _ in range(limit)))
-    out.put(granted)
+        faults += b.faults
+    out.put((granted, faults))
 
 
 def test_exact_across_4_processes_on_server_time_many_trials(redis_url: str, prefix: str) -> None:
@@ -233,14 +244,16 @@ def test_exact_across_4_processes_on_server_time_many_trials(redis_url: str, pre
     results = [out.get(timeout=120) for _ in procs]
     for p in procs:
         p.join(30)
-    totals = [sum(r[t] for r in results) for t in range(trials)]
+    assert sum(r[1] for r in results) == 0
+    totals = [sum(r[0][t] for r in results) for t in range(trials)]
     assert max(totals) <= limit, totals
     assert min(totals) >= limit - under_use_bound(4, lease), totals
 
 
 def _real_cycle_worker(url: str, prefix: str, limit: int, period: int, lease: int, seconds: float,
                        barrier: Any, out: Any) -> None:
-    b = rl.RedisLeaseBackend("real", limit, period, SYSTEM_CLOCK, lease=lease, url=url, prefix=prefix)
+    b = rl.RedisLeaseBackend("real", limit, period, SYSTEM_CLOCK, lease=lease, url=url, prefix=prefix,
+                             fault_policy="closed", connection_options=PATIENT)
     barrier.wait(60)
     grants = []
     rng = random.Random()
@@ -386,10 +399,11 @@ def test_the_lease_option_builds_leased_limiters(redis_url: str, prefix: str, se
 
 def _cluster_worker(url: str, prefix: str, limit: int, lease: int, keys: list[str], barrier: Any, out: Any) -> None:
     cfg = RateLimiterConfig(limit_for_period=limit, limit_refresh_period="600s")
-    options = {"cluster": True}
+    options = {"cluster": True, **PATIENT}
     b = rl.RedisLeaseBackend("u", limit, 600 * S, SYSTEM_CLOCK, lease=lease, url=url, prefix=prefix,
-                             connection_options=options)
-    k = rl.RedisLeaseKeyedRateLimiter("k", cfg, lease=lease, url=url, prefix=prefix, connection_options=options)
+                             fault_policy="closed", connection_options=options)
+    k = rl.RedisLeaseKeyedRateLimiter("k", cfg, lease=lease, url=url, prefix=prefix, fault_policy="closed",
+                                      connection_options=options)
     barrier.wait(60)
     unkeyed = sum(b.acquire(1, 0) >= 0 for _ in range(limit))
     keyed = {key: sum(k.acquire_permission(key) for _ in range(limit)) for key in keys}
