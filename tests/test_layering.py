@@ -22,8 +22,20 @@ HTTP_EDGE = frozenset(
 )
 #: Operations: what an operator runs or scrapes (command, state endpoint, health, metrics, signals, stall).
 OPERATIONS = frozenset(
-    {"checks", "state", "views", "urls", "health", "signals", "stall", "management", "contrib", "testing"}
+    {"checks", "control", "state", "views", "urls", "health", "signals", "stall", "management", "contrib", "testing"}
 )
+#: Where rate-limiter state lives: the backends and the in-memory keyed stores.
+BACKENDS = frozenset({"backends", "keyed", "keyed_smooth"})
+#: RATELIMIT_R4 read, validated and turned into instances, with the rules the validation needs.
+SETTINGS = frozenset({"conf", "keyspec", "ip", "registry"})
+#: The package's own wiring: the app config, the public re-exports, the pytest plugin.
+GLUE = frozenset({"__init__", "apps", "exceptions", "pytest_plugin"})
+LAYERS = {"core": frozenset({"core"}), "backends": BACKENDS, "settings": SETTINGS, "HTTP edge": HTTP_EDGE}
+LAYERS |= {"operations": OPERATIONS, "glue": GLUE}
+#: The arrows that still point up, each with its reason; this set may only shrink.
+KNOWN_UPWARD = {
+    ("registry", "checks"),  # the first build warns about multi-process in-memory limits (checks.detect_multiprocess)
+}
 
 
 def _module_of(path: Path) -> str:
@@ -125,3 +137,36 @@ def test_only_responses_and_headers_build_http_output() -> None:
         source = (PACKAGE_DIR / f"{name}.py").read_text(encoding="utf-8")
         assert "HttpResponse(" not in source, name
         assert ";r=" not in source.replace('+ ";r="', ""), name  # the draft-10 member is formatted in headers.py
+
+
+def _layer_of(top: str) -> str:
+    return next(layer for layer, members in LAYERS.items() if top in members)
+
+
+def test_every_module_has_a_layer() -> None:
+    """A new module is placed in one layer here (and in docs/architecture.md) before it can land."""
+    tops = {path.relative_to(PACKAGE_DIR).parts[0].removesuffix(".py") for path in PACKAGE_DIR.rglob("*.py")}
+    unplaced = sorted(top for top in tops if not any(top in members for members in LAYERS.values()))
+    assert unplaced == []
+    assert sum(len(members) for members in LAYERS.values()) == len(frozenset().union(*LAYERS.values()))
+
+
+def test_backends_import_only_core_and_backends() -> None:
+    paths = [*(PACKAGE_DIR / "backends").rglob("*.py"), PACKAGE_DIR / "keyed.py", PACKAGE_DIR / "keyed_smooth.py"]
+    wrong = [
+        f"{path.relative_to(PACKAGE_DIR)} line {line}: {target}"
+        for path in paths
+        for line, target, _ in imports_of(path)
+        if _top(target) not in BACKENDS | {"core"}
+    ]
+    assert wrong == []
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+def test_settings_import_only_lower_layers(name: str) -> None:
+    wrong = [
+        f"line {line}: {target}"
+        for line, target, _ in imports_of(PACKAGE_DIR / f"{name}.py")
+        if _layer_of(_top(target)) not in ("core", "backends", "settings") and (name, _top(target)) not in KNOWN_UPWARD
+    ]
+    assert wrong == []
