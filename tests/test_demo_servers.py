@@ -24,6 +24,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,12 +94,12 @@ def free_port_pair() -> int:
 
 
 @contextlib.contextmanager
-def serve(tmp_path: Path, *args: str, port: int | None = None) -> Iterator[Server]:
-    """Start ``serve.py <args>`` on a free port (or ``port``); stop its whole process group at exit."""
+def serve(tmp_path: Path, *args: str, port: int | None = None, **environ: str) -> Iterator[Server]:
+    """Start ``serve.py <args>`` on a free port (or ``port``), ``environ`` added; stop its process group at exit."""
     port = free_port() if port is None else port
     log_path = tmp_path / f"server-{port}.log"
     # A 60 s per-client period: how many requests fit in one cycle must not depend on the machine's speed.
-    env = demo_env(PYTHONUNBUFFERED="1", DEMO_PER_CLIENT_PERIOD="60s")
+    env = demo_env(PYTHONUNBUFFERED="1", DEMO_PER_CLIENT_PERIOD="60s", **environ)
     with log_path.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "serve.py", *args, "--port", str(port)],
@@ -394,13 +395,16 @@ DEMO_TOKEN = "demo-token-for-local-use-only-0123456789"  # demo/settings.py's st
 
 def test_gunicorn_cluster_two_hosts_one_control_plane(tmp_path: Path) -> None:
     """make demo-cluster: two gunicorn "hosts" x 2 workers on one Redis, with the control plane. The state
-    endpoint of either host lists all four workers; a forced open sent to one host is acknowledged by all four,
-    so every worker of both hosts refuses at once (503 without the fallback), and closing it reaches all four."""
+    endpoint of either host lists all four workers; a partner contract of 4 concurrent calls holds under load
+    from both hosts (the partner's own count in Redis never passes 4, while calls were turned away); a forced
+    open sent to one host is acknowledged by all four, so every worker of both hosts refuses at once (503
+    without the fallback), and closing it reaches all four."""
     redis_port, port = free_port(), free_port_pair()
     hosts = [f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"]
     auth = {"Authorization": f"Bearer {DEMO_TOKEN}", "Content-Type": "application/json"}
     with serve(tmp_path, "gunicorn", "--hosts", "2", "--workers", "2", "--threads", "4", "--backend", "redis",
-               "--control", "--redis-url", f"redis://127.0.0.1:{redis_port}/0", port=port) as server:
+               "--control", "--redis-url", f"redis://127.0.0.1:{redis_port}/0", port=port,
+               DEMO_PARTNER_CONTRACT="4") as server:
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:  # the first host answers (serve() waited for it); wait for the second and the 4 heartbeats
             with contextlib.suppress(OSError, ValueError):
@@ -410,6 +414,24 @@ def test_gunicorn_cluster_two_hosts_one_control_plane(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, f"4 workers not listed:\n{server.log()}"
             time.sleep(0.1)
         assert view["scope"] == "cluster"  # type: ignore[index]
+
+        # The partner contract: 16 request threads on two hosts, a partner answering in 300 ms, 4 slots.
+        slow = json.dumps({"down": False, "latency_ms": 300}).encode()
+        assert request(hosts[0] + "/partner", "POST", slow, {"Content-Type": "application/json"}).status == 200
+        time.sleep(0.25)  # other workers re-read the shared knobs at most every 0.1 s
+
+        def authorize(i: int) -> dict[str, object]:
+            answer = request(f"{hosts[i % 2]}/authorize", "POST", b"", {"X-Forwarded-For": f"198.18.7.{i}"},
+                             timeout=20)
+            assert answer.status == 200, answer  # denying is not failing
+            return answer.json()  # type: ignore[return-value]
+
+        with ThreadPoolExecutor(16) as pool:
+            answers = list(pool.map(authorize, range(48)))
+        causes = [a.get("cause") for a in answers]
+        assert "BulkheadFull" in causes and None in causes, causes  # pressed past the contract, and served
+        seen = request(hosts[1] + "/dashboard/state.json").json()["partner_cluster"]  # type: ignore[index]
+        assert 1 <= seen["peak"] <= 4, seen  # never more than 4 at the partner, from all 4 workers together
 
         def transition(to: str, host: str) -> dict[str, object]:
             body = json.dumps({"to": to, "timeout": 10}).encode()

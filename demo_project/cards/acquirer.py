@@ -15,10 +15,12 @@ from pathlib import Path
 
 from django_ratelimit_r4.decorators import resilient
 
+from .cluster_meter import ClusterMeter
 from .meter import CallMeter
 from .partner import PartnerState
 
 __all__ = [
+    "CLUSTER_METER",
     "METER",
     "PARTNER",
     "AcquirerError",
@@ -39,6 +41,12 @@ _STATE_DIR = os.environ.get("DEMO_STATE_DIR")
 PARTNER = PartnerState(Path(_STATE_DIR) / "partner.json" if _STATE_DIR else None)
 #: Calls that reached the partner from this process (for the dashboard's Little's-law box).
 METER = CallMeter()
+#: With DEMO_CONTROL=1 (make demo-cluster): calls in flight at the partner from every worker of every host.
+CLUSTER_METER = (
+    ClusterMeter(os.environ.get("DEMO_REDIS_URL", "redis://127.0.0.1:6379/0"), "r4demo")
+    if os.environ.get("DEMO_CONTROL") == "1"
+    else None
+)
 
 
 def unavailable(card: str, amount: int, exc: BaseException) -> dict[str, object]:
@@ -49,6 +57,8 @@ def unavailable(card: str, amount: int, exc: BaseException) -> dict[str, object]
 
 def _call_partner(card: str, amount: int) -> dict[str, object]:
     METER.enter()
+    if CLUSTER_METER is not None:
+        CLUSTER_METER.enter()
     try:
         time.sleep(PARTNER.latency_s)
         if PARTNER.down:
@@ -56,10 +66,14 @@ def _call_partner(card: str, amount: int) -> dict[str, object]:
         return {"status": "APPROVED", "card": card[-4:], "amount": amount}
     finally:
         METER.leave()
+        if CLUSTER_METER is not None:
+            CLUSTER_METER.leave()
 
 
 async def _acall_partner(card: str, amount: int) -> dict[str, object]:
     METER.enter()
+    if CLUSTER_METER is not None:
+        CLUSTER_METER.enter()
     try:
         await asyncio.sleep(PARTNER.latency_s)
         if PARTNER.down:
@@ -67,6 +81,8 @@ async def _acall_partner(card: str, amount: int) -> dict[str, object]:
         return {"status": "APPROVED", "card": card[-4:], "amount": amount}
     finally:
         METER.leave()
+        if CLUSTER_METER is not None:
+            CLUSTER_METER.leave()
 
 
 @resilient(circuitbreaker="acquirer", bulkhead="acquirer", fallback=unavailable)

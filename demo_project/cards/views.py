@@ -19,7 +19,16 @@ from django_ratelimit_r4 import get_bulkhead, get_circuit_breaker, get_rate_limi
 from django_ratelimit_r4.decorators import ratelimit
 from django_ratelimit_r4.registry import get_keyed_rate_limiter
 
-from .acquirer import METER, PARTNER, AcquirerError, acapture, acapture_strict, capture, capture_strict
+from .acquirer import (
+    CLUSTER_METER,
+    METER,
+    PARTNER,
+    AcquirerError,
+    acapture,
+    acapture_strict,
+    capture,
+    capture_strict,
+)
 from .middleware import TRAFFIC
 
 #: /block never blocks longer than this: enough to see a stall, short of gunicorn's worker timeout.
@@ -188,5 +197,7 @@ def dashboard_state(request: HttpRequest) -> JsonResponse:
         },
         "partner": PARTNER.as_dict(),
         "partner_calls": METER.snapshot(),
+        # make demo-cluster: what the partner sees from every worker of every host (None otherwise).
+        "partner_cluster": CLUSTER_METER.snapshot() if CLUSTER_METER is not None else None,
         "stalls": _stalls(),
     })

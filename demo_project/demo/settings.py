@@ -136,3 +136,9 @@ if os.environ.get("DEMO_CONTROL") == "1":
     if DEMO_BACKEND != "redis":
         raise ValueError("DEMO_CONTROL=1 needs DEMO_BACKEND=redis: the control plane lives in Redis")
     RATELIMIT_R4["control"] = {"backend": "default", "heartbeat_interval": "1s"}
+    # The partner contract: at most N concurrent calls from all our instances. The acquirer's bulkhead holds
+    # its slots as leases in Redis (cluster-wide), and cards/cluster_meter.py counts what the partner sees.
+    RATELIMIT_R4["bulkheads"]["instances"]["acquirer"]["backend"] = "default"
+    RATELIMIT_R4["bulkheads"]["instances"]["acquirer"]["max_concurrent_calls"] = int(
+        os.environ.get("DEMO_PARTNER_CONTRACT", "40")
+    )
