@@ -162,7 +162,10 @@ class Code(enum.Enum):
         "E027",
         "a bulkhead is adaptive with backend 'redis' (a cluster-wide bulkhead keeps a fixed limit)",
     )
-    UNKNOWN_BACKEND = ("E028", "a rate limiter's or bulkhead's backend names no entry of RATELIMIT_R4['backends']")
+    UNKNOWN_BACKEND = (
+        "E028",
+        "a rate limiter's, bulkhead's or circuit breaker's backend names no entry of RATELIMIT_R4['backends']",
+    )
     INVALID_ON_BACKEND_ERROR = ("E029", "on_backend_error is not 'local', 'allow' or 'deny'")
     BACKEND_SHORTHAND_CONFLICT = (
         "E030",
@@ -172,6 +175,9 @@ class Code(enum.Enum):
         "E031",
         "a rate limiter's lease is not an int from 1 to its limit_for_period, or is set without a redis backend "
         "or with an algorithm other than 'cycle'",
+    BREAKER_BACKEND_NOT_SHARED = (
+        "E032",
+        "a circuit breaker's backend is not a redis backend (a shared circuit breaker keeps its state in Redis)",
     )
     INVALID_CONTROL = (
         "E032",
@@ -257,6 +263,7 @@ KINDS: dict[str, Kind] = {
             CircuitBreakerConfig,
             "django_ratelimit_r4.core.circuitbreaker.CircuitBreaker",
             "get_circuit_breaker",
+            ("backend",),
         ),
         Kind(
             "retries",
@@ -675,7 +682,7 @@ _EXTRAS: dict[str, tuple[Callable[[Any], Any], Any, Code]] = {
 }
 
 #: Extra options whose default differs in one section: a bulkhead stays in-process unless it names a backend.
-_SECTION_DEFAULTS: dict[tuple[str, str], Any] = {("bulkheads", "backend"): None}
+_SECTION_DEFAULTS: dict[tuple[str, str], Any] = {("bulkheads", "backend"): None, ("circuitbreakers", "backend"): None}
 
 
 # ------------------------------------------------------------------------------------------ sections
@@ -1425,7 +1432,7 @@ def _bind_backends(raw: Mapping[str, Any], analysis: Analysis) -> None:
     """
     policy = raw.get("redis_fault_policy")
     shorthand = _FAULT_POLICY_AS_ON_ERROR.get(policy.lower(), "local") if isinstance(policy, str) else "local"
-    for section in ("ratelimiters", "bulkheads"):
+    for section in ("ratelimiters", "bulkheads", "circuitbreakers"):
         _bind_section_backends(analysis, section, shorthand)
 
 
@@ -1453,7 +1460,7 @@ def _bind_section_backends(analysis: Analysis, section: str, shorthand: str) -> 
             del specs[name]
             analysis.broken[section][name] = list(problems)
             continue
-        if spec.options["on_backend_error"] is None and backend.backend == "redis":
+        if spec.options.get("on_backend_error", 0) is None and backend.backend == "redis":
             options = {**spec.options, "on_backend_error": shorthand}
             specs[name] = InstanceSpec(
                 spec.kind, spec.name, spec.config, MappingProxyType(options), spec.path, spec.origins
@@ -1588,6 +1595,7 @@ def analyse(raw: object, drf_rates: object = None) -> Analysis:
     _check_redis_periods(analysis)
     _check_redis_adaptive(analysis)
     _check_leases(analysis)
+    _check_breaker_backends(analysis)
     return analysis
 
 
@@ -1807,6 +1815,30 @@ def _check_redis_adaptive(analysis: Analysis) -> None:
             analysis.problems.append(problem)
         del specs[name]
         analysis.broken["bulkheads"][name] = [problem]
+
+
+def _check_breaker_backends(analysis: Analysis) -> None:
+    """A circuit breaker naming a backend shares its state through it: only a redis backend can (or a custom
+    store with a ``circuit_breaker`` method, checked when it is built). A memory backend is an error: a breaker
+    without ``backend`` is already per process, and writing one says the author expected it shared."""
+    specs = analysis.specs["circuitbreakers"]
+    for name, spec in list(specs.items()):
+        backend = analysis.backends.get(spec.options.get("backend"))  # type: ignore[arg-type]
+        if backend is None or backend.backend != "memory":
+            continue
+        problem = Problem(
+            Code.BREAKER_BACKEND_NOT_SHARED,
+            spec.origins.get("backend", f'{spec.path}["backend"]'),
+            f"backend {backend.alias!r} is a memory backend, but a circuit breaker's backend must be a redis backend "
+            "(its state is shared by every worker through it)",
+            f"Name a redis entry of {setting_path('backends')} (e.g. \"backend\": \"shared\" with "
+            f'{setting_path("backends", "shared")} = {{"BACKEND": "redis", "LOCATION": "redis://..."}}), or remove '
+            f"{setting_path('circuitbreakers', 'instances', name, 'backend')} to keep the breaker per process.",
+        )
+        if problem not in analysis.problems:
+            analysis.problems.append(problem)
+        del specs[name]
+        analysis.broken["circuitbreakers"][name] = [problem]
 
 
 def _check_redis_periods(analysis: Analysis) -> None:

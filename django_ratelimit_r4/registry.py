@@ -287,6 +287,8 @@ def _build(state: _State, kind: str, name: str) -> Any:
                 instance = _primitive_class(kind)(name, spec.config, clock=_clock, backend=factory)
             elif kind == "bulkheads" and spec.options["backend"] is not None:
                 instance = _shared_bulkhead(state, spec)
+            elif kind == "circuitbreakers" and spec.options.get("backend") is not None:
+                instance = _shared_circuit_breaker(state, spec)
             elif kind == "retries" and spec.options.get("budget") is not None:
                 instance = _primitive_class(kind)(
                     name, spec.config, clock=_clock, budget=_retry_budget(state, spec.options["budget"])
@@ -355,6 +357,19 @@ def _shared_bulkhead(state: _State, spec: conf.InstanceSpec) -> Any:
         lease_ttl_ns=spec.options["lease_ttl"],
         on_error=spec.options["on_backend_error"],
     )
+
+
+def _shared_circuit_breaker(state: _State, spec: conf.InstanceSpec) -> Any:
+    """A circuit breaker naming a backend: the store's cluster-wide breaker (``manage.py check`` refuses a
+    memory backend, ``ratelimit_r4.E031``)."""
+    store = _store_of(state, spec)
+    build = getattr(store, "circuit_breaker", None)
+    if build is None:
+        raise ImproperlyConfigured(
+            f"{spec.path}: backend {spec.options['backend']!r} ({type(store).__name__}) cannot share a circuit "
+            "breaker; name a redis backend"
+        )
+    return build(spec.name, spec.config, clock=_clock)
 
 
 def _get(kind: str, name: str) -> Any:

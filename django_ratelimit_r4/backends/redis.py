@@ -2460,5 +2460,19 @@ class RedisStore:
             connection_options=self.connection_options,
         )
 
+    def circuit_breaker(self, name: str, config: Any, *, clock: Clock) -> Any:
+        """A cluster-wide :class:`~.redis_breaker.RedisCircuitBreaker` on this store's connection."""
+        from .redis_breaker import RedisCircuitBreaker  # imported only when a breaker names this store
+
+        return RedisCircuitBreaker(
+            name,
+            config,
+            url=self.url,
+            prefix=self.prefix,
+            clock=clock,
+            connection_options=self.connection_options,
+            backend=self.alias,
+        )
+
     def __repr__(self) -> str:
         return f"RedisStore({self.alias!r}, url={_redact(self.url)!r}, prefix={self.prefix!r})"
