@@ -220,7 +220,7 @@ def _bulkhead_state(bulkhead: Any) -> dict[str, Any]:
 def _circuitbreaker_state(breaker: Any) -> dict[str, Any]:
     m = breaker.metrics
     remaining = breaker.remaining_open_ns()
-    return {
+    out = {
         "state": breaker.state.name,
         "failure_rate": m.failure_rate,
         "slow_call_rate": m.slow_call_rate,
@@ -233,6 +233,10 @@ def _circuitbreaker_state(breaker: Any) -> dict[str, Any]:
         "remaining_open_ns": remaining,
         "remaining_open_seconds": remaining / 1e9,
     }
+    shared = getattr(breaker, "shared_health", None)
+    if shared is not None:  # a cluster-wide breaker: its backend, epoch, and whether it decides alone
+        out["shared"] = shared()
+    return out
 
 
 def _counters(names: Iterable[str]) -> Callable[[Any], dict[str, Any]]:

@@ -555,6 +555,28 @@ CASES = [
         id="E028-inherited",
     ),
     pytest.param(
+        {
+            "backends": {"shared": {"BACKEND": "redis", "LOCATION": "redis://r:6379/0"}},
+            "circuitbreakers": {"instances": {"partner": {"backend": "shraed"}}},
+        },
+        "E028",
+        'RATELIMIT_R4["circuitbreakers"]["instances"]["partner"]["backend"]',
+        "unknown backend 'shraed'; configured: 'default', 'shared'",
+        "Did you mean 'shared'?",
+        id="E028-circuitbreaker",
+    ),
+    pytest.param(
+        {
+            "backends": {"local": {"BACKEND": "memory"}},
+            "circuitbreakers": {"instances": {"partner": {"backend": "local"}}},
+        },
+        "E031",
+        'RATELIMIT_R4["circuitbreakers"]["instances"]["partner"]["backend"]',
+        "backend 'local' is a memory backend, but a circuit breaker's backend must be a redis backend",
+        "to keep the breaker per process",
+        id="E031",
+    ),
+    pytest.param(
         rl({"on_backend_error": "alow"}),
         "E029",
         f'{RL}["instances"]["api"]["on_backend_error"]',

@@ -317,7 +317,7 @@ class RedisCircuitBreaker(CircuitBreaker):
             same = force and epoch == self._epoch and self._st.state.value == state
             self._epoch = epoch
             # Local transitions not sent yet came from a state that is gone.
-            self._outbox = collections.deque(x for x in self._outbox if x[0] == "set" and not x[1])
+            self._outbox = collections.deque(x for x in self._outbox if x[0] == "set" and x[1])
             if not same:
                 self._install_locked(State(state), attempts, remaining_ms * _NS_PER_MS, out)
             self._received += 1
@@ -330,7 +330,8 @@ class RedisCircuitBreaker(CircuitBreaker):
         if Redis lost what it had (restarted, flushed)."""
         if snapshot[2] == _NEVER_WRITTEN:
             with self._lock:
-                if self._epoch > 0:
+                # Only after a fault: a reply read before our own first transition is not a lost state.
+                if force and (self._epoch > 0 or self._st.state is not State[self.config.initial_state]):
                     self._epoch = 0
                     self._queue_locked(True, self._st, self._now())
         else:

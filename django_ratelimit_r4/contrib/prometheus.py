@@ -245,6 +245,13 @@ CB_BUFFERED = _Spec(
     ("name", "kind"),
     "livesum",
 )
+CB_BACKEND_DEGRADED = _Spec(
+    "resilience4j_circuitbreaker_backend_degraded",
+    "gauge",
+    "1 while a cluster-wide circuit breaker cannot reach Redis and this process decides alone (local fallback).",
+    ("name",),
+    "livemax",
+)
 CB_CALLS = _Spec(
     "resilience4j_circuitbreaker_calls_seconds",
     "summary",
@@ -320,6 +327,7 @@ _SPECS: tuple[_Spec, ...] = (
     CB_FAILURE_RATE,
     CB_SLOW_RATE,
     CB_BUFFERED,
+    CB_BACKEND_DEGRADED,
     CB_CALLS,
     CB_NOT_PERMITTED,
     RETRY_CALLS,
@@ -430,6 +438,8 @@ def _read(out: _Reading) -> None:
         gauge((CB_SLOW_RATE, (name,), m.slow_call_rate))
         gauge((CB_BUFFERED, (name, "successful"), m.number_of_successful_calls))
         gauge((CB_BUFFERED, (name, "failed"), m.number_of_failed_calls))
+        if getattr(cb, "shared_health", None) is not None:  # cluster-wide: 1 while it decides alone
+            gauge((CB_BACKEND_DEGRADED, (name,), 1.0 if cb.degraded else 0.0))
         out.summaries.append(
             (CB_CALLS, (name, "successful"), cb, m.total_successful_calls, m.total_successful_duration_ns)
         )

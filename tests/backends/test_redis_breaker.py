@@ -1,0 +1,445 @@
+"""Cluster-wide circuit breakers (issue 11): transitions and half-open trials shared through Redis.
+
+Against a real Redis (db 15, a unique prefix per test). Two breaker instances in one process stand in for two
+workers (each has its own token, listener connection and sender); the multi-process tests fork real
+processes. Checked: a transition by failures, a manual one and the end of the open wait reach the other
+worker; two workers opening at once make one shared transition; CLOSED makes no round trip; half-open admits
+exactly N trials across 4 processes; a late worker starts OPEN with the remaining time (503 + Retry-After
+through the decorator); Redis down -> local breaker, degraded in status and metrics, resync after; the async
+path never blocks the loop; forked children follow.
+
+Waits are event-driven or hang guards (generous deadlines polled); no wall-clock timing is asserted here:
+propagation delays are measured by benchmarks/bench_breaker_propagation.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.test import override_settings
+
+from django_ratelimit_r4 import registry
+from django_ratelimit_r4.backends.redis_breaker import RedisCircuitBreaker
+from django_ratelimit_r4.core.circuitbreaker import CircuitBreakerConfig, State
+from django_ratelimit_r4.core.exceptions import CallNotPermitted
+from tests.noblock import forbid_blocking
+
+redis = pytest.importorskip("redis")
+
+HANG_GUARD_S = 20.0
+
+
+def config(**kw: Any) -> CircuitBreakerConfig:
+    base: dict[str, Any] = {
+        "sliding_window_size": 4,
+        "minimum_number_of_calls": 4,
+        "wait_duration_in_open_state": "60s",
+        "permitted_number_of_calls_in_half_open_state": 3,
+    }
+    base.update(kw)
+    return CircuitBreakerConfig(**base)
+
+
+@pytest.fixture
+def made() -> Iterator[Callable[..., RedisCircuitBreaker]]:
+    """Build breakers (workers) on the test's prefix; their threads stop afterwards."""
+    built: list[RedisCircuitBreaker] = []
+
+    def make(url: str, prefix: str, name: str = "partner", **kw: Any) -> RedisCircuitBreaker:
+        b = RedisCircuitBreaker(name, kw.pop("cfg", None) or config(**kw), url=url, prefix=prefix)
+        built.append(b)
+        return b
+
+    yield make
+    for b in built:
+        b.close()
+
+
+def wait_until(
+    predicate: Callable[[], bool], what: str, timeout: float = HANG_GUARD_S, detail: Callable[[], str] = str
+) -> None:
+    """A hang guard: poll ``predicate`` until true; fail (never a timing assertion) after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"hang guard: {what} not seen within {timeout}s {detail()}"
+        time.sleep(0.002)
+
+
+def fail(b: RedisCircuitBreaker, n: int = 4) -> None:
+    def boom() -> None:
+        raise ConnectionError("partner down")
+
+    for _ in range(n):
+        with pytest.raises((ConnectionError, CallNotPermitted)):
+            b.call(boom)
+
+
+def stored(url: str, prefix: str, name: str = "partner") -> dict[str, int]:
+    client = redis.Redis.from_url(url)
+    try:
+        raw = client.hgetall(f"{prefix}:cb:{{{name}}}:state")
+    finally:
+        client.close()
+    return {k.decode(): int(v) for k, v in raw.items()}
+
+
+def transitions_seen(b: RedisCircuitBreaker) -> list[tuple[State, State]]:
+    seen: list[tuple[State, State]] = []
+    b.events.on_state_transition(lambda e: seen.append((e.from_state, e.to_state)))
+    return seen
+
+
+# ----------------------------------------------------------------------------------- two workers, one process
+
+
+def test_failures_on_one_worker_open_the_breaker_on_the_other(redis_url: str, prefix: str, made: Any) -> None:
+    a, b = made(redis_url, prefix), made(redis_url, prefix)
+    assert a.state is State.CLOSED and b.state is State.CLOSED  # both started: listening
+    heard = threading.Event()
+    b.events.on_state_transition(lambda e: heard.set())
+    fail(a)
+    assert a.state is State.OPEN
+    assert heard.wait(HANG_GUARD_S)
+    assert b.state is State.OPEN
+    assert 55e9 < b.remaining_open_ns() <= 60e9  # the remaining open time travels with the transition
+    with pytest.raises(CallNotPermitted) as rejected:
+        b.call(lambda: "never")
+    assert rejected.value.wait_ns > 55e9
+    assert stored(redis_url, prefix)["s"] == State.OPEN.value
+    assert a.epoch == b.epoch == 1
+    other = made(redis_url, prefix, name="other")
+    assert other.state is State.CLOSED  # another name has its own state
+
+
+def test_closed_decides_locally_with_no_round_trip(redis_url: str, prefix: str, made: Any, monkeypatch: Any) -> None:
+    a = made(redis_url, prefix)
+    assert a.state is State.CLOSED
+    calls: list[str] = []
+    real = a._conn.run_script
+
+    def counting(*args: Any, **kw: Any) -> Any:
+        calls.append(args[3][1])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(a._conn, "run_script", counting)
+    for _ in range(200):
+        assert a.call(lambda: "ok") == "ok"
+    fail(a, 1)  # a failure under the minimum: still local
+    assert calls == []
+    with pytest.raises(CallNotPermitted):
+        a.transition_to_forced_open_state()  # one round trip (a manual transition)
+        a.call(lambda: "never")  # FORCED_OPEN rejects locally
+    assert calls == ["set"]
+
+
+def test_two_workers_opening_at_once_make_one_transition(redis_url: str, prefix: str, made: Any) -> None:
+    """20 rounds: both workers cross the threshold at once (a barrier); Redis records one transition per round."""
+    for round_ in range(20):
+        p = f"{prefix}:{round_}"
+        a, b = made(redis_url, p), made(redis_url, p)
+        assert a.state is State.CLOSED and b.state is State.CLOSED
+        fail(a, 3)
+        fail(b, 3)
+        barrier = threading.Barrier(2)
+
+        def last(w: RedisCircuitBreaker) -> None:
+            barrier.wait()
+            fail(w, 1)
+
+        threads = [threading.Thread(target=last, args=(w,)) for w in (a, b)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(HANG_GUARD_S)
+        wait_until(lambda: a.epoch == b.epoch == stored(redis_url, p)["e"], "both workers on the stored epoch")
+        assert stored(redis_url, p)["e"] == 1, f"round {round_}: two transitions"
+        assert a.state is State.OPEN and b.state is State.OPEN
+        a.close()
+        b.close()
+
+
+def test_manual_transitions_propagate_both_ways(redis_url: str, prefix: str, made: Any) -> None:
+    a, b = made(redis_url, prefix), made(redis_url, prefix)
+    assert a.state is State.CLOSED and b.state is State.CLOSED
+    seen = transitions_seen(b)
+    a.transition_to_forced_open_state()
+    wait_until(lambda: b.state is State.FORCED_OPEN, "FORCED_OPEN on b")
+    with pytest.raises(CallNotPermitted):
+        b.call(lambda: "never")
+    b.transition_to_closed_state()
+    wait_until(lambda: a.state is State.CLOSED, "CLOSED on a")
+    a.transition_to_open_state_for("30s")
+    wait_until(lambda: b.state is State.OPEN, "OPEN on b")
+    assert 25e9 < b.remaining_open_ns() <= 30e9
+    a.transition_to_disabled_state()
+    wait_until(lambda: b.state is State.DISABLED, "DISABLED on b")
+    assert seen == [
+        (State.CLOSED, State.FORCED_OPEN),
+        (State.FORCED_OPEN, State.CLOSED),
+        (State.CLOSED, State.OPEN),
+        (State.OPEN, State.DISABLED),
+    ]
+    b.reset()  # reset reaches every worker too
+    wait_until(lambda: a.state is State.CLOSED, "reset on a")
+
+
+def test_the_end_of_the_open_wait_and_the_trials_decide_for_everyone(redis_url: str, prefix: str, made: Any) -> None:
+    """OPEN for 1 ms: the first call after it turns the cluster HALF_OPEN; 3 trials in all (both workers),
+    then their successes close the breaker everywhere."""
+    a, b = made(redis_url, prefix), made(redis_url, prefix)
+    assert a.state is State.CLOSED and b.state is State.CLOSED
+    a.transition_to_open_state_for("1ms")
+    wait_until(lambda: b.epoch == 1, "OPEN on b")
+    time.sleep(0.005)  # the 1 ms open wait (server time) must pass
+    a.acquire_permission()  # trial 1 (turns the cluster HALF_OPEN)
+    wait_until(lambda: b.state is State.HALF_OPEN, "HALF_OPEN on b")
+    assert b.try_acquire_permission() and b.try_acquire_permission()  # trials 2 and 3
+    assert not a.try_acquire_permission() and not b.try_acquire_permission()  # no 4th anywhere
+    assert stored(redis_url, prefix)["t"] == 3
+    a.on_success(1000)
+    b.on_success(1000)
+    b.on_success(1000)
+    wait_until(lambda: a.state is State.CLOSED and b.state is State.CLOSED, "CLOSED everywhere")
+    assert stored(redis_url, prefix)["s"] == State.CLOSED.value
+
+
+def test_failed_trials_reopen_with_a_longer_wait(redis_url: str, prefix: str, made: Any) -> None:
+    kw = {"enable_exponential_backoff": True, "exponential_backoff_multiplier": 2.0, "wait_duration_in_open_state": "10s"}
+    a, b = made(redis_url, prefix, **kw), made(redis_url, prefix, **kw)
+    assert a.state is State.CLOSED and b.state is State.CLOSED
+    a.transition_to_open_state()
+    a.transition_to_half_open_state()
+    wait_until(lambda: b.state is State.HALF_OPEN, "HALF_OPEN on b")
+    fail(b, 2)
+    fail(a, 1)  # the third outcome completes the trial window: 100 % failed
+    wait_until(lambda: a.state is State.OPEN and b.state is State.OPEN, "OPEN everywhere")
+    assert 15e9 < b.remaining_open_ns() <= 20e9  # second opening since CLOSED: 10 s x 2
+
+
+def test_an_ignored_or_interrupted_trial_is_given_back(redis_url: str, prefix: str, made: Any) -> None:
+    a = made(redis_url, prefix, ignore_exceptions=[KeyError], permitted_number_of_calls_in_half_open_state=1)
+    assert a.state is State.CLOSED
+    a.transition_to_open_state()
+    a.transition_to_half_open_state()
+
+    def ignored() -> None:
+        raise KeyError("not the partner's fault")
+
+    with pytest.raises(KeyError):
+        a.call(ignored)
+    wait_until(lambda: stored(redis_url, prefix)["t"] == 0, "the ignored trial given back")
+    with pytest.raises(KeyboardInterrupt):
+        a.call(lambda: (_ for _ in ()).throw(KeyboardInterrupt()))
+    wait_until(lambda: stored(redis_url, prefix)["t"] == 0, "the interrupted trial given back")
+    assert a.call(lambda: "ok") == "ok"
+    wait_until(lambda: a.state is State.CLOSED, "closed by the one trial")
+
+
+def test_a_late_worker_starts_open_with_the_remaining_time(redis_url: str, prefix: str, made: Any) -> None:
+    a = made(redis_url, prefix)
+    a.transition_to_open_state_for("40s")
+    late = made(redis_url, prefix)  # starts after the transition: reads the stored state at first use
+    assert late.state is State.OPEN
+    assert 35e9 < late.remaining_open_ns() <= 40e9
+
+
+def test_a_late_worker_answers_503_with_the_remaining_open_time(redis_url: str, prefix: str, made: Any, client: Any) -> None:
+    from django.conf import settings
+
+    r4 = dict(settings.RATELIMIT_R4)
+    r4["backends"] = {"shared": {"BACKEND": "redis", "LOCATION": redis_url, "OPTIONS": {"key_prefix": prefix}}}
+    r4["circuitbreakers"] = {
+        "instances": {"acquirer": {**settings.RATELIMIT_R4["circuitbreakers"]["instances"]["acquirer"], "backend": "shared"}}
+    }
+    other_worker = made(redis_url, prefix, name="acquirer")
+    other_worker.transition_to_open_state_for("30s")
+    with override_settings(RATELIMIT_R4=r4):
+        try:
+            breaker = registry.get_circuit_breaker("acquirer")
+            assert isinstance(breaker, RedisCircuitBreaker) and breaker.backend == "shared"
+            response = client.get("/breaker/")
+            assert response.status_code == 503
+            assert 25 <= int(response["Retry-After"]) <= 30
+            from django_ratelimit_r4 import state as r4_state
+
+            [item] = r4_state.snapshot(["circuitbreaker:acquirer"])
+            snap = item["state"]
+            assert snap["state"] == "OPEN" and snap["shared"]["backend"] == "shared"
+            assert snap["shared"]["degraded"] is False and snap["shared"]["epoch"] == 1
+        finally:
+            for _, b in registry.instances("circuitbreakers"):
+                b.close()
+
+
+# --------------------------------------------------------------------------------------------- processes
+
+
+def _follower(url: str, prefix: str, ready: Any, out: Any) -> None:
+    b = RedisCircuitBreaker("partner", config(), url=url, prefix=prefix)
+    seen = threading.Event()
+    at: list[float] = []
+    b.events.on_state_transition(lambda e: (at.append(time.time()), seen.set()))
+    assert b.state is State.CLOSED
+    ready.set()
+    ok = seen.wait(HANG_GUARD_S)
+    out.put((ok, b.state.name, at[0] if at else None, b.remaining_open_ns()))
+    b.close()
+
+
+def test_a_breaker_opened_by_failures_in_one_process_is_open_in_another(redis_url: str, prefix: str, made: Any) -> None:
+    ctx = multiprocessing.get_context("fork")
+    ready, out = ctx.Event(), ctx.Queue()
+    proc = ctx.Process(target=_follower, args=(redis_url, prefix, ready, out))
+    proc.start()
+    try:
+        assert ready.wait(HANG_GUARD_S)
+        a = made(redis_url, prefix)
+        assert a.state is State.CLOSED
+        fail(a, 3)
+        before = time.time()
+        fail(a, 1)
+        ok, state, heard_at, remaining = out.get(timeout=HANG_GUARD_S)
+    finally:
+        proc.join(HANG_GUARD_S)
+    assert ok and state == "OPEN" and remaining > 55e9
+    print(f"propagation delay: {(heard_at - before) * 1000:.2f} ms")  # measured in benchmarks/, not asserted
+
+
+def _trial_worker(url: str, prefix: str, parent: RedisCircuitBreaker, threads: int, rounds: int, barrier: Any, out: Any) -> None:
+    # Forked from a parent whose breaker was running: the child's copy starts its own threads at first use.
+    b = parent
+    granted = 0
+    for round_ in range(rounds):
+        barrier.wait(HANG_GUARD_S)  # the parent turned it OPEN then HALF_OPEN (epoch 3 * round + 2)
+        wait_until(
+            lambda: b.state is State.HALF_OPEN and b.epoch >= 3 * round_ + 2,
+            f"HALF_OPEN in the child (round {round_})",
+            detail=lambda: repr((b, b._last_error)),
+        )
+        start = threading.Barrier(threads)
+        got: list[bool] = []
+
+        def attempt() -> None:
+            start.wait(HANG_GUARD_S)
+            got.append(b.try_acquire_permission())
+
+        ts = [threading.Thread(target=attempt) for _ in range(threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(HANG_GUARD_S)
+        granted += sum(got)
+        out.put((round_, sum(got)))
+        barrier.wait(HANG_GUARD_S)  # every process tried; the parent checks and moves on
+    b.close()
+
+
+def test_half_open_admits_exactly_n_trials_across_4_processes(redis_url: str, prefix: str, made: Any) -> None:
+    n, procs, threads, rounds = 3, 4, 4, 8
+    parent = made(redis_url, prefix, permitted_number_of_calls_in_half_open_state=n)
+    assert parent.state is State.CLOSED  # running (threads, connections) before the fork
+    ctx = multiprocessing.get_context("fork")
+    barrier, out = ctx.Barrier(procs + 1), ctx.Queue()
+    workers = [
+        ctx.Process(target=_trial_worker, args=(redis_url, prefix, parent, threads, rounds, barrier, out))
+        for _ in range(procs)
+    ]
+    for p in workers:
+        p.start()
+    try:
+        for round_ in range(rounds):
+            parent.transition_to_open_state()
+            parent.transition_to_half_open_state()  # a fresh set of N trials, cluster-wide
+            assert stored(redis_url, prefix)["e"] == 3 * round_ + 2
+            barrier.wait(HANG_GUARD_S)
+            barrier.wait(HANG_GUARD_S)
+            per_process = [out.get(timeout=HANG_GUARD_S) for _ in workers]
+            assert sum(g for _, g in per_process) == n, f"round {round_}: {per_process}"
+            assert stored(redis_url, prefix)["t"] == n
+            parent.transition_to_closed_state()
+    finally:
+        for p in workers:
+            p.join(HANG_GUARD_S)
+    assert all(p.exitcode == 0 for p in workers)
+
+
+# ------------------------------------------------------------------------------------------------ faults
+
+
+def test_redis_down_falls_back_to_a_local_breaker_and_resyncs(redis_server: Any, made: Any) -> None:
+    a, b = made(redis_server.url, "r4t"), made(redis_server.url, "r4t")
+    assert a.state is State.CLOSED and b.state is State.CLOSED
+    redis_server.stop()
+    wait_until(lambda: a.degraded and b.degraded, "both workers degraded")
+    assert a.shared_health()["degraded"] and a.shared_health()["last_error"]
+    fail(a)  # the local breaker still works: it opens by itself
+    assert a.state is State.OPEN and b.state is State.CLOSED  # each worker on its own
+    with pytest.raises(CallNotPermitted):
+        a.call(lambda: "never")
+    assert b.call(lambda: "ok") == "ok"
+    redis_server.start()
+    wait_until(lambda: not a.degraded and not b.degraded, "resync after Redis answers")
+    # Redis came back empty: the worker that knew more (OPEN) told the cluster.
+    wait_until(lambda: b.state is State.OPEN, "b follows a's OPEN after the resync")
+    a.transition_to_closed_state()
+    wait_until(lambda: b.state is State.CLOSED, "transitions shared again")
+
+
+def test_degraded_is_a_metric(redis_server: Any, settings: Any) -> None:
+    pytest.importorskip("prometheus_client")
+    from django_ratelimit_r4.contrib import prometheus
+
+    settings.RATELIMIT_R4 = {
+        "backends": {"shared": {"BACKEND": "redis", "LOCATION": redis_server.url}},
+        "circuitbreakers": {"instances": {"partner": {"backend": "shared"}}},
+    }
+    breaker = registry.get_circuit_breaker("partner")
+    try:
+        assert breaker.state is State.CLOSED
+
+        def degraded_series() -> float:
+            reading = prometheus._Reading()
+            prometheus._read(reading)
+            values = [v for spec, labels, v in reading.gauges if spec is prometheus.CB_BACKEND_DEGRADED]
+            assert len(values) == 1
+            return values[0]
+
+        assert degraded_series() == 0.0
+        redis_server.stop()
+        wait_until(lambda: breaker.degraded, "degraded")  # type: ignore[attr-defined]
+        assert degraded_series() == 1.0
+    finally:
+        breaker.close()  # type: ignore[attr-defined]
+
+
+# ------------------------------------------------------------------------------------------------- async
+
+
+async def test_async_trials_never_block_the_loop(redis_url: str, prefix: str, made: Any, monkeypatch: Any) -> None:
+    a = made(redis_url, prefix, permitted_number_of_calls_in_half_open_state=2)
+    other = made(redis_url, prefix, permitted_number_of_calls_in_half_open_state=2)
+    await asyncio.to_thread(other.transition_to_open_state)
+    await asyncio.to_thread(other.transition_to_half_open_state)
+
+    async def ok() -> str:
+        await asyncio.sleep(0)
+        return "ok"
+
+    with forbid_blocking(monkeypatch) as blocking:
+        assert await a.acall(ok) == "ok"  # first use: the state read on redis.asyncio, then a trial
+        assert await a.acall(ok) == "ok"
+        with pytest.raises(CallNotPermitted):
+            await a.acall(ok)  # only 2 trials in the cluster
+        for _ in range(200):
+            if a.state is State.CLOSED:
+                break
+            await asyncio.sleep(0.01)
+        assert a.state is State.CLOSED  # the two outcomes (sent by the sender thread) closed it
+        assert await a.acall(ok) == "ok"
+    assert blocking == [], blocking
