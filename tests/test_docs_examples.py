@@ -385,7 +385,7 @@ def test_configuration_tables_list_every_field_with_its_real_default(section: st
         "key_idle_timeout": None,
         "retry_after": conf.DEFAULT_BULKHEAD_RETRY_AFTER,
         "budget": None,
-        "backend": None if section == "bulkheads" else "default",
+        "backend": None if section in ("bulkheads", "circuitbreakers") else "default",
         "on_backend_error": None,
         "lease_ttl": conf.DEFAULT_LEASE_TTL,
         "lease": None,

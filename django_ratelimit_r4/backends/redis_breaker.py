@@ -56,7 +56,15 @@ from ..core.circuitbreaker.breaker import _Pending, _test
 from ..core.circuitbreaker.events import CircuitBreakerOnIgnoredErrorEvent
 from ..core.clock import Clock
 from ..core.exceptions import CallNotPermitted
-from .redis import CONNECT_TIMEOUT_S, DEFAULT_PREFIX, FAULT_COOLDOWN_S, RedisConnection, _name_part, _redact, connection
+from .redis import (
+    CONNECT_TIMEOUT_S,
+    DEFAULT_PREFIX,
+    FAULT_COOLDOWN_S,
+    RedisConnection,
+    _name_part,
+    _redact,
+    connection,
+)
 
 __all__ = ["BREAKER_SCRIPT", "LISTENER_PING_S", "RedisCircuitBreaker"]
 
@@ -75,6 +83,8 @@ _NS_PER_MS = 1_000_000
 T = TypeVar("T")
 
 _instances: weakref.WeakSet[RedisCircuitBreaker] = weakref.WeakSet()
+_core_call = CircuitBreaker.call
+_core_acall = CircuitBreaker.acall
 
 
 def _after_fork() -> None:
@@ -113,15 +123,16 @@ class RedisCircuitBreaker(CircuitBreaker):
 
     __slots__ = (
         "_adopting",
+        "_channel",
         "_conn_cache",
         "_degraded",
         "_degraded_since",
         "_epoch",
         "_held",
         "_key",
-        "_channel",
         "_last_error",
         "_listener",
+        "_listening",
         "_live",
         "_outbox",
         "_proc",
@@ -174,6 +185,7 @@ class RedisCircuitBreaker(CircuitBreaker):
         self._outbox: collections.deque[tuple[Any, ...]] = collections.deque()
         self._held: collections.deque[_Trial] = collections.deque()
         self._listener: threading.Thread | None = None
+        self._listening = threading.Event()
         self._sender: threading.Thread | None = None
         self._conn_cache: RedisConnection | None = None
         self._live = False  # loaded and threads started in this process
@@ -354,7 +366,7 @@ class RedisCircuitBreaker(CircuitBreaker):
                 socket_timeout=LISTENER_PING_S * 3,
                 socket_connect_timeout=self.connection_options.get("socket_connect_timeout", CONNECT_TIMEOUT_S),
             )
-            pubsub = client.pubsub()
+            pubsub = client.pubsub()  # type: ignore[no-untyped-call]
             try:
                 pubsub.subscribe(self._channel)
                 deadline = time.monotonic() + LISTENER_PING_S * 3
@@ -370,6 +382,7 @@ class RedisCircuitBreaker(CircuitBreaker):
                 self._resync = False
                 self._resync_from(self._load_with(client), force)
                 self._conn.answered()
+                self._listening.set()
                 heard = time.monotonic()
                 pinged = False
                 while not self._shutdown and proc == self._proc and not self._resync:
@@ -387,6 +400,7 @@ class RedisCircuitBreaker(CircuitBreaker):
                         pubsub.ping()
                         pinged = True
             except _FAULTS as exc:
+                self._listening.clear()
                 if self._shutdown or proc != self._proc:
                     return
                 self._fault(exc, "listener")
@@ -634,8 +648,8 @@ class RedisCircuitBreaker(CircuitBreaker):
 
     def call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """Run ``fn`` under the breaker (CLOSED: no round trip; half-open trials are taken in Redis)."""
-        if self._local():
-            return CircuitBreaker.call(self, fn, *args, **kwargs)
+        if self._live and (self._st.fast or self._degraded or self._st.state is _FORCED_OPEN):  # _local(), inlined
+            return _core_call(self, fn, *args, **kwargs)
         trial = self._enter()
         if trial is None:
             return CircuitBreaker.call(self, fn, *args, **kwargs)
@@ -656,8 +670,8 @@ class RedisCircuitBreaker(CircuitBreaker):
 
     async def acall(self, fn: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any) -> T:
         """Await ``fn`` under the breaker (same rules as :meth:`call`; Redis through ``redis.asyncio``)."""
-        if self._local():
-            return await CircuitBreaker.acall(self, fn, *args, **kwargs)
+        if self._live and (self._st.fast or self._degraded or self._st.state is _FORCED_OPEN):  # _local(), inlined
+            return await _core_acall(self, fn, *args, **kwargs)
         trial = await self._aenter()
         if trial is None:
             return await CircuitBreaker.acall(self, fn, *args, **kwargs)
@@ -756,6 +770,15 @@ class RedisCircuitBreaker(CircuitBreaker):
         if not self._live:
             self._ensure_started()
         return CircuitBreaker.remaining_open_ns(self)
+
+    def wait_listening(self, timeout: float | None = None) -> bool:
+        """Start this process's listener if needed and wait until it is subscribed (True) or ``timeout``.
+
+        Calls never wait for it: the state read at first use is current. Tests and benchmarks use it to know
+        that every later transition will be heard (and published as a local event).
+        """
+        self._ensure_started()
+        return self._listening.wait(timeout)
 
     @property
     def epoch(self) -> int:

@@ -100,7 +100,8 @@ def transitions_seen(b: RedisCircuitBreaker) -> list[tuple[State, State]]:
 
 def test_failures_on_one_worker_open_the_breaker_on_the_other(redis_url: str, prefix: str, made: Any) -> None:
     a, b = made(redis_url, prefix), made(redis_url, prefix)
-    assert a.state is State.CLOSED and b.state is State.CLOSED  # both started: listening
+    assert a.wait_listening(HANG_GUARD_S) and b.wait_listening(HANG_GUARD_S)
+    assert a.state is State.CLOSED and b.state is State.CLOSED
     heard = threading.Event()
     b.events.on_state_transition(lambda e: heard.set())
     fail(a)
@@ -138,26 +139,33 @@ def test_closed_decides_locally_with_no_round_trip(redis_url: str, prefix: str, 
     assert calls == ["set"]
 
 
+def _open_at_once(a: RedisCircuitBreaker, b: RedisCircuitBreaker) -> None:
+    """Both workers one failure short of the threshold, then their last failures released by a barrier."""
+    fail(a, 3)
+    fail(b, 3)
+    barrier = threading.Barrier(2)
+
+    def last(w: RedisCircuitBreaker) -> None:
+        barrier.wait()
+        fail(w, 1)
+
+    threads = [threading.Thread(target=last, args=(w,)) for w in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(HANG_GUARD_S)
+
+
 def test_two_workers_opening_at_once_make_one_transition(redis_url: str, prefix: str, made: Any) -> None:
     """20 rounds: both workers cross the threshold at once (a barrier); Redis records one transition per round."""
     for round_ in range(20):
         p = f"{prefix}:{round_}"
         a, b = made(redis_url, p), made(redis_url, p)
         assert a.state is State.CLOSED and b.state is State.CLOSED
-        fail(a, 3)
-        fail(b, 3)
-        barrier = threading.Barrier(2)
-
-        def last(w: RedisCircuitBreaker) -> None:
-            barrier.wait()
-            fail(w, 1)
-
-        threads = [threading.Thread(target=last, args=(w,)) for w in (a, b)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(HANG_GUARD_S)
-        wait_until(lambda: a.epoch == b.epoch == stored(redis_url, p)["e"], "both workers on the stored epoch")
+        _open_at_once(a, b)
+        wait_until(
+            lambda a=a, b=b, p=p: a.epoch == b.epoch == stored(redis_url, p)["e"], "both workers on the stored epoch"
+        )
         assert stored(redis_url, p)["e"] == 1, f"round {round_}: two transitions"
         assert a.state is State.OPEN and b.state is State.OPEN
         a.close()
@@ -166,7 +174,7 @@ def test_two_workers_opening_at_once_make_one_transition(redis_url: str, prefix:
 
 def test_manual_transitions_propagate_both_ways(redis_url: str, prefix: str, made: Any) -> None:
     a, b = made(redis_url, prefix), made(redis_url, prefix)
-    assert a.state is State.CLOSED and b.state is State.CLOSED
+    assert a.wait_listening(HANG_GUARD_S) and b.wait_listening(HANG_GUARD_S)
     seen = transitions_seen(b)
     a.transition_to_forced_open_state()
     wait_until(lambda: b.state is State.FORCED_OPEN, "FORCED_OPEN on b")
@@ -285,7 +293,7 @@ def _follower(url: str, prefix: str, ready: Any, out: Any) -> None:
     seen = threading.Event()
     at: list[float] = []
     b.events.on_state_transition(lambda e: (at.append(time.time()), seen.set()))
-    assert b.state is State.CLOSED
+    assert b.wait_listening(HANG_GUARD_S) and b.state is State.CLOSED
     ready.set()
     ok = seen.wait(HANG_GUARD_S)
     out.put((ok, b.state.name, at[0] if at else None, b.remaining_open_ns()))
@@ -311,6 +319,23 @@ def test_a_breaker_opened_by_failures_in_one_process_is_open_in_another(redis_ur
     print(f"propagation delay: {(heard_at - before) * 1000:.2f} ms")  # measured in benchmarks/, not asserted
 
 
+def _attempts(b: RedisCircuitBreaker, threads: int) -> int:
+    """``threads`` threads released together each try to take a permission; how many got one."""
+    start = threading.Barrier(threads)
+    got: list[bool] = []
+
+    def attempt() -> None:
+        start.wait(HANG_GUARD_S)
+        got.append(b.try_acquire_permission())
+
+    ts = [threading.Thread(target=attempt) for _ in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(HANG_GUARD_S)
+    return sum(got)
+
+
 def _trial_worker(url: str, prefix: str, parent: RedisCircuitBreaker, threads: int, rounds: int, barrier: Any, out: Any) -> None:
     # Forked from a parent whose breaker was running: the child's copy starts its own threads at first use.
     b = parent
@@ -318,24 +343,13 @@ def _trial_worker(url: str, prefix: str, parent: RedisCircuitBreaker, threads: i
     for round_ in range(rounds):
         barrier.wait(HANG_GUARD_S)  # the parent turned it OPEN then HALF_OPEN (epoch 3 * round + 2)
         wait_until(
-            lambda: b.state is State.HALF_OPEN and b.epoch >= 3 * round_ + 2,
+            lambda r=round_: b.state is State.HALF_OPEN and b.epoch >= 3 * r + 2,
             f"HALF_OPEN in the child (round {round_})",
             detail=lambda: repr((b, b._last_error)),
         )
-        start = threading.Barrier(threads)
-        got: list[bool] = []
-
-        def attempt() -> None:
-            start.wait(HANG_GUARD_S)
-            got.append(b.try_acquire_permission())
-
-        ts = [threading.Thread(target=attempt) for _ in range(threads)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join(HANG_GUARD_S)
-        granted += sum(got)
-        out.put((round_, sum(got)))
+        got = _attempts(b, threads)
+        granted += got
+        out.put((round_, got))
         barrier.wait(HANG_GUARD_S)  # every process tried; the parent checks and moves on
     b.close()
 
@@ -443,3 +457,19 @@ async def test_async_trials_never_block_the_loop(redis_url: str, prefix: str, ma
         assert a.state is State.CLOSED  # the two outcomes (sent by the sender thread) closed it
         assert await a.acall(ok) == "ok"
     assert blocking == [], blocking
+
+
+def test_the_documented_example_runs(redis_url: str, prefix: str, capsys: pytest.CaptureFixture[str], made: Any) -> None:
+    from tests.test_docs_examples import block, run
+
+    source = block("docs/redis.md", "RedisCircuitBreaker(").replace(
+        'url="redis://127.0.0.1:6379/15")', f"url={redis_url!r}, prefix={prefix!r})"
+    )
+    assert f"prefix={prefix!r}" in source
+    follower = made(redis_url, prefix, name="partner-doc")
+    assert follower.wait_listening(HANG_GUARD_S) and follower.state is State.CLOSED
+    seen = transitions_seen(follower)
+    run(source, "docs/redis.md")
+    assert capsys.readouterr().out == "State.CLOSED\n"
+    wait_until(lambda: len(seen) == 2, "the example's two transitions on another worker", detail=lambda: repr((seen, follower)))
+    assert seen == [(State.CLOSED, State.FORCED_OPEN), (State.FORCED_OPEN, State.CLOSED)]
