@@ -16,9 +16,9 @@ redis://127.0.0.1:6379/15; keys under a random ``r4bench:`` prefix, deleted afte
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
-import statistics
 import sys
 import threading
 import time
@@ -87,15 +87,11 @@ def _propagation(prefix: str) -> tuple[list[int], list[int]]:
         ready.wait(60)
         for _ in range(ROUNDS):
             for _ in range(CONFIG.minimum_number_of_calls - 1):
-                try:
+                with contextlib.suppress(ConnectionError):
                     leader.call(_boom)
-                except ConnectionError:
-                    pass
             t0 = time.time_ns()
-            try:
+            with contextlib.suppress(ConnectionError):
                 leader.call(_boom)
-            except ConnectionError:
-                pass
             for _ in procs:
                 state, at = out.get(timeout=30)
                 assert state == "OPEN", state

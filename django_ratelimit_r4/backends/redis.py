@@ -915,7 +915,7 @@ def key_base(prefix: str, kind: str, name: str, shard: str | None = None) -> str
 
     The braces are a Redis Cluster hash tag: every key of a script shares it, so each script touches one
     slot (a plain server ignores them). Every module of this backend builds its keys here: ``rl`` unkeyed
-    limiters, ``rlk`` keyed ones (sharded on a cluster, see :data:`CLUSTER_SHARDS`), ``bh`` bulkheads.
+    limiters, ``rlk`` keyed ones (sharded on a cluster, see :data:`CLUSTER_SHARDS`), ``bh`` bulkheads, ``cb`` circuit breakers.
     """
     tag = _name_part(name) if shard is None else f"{_name_part(name)}:{shard}"
     return f"{prefix}:{kind}:{{{tag}}}"

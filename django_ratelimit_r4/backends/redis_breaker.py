@@ -56,15 +56,7 @@ from ..core.circuitbreaker.breaker import _Pending, _test
 from ..core.circuitbreaker.events import CircuitBreakerOnIgnoredErrorEvent
 from ..core.clock import Clock
 from ..core.exceptions import CallNotPermitted
-from .redis import (
-    CONNECT_TIMEOUT_S,
-    DEFAULT_PREFIX,
-    FAULT_COOLDOWN_S,
-    RedisConnection,
-    _name_part,
-    _redact,
-    connection,
-)
+from .redis import DEFAULT_PREFIX, FAULT_COOLDOWN_S, RedisConnection, _redact, connection, key_base
 
 __all__ = ["BREAKER_SCRIPT", "LISTENER_PING_S", "RedisCircuitBreaker"]
 
@@ -166,7 +158,7 @@ class RedisCircuitBreaker(CircuitBreaker):
         self.prefix = prefix
         self.backend = backend
         self.connection_options: Mapping[str, Any] = dict(connection_options or {})
-        base = f"{prefix}:cb:{{{_name_part(name)}}}"
+        base = key_base(prefix, "cb", name)
         self._key = f"{base}:state"
         self._channel = f"{base}:events"
         self._sent = self._received = 0
@@ -293,6 +285,9 @@ class RedisCircuitBreaker(CircuitBreaker):
         """Stop this process's listener and sender threads (for shutdown and tests); the shared state stays."""
         self._shutdown = True
         self._wake.set()
+        if self._listening.is_set():
+            with contextlib.suppress(*_FAULTS):
+                self._conn.sync.publish(self._channel, "")  # wakes the listener now, not at its next ping
         for thread in (self._listener, self._sender):
             if thread is not None and thread is not threading.current_thread():
                 thread.join(LISTENER_PING_S * 3 + 2.0)
@@ -361,12 +356,10 @@ class RedisCircuitBreaker(CircuitBreaker):
     def _listen(self, proc: str) -> None:
         """Follow the channel; on any fault: decide locally, reconnect, read the state again (resync)."""
         while not self._shutdown and proc == self._proc:
-            client = redis.Redis.from_url(
-                self.url,
-                socket_timeout=LISTENER_PING_S * 3,
-                socket_connect_timeout=self.connection_options.get("socket_connect_timeout", CONNECT_TIMEOUT_S),
-            )
-            pubsub = client.pubsub()  # type: ignore[no-untyped-call]
+            # A client of its own (plain, cluster or Sentinel primary, like the URL's): the subscription holds
+            # its connection. It connects lazily: Redis may be down when the thread starts.
+            client = self._conn.new_client(socket_timeout=LISTENER_PING_S * 3, max_connections=2)
+            pubsub = client.pubsub()
             try:
                 pubsub.subscribe(self._channel)
                 deadline = time.monotonic() + LISTENER_PING_S * 3
@@ -414,7 +407,7 @@ class RedisCircuitBreaker(CircuitBreaker):
                 with contextlib.suppress(Exception):
                     client.close()
 
-    def _load_with(self, client: redis.Redis) -> list[int]:
+    def _load_with(self, client: Any) -> list[int]:
         args = self._args("load")
         try:
             return _ints(client.evalsha(_SHA, 1, *args))

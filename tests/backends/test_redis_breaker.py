@@ -428,6 +428,12 @@ def test_degraded_is_a_metric(redis_server: Any, settings: Any) -> None:
         redis_server.stop()
         wait_until(lambda: breaker.degraded, "degraded")  # type: ignore[attr-defined]
         assert degraded_series() == 1.0
+        from django_ratelimit_r4 import state as r4_state
+        from django_ratelimit_r4.management.commands.r4 import render_table
+
+        text = render_table(r4_state.snapshot())
+        assert "partner: cluster-wide through backend 'shared' (epoch 0); DEGRADED for " in text
+        assert "this worker decides alone (local breaker); last error: listener" in text
     finally:
         breaker.close()  # type: ignore[attr-defined]
 
@@ -441,15 +447,23 @@ async def test_async_trials_never_block_the_loop(redis_url: str, prefix: str, ma
     await asyncio.to_thread(other.transition_to_open_state)
     await asyncio.to_thread(other.transition_to_half_open_state)
 
+    release = asyncio.Event()
+
     async def ok() -> str:
-        await asyncio.sleep(0)
+        await release.wait()  # the trials stay in flight until the third call was refused
         return "ok"
 
     with forbid_blocking(monkeypatch) as blocking:
-        assert await a.acall(ok) == "ok"  # first use: the state read on redis.asyncio, then a trial
-        assert await a.acall(ok) == "ok"
+        first = asyncio.ensure_future(a.acall(ok))  # first use: the state read on redis.asyncio, then a trial
+        second = asyncio.ensure_future(a.acall(ok))
+        for _ in range(2000):
+            if (await asyncio.to_thread(stored, redis_url, prefix)).get("t") == 2:
+                break
+            await asyncio.sleep(0.01)
         with pytest.raises(CallNotPermitted):
             await a.acall(ok)  # only 2 trials in the cluster
+        release.set()
+        assert await first == "ok" and await second == "ok"
         for _ in range(200):
             if a.state is State.CLOSED:
                 break

@@ -251,6 +251,15 @@ def render_table(items: list[dict[str, Any]]) -> str:
                     f"{backend['degraded_seconds']:g}s: fault policy {backend['fault_policy']}, "
                     f"{backend['fault_decisions']} decisions by the policy here; last error: {backend['last_error']}"
                 )
+            shared = item["state"].get("shared")
+            if shared is not None:  # a cluster-wide circuit breaker
+                line = f"  {item['name']}: cluster-wide through backend {shared['backend']!r} (epoch {shared['epoch']})"
+                if shared["degraded"]:
+                    line += (
+                        f"; DEGRADED for {shared['degraded_seconds']:g}s: Redis unreachable, this worker decides "
+                        f"alone (local breaker); last error: {shared['last_error']}"
+                    )
+                lines.append(line)
             keys = (item["state"].get("keyed") or {}).get("keys")
             if keys:
                 lines.append(f"  {item['name']}: keys")
