@@ -113,6 +113,10 @@ class RedisCircuitBreaker(CircuitBreaker):
     In settings: ``"backend": "<alias>"`` on a circuit breaker instance, the alias naming a redis backend.
     """
 
+    #: True for a breaker whose transitions reach every worker: an operator's transition needs calling on one
+    #: worker only (a broadcast that calls it on each would repeat it; harmless but for OPEN's backoff count).
+    shared = True
+
     __slots__ = (
         "_adopting",
         "_channel",

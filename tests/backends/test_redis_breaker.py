@@ -18,6 +18,7 @@ import asyncio
 import multiprocessing
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -487,3 +488,35 @@ def test_the_documented_example_runs(redis_url: str, prefix: str, capsys: pytest
     assert capsys.readouterr().out == "State.CLOSED\n"
     wait_until(lambda: len(seen) == 2, "the example's two transitions on another worker", detail=lambda: repr((seen, follower)))
     assert seen == [(State.CLOSED, State.FORCED_OPEN), (State.FORCED_OPEN, State.CLOSED)]
+
+
+# ------------------------------------------------------------------------------------------- Redis Cluster
+
+
+def test_on_a_3_primary_cluster(redis_cluster: Any) -> None:
+    """The same breaker on a real Redis Cluster (OPTIONS cluster): its key is hash-tagged (one slot), the
+    transition script's PUBLISH reaches a listener subscribed through another node, trials are cluster-wide."""
+    prefix = f"r4c:{uuid.uuid4().hex[:10]}"
+    opts = {"cluster": True}
+    a = RedisCircuitBreaker("partner", config(), url=redis_cluster.url, prefix=prefix, connection_options=opts)
+    b = RedisCircuitBreaker("partner", config(), url=redis_cluster.url, prefix=prefix, connection_options=opts)
+    try:
+        assert a.wait_listening(HANG_GUARD_S) and b.wait_listening(HANG_GUARD_S)
+        assert a._key.startswith(f"{prefix}:cb:{{partner}}")
+        fail(a)
+        wait_until(lambda: b.state is State.OPEN, "OPEN on b through the cluster")
+        assert 55e9 < b.remaining_open_ns() <= 60e9
+        a.transition_to_half_open_state()
+        wait_until(lambda: b.state is State.HALF_OPEN, "HALF_OPEN on b")
+        assert [a.try_acquire_permission(), b.try_acquire_permission(), a.try_acquire_permission()] == [True] * 3
+        assert not b.try_acquire_permission() and not a.try_acquire_permission()
+        for w in (a, b, a):
+            w.on_success(1000)
+        wait_until(lambda: a.state is State.CLOSED and b.state is State.CLOSED, "CLOSED everywhere")
+        late = RedisCircuitBreaker("partner", config(), url=redis_cluster.url, prefix=prefix, connection_options=opts)
+        a.transition_to_forced_open_state()
+        assert late.state is State.FORCED_OPEN
+        late.close()
+    finally:
+        a.close()
+        b.close()
