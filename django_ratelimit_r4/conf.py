@@ -175,6 +175,7 @@ class Code(enum.Enum):
         "E031",
         "a rate limiter's lease is not an int from 1 to its limit_for_period, or is set without a redis backend "
         "or with an algorithm other than 'cycle'",
+    )
     BREAKER_BACKEND_NOT_SHARED = (
         "E032",
         "a circuit breaker's backend is not a redis backend (a shared circuit breaker keeps its state in Redis)",

@@ -570,11 +570,11 @@ CASES = [
             "backends": {"local": {"BACKEND": "memory"}},
             "circuitbreakers": {"instances": {"partner": {"backend": "local"}}},
         },
-        "E031",
+        "E032",
         'RATELIMIT_R4["circuitbreakers"]["instances"]["partner"]["backend"]',
         "backend 'local' is a memory backend, but a circuit breaker's backend must be a redis backend",
         "to keep the breaker per process",
-        id="E031",
+        id="E032",
     ),
     pytest.param(
         rl({"on_backend_error": "alow"}),
