@@ -18,7 +18,9 @@ The state machine still runs in each process; what is shared is its *transitions
 * **Half-open is cluster-wide.** Leaving OPEN and every trial call go through Redis: one script turns OPEN
   into HALF_OPEN (once, whoever comes first) and hands out exactly ``permitted_number_of_calls_in_half_open_state``
   trials across the cluster; their outcomes are counted in Redis and the one that completes the trial window
-  decides OPEN or CLOSED for everyone (Resilience4j's verdict over the trial window).
+  decides OPEN or CLOSED for everyone (Resilience4j's verdict over the trial window). A trial is a lease
+  (``trial_ttl``, default twice ``slow_call_duration_threshold``): a worker killed mid-trial gives its place
+  back when it expires.
 * **Manual transitions** (``transition_to_*``, ``reset``) are unconditional: the operator's last word wins,
   and it reaches every worker (calling it on one worker is enough).
 
@@ -38,6 +40,7 @@ import asyncio
 import collections
 import contextlib
 import hashlib
+import itertools
 import logging
 import os
 import threading
@@ -55,6 +58,7 @@ from ..core.circuitbreaker import CircuitBreaker, CircuitBreakerConfig, ResultRe
 from ..core.circuitbreaker.breaker import _Pending, _test
 from ..core.circuitbreaker.events import CircuitBreakerOnIgnoredErrorEvent
 from ..core.clock import Clock
+from ..core.durations import parse_duration
 from ..core.exceptions import CallNotPermitted
 from .redis import DEFAULT_PREFIX, FAULT_COOLDOWN_S, RedisConnection, _redact, connection, key_base
 
@@ -89,11 +93,12 @@ os.register_at_fork(after_in_child=_after_fork)
 
 
 class _Trial:
-    """A half-open trial call granted by Redis: its epoch (outcomes of another epoch are too late)."""
+    """A half-open trial call granted by Redis: its id, its epoch (outcomes of another epoch are too late)."""
 
-    __slots__ = ("attempts", "epoch")
+    __slots__ = ("attempts", "epoch", "id")
 
-    def __init__(self, epoch: int, attempts: int) -> None:
+    def __init__(self, trial_id: str, epoch: int, attempts: int) -> None:
+        self.id = trial_id
         self.epoch = epoch
         self.attempts = attempts
 
@@ -108,7 +113,8 @@ class RedisCircuitBreaker(CircuitBreaker):
     ``url``: the Redis URL (its connection pool is shared with the rate limiters of that URL); ``prefix``: of the
     keys (breaker ``name`` keeps ``<prefix>:cb:{<name>}:state`` and publishes on ``<prefix>:cb:{<name>}:events``);
     ``connection_options``: redis-py pool options, as a backend's ``OPTIONS``; ``backend``: the
-    ``RATELIMIT_R4["backends"]`` alias it was built from (shown by ``r4 status``).
+    ``RATELIMIT_R4["backends"]`` alias it was built from (shown by ``r4 status``); ``trial_ttl``: how long a
+    half-open trial holds its place without an outcome (default: twice ``slow_call_duration_threshold``).
 
     In settings: ``"backend": "<alias>"`` on a circuit breaker instance, the alias naming a redis backend.
     """
@@ -139,6 +145,9 @@ class RedisCircuitBreaker(CircuitBreaker):
         "_sent",
         "_shutdown",
         "_start_lock",
+        "_trial_ids",
+        "_trial_ttl_ms",
+        "_trials_key",
         "_unconditional",
         "_wake",
         "backend",
@@ -157,6 +166,7 @@ class RedisCircuitBreaker(CircuitBreaker):
         clock: Clock | None = None,
         connection_options: Mapping[str, Any] | None = None,
         backend: str | None = None,
+        trial_ttl: Any = None,
     ) -> None:
         self.url = url
         self.prefix = prefix
@@ -164,10 +174,13 @@ class RedisCircuitBreaker(CircuitBreaker):
         self.connection_options: Mapping[str, Any] = dict(connection_options or {})
         base = key_base(prefix, "cb", name)
         self._key = f"{base}:state"
+        self._trials_key = f"{base}:trials"
         self._channel = f"{base}:events"
         self._sent = self._received = 0
         self._fresh_process(first=True)
         super().__init__(name, config, clock=clock)
+        ttl_ns = 2 * self._slow_ns if trial_ttl is None else int(parse_duration(trial_ttl))
+        self._trial_ttl_ms = max(1, ttl_ns // _NS_PER_MS)
         _instances.add(self)
 
     def _fresh_process(self, first: bool = False) -> None:
@@ -175,6 +188,7 @@ class RedisCircuitBreaker(CircuitBreaker):
         if not first:
             self._lock = threading.Lock()  # another thread of the parent may have held it at fork time
         self._proc = uuid.uuid4().hex[:16]
+        self._trial_ids = itertools.count(1)
         self._start_lock = threading.Lock()
         self._send_lock = threading.Lock()
         self._wake = threading.Event()
@@ -210,14 +224,14 @@ class RedisCircuitBreaker(CircuitBreaker):
     # ------------------------------------------------------------------------------- Redis plumbing
 
     def _args(self, op: str, *rest: Any) -> list[Any]:
-        return [self._key, op, self._channel, self._proc, *rest]
+        return [self._key, self._trials_key, op, self._channel, self._proc, *rest]
 
     def _run(self, op: str, *rest: Any) -> list[int]:
-        reply, _, _ = self._conn.run_script(_SHA, BREAKER_SCRIPT, 1, self._args(op, *rest))
+        reply, _, _ = self._conn.run_script(_SHA, BREAKER_SCRIPT, 2, self._args(op, *rest))
         return _ints(reply)
 
     async def _arun(self, op: str, *rest: Any) -> list[int]:
-        reply, _, _ = await self._conn.arun_script(_SHA, BREAKER_SCRIPT, 1, self._args(op, *rest))
+        reply, _, _ = await self._conn.arun_script(_SHA, BREAKER_SCRIPT, 2, self._args(op, *rest))
         return _ints(reply)
 
     def _fault(self, exc: BaseException, what: str) -> None:
@@ -414,9 +428,9 @@ class RedisCircuitBreaker(CircuitBreaker):
     def _load_with(self, client: Any) -> list[int]:
         args = self._args("load")
         try:
-            return _ints(client.evalsha(_SHA, 1, *args))
+            return _ints(client.evalsha(_SHA, 2, *args))
         except NoScriptError:
-            return _ints(client.eval(BREAKER_SCRIPT, 1, *args))
+            return _ints(client.eval(BREAKER_SCRIPT, 2, *args))
 
     # ------------------------------------------------------------------------------- local -> shared
 
@@ -510,17 +524,15 @@ class RedisCircuitBreaker(CircuitBreaker):
                 if reply[1] < expected:
                     self._resync = True  # Redis is behind us (restarted, flushed): the listener reads it again
         elif kind == "outcome":
-            _, epoch, failed, slow, wait_ms = item
+            _, epoch, failed, slow, wait_ms, trial_id = item
             c = self.config
             needed = min(c.minimum_number_of_calls, c.permitted_number_of_calls_in_half_open_state)
-            reply = self._run(
-                "outcome", epoch, failed, slow, needed, self._fthr, self._sthr, wait_ms
-            )
+            reply = self._run("outcome", epoch, failed, slow, needed, self._fthr, self._sthr, wait_ms, trial_id)
             if reply[0] == 2:
                 self._sent += 1
             self._adopt(reply)
         else:  # release
-            self._adopt(self._run("release", item[1]))
+            self._adopt(self._run("release", item[1], item[2]))
 
     # ------------------------------------------------------------------------------- half-open trials
 
@@ -539,11 +551,14 @@ class RedisCircuitBreaker(CircuitBreaker):
             self._flush(out)
         return seen if need else None
 
-    def _after_trial(self, reply: list[int]) -> _Trial | None:
+    def _new_trial_id(self) -> str:
+        return f"{self._proc}:{next(self._trial_ids)}"
+
+    def _after_trial(self, reply: list[int], trial_id: str) -> _Trial | None:
         """A trial granted, None (the local state machine decides: the state changed), or CallNotPermitted."""
         self._adopt(reply)
         if reply[0] == 1:
-            return _Trial(reply[1], reply[4])
+            return _Trial(trial_id, reply[1], reply[4])
         if reply[2] == _HALF_OPEN.value:
             with self._lock:
                 self._st.window.not_permitted += 1
@@ -555,24 +570,29 @@ class RedisCircuitBreaker(CircuitBreaker):
         seen = self._trial_seen()
         if seen is None:
             return None
+        trial_id = self._new_trial_id()
         try:
-            reply = self._run("trial", seen, self._permitted)
+            reply = self._run("trial", seen, self._permitted, trial_id, self._trial_ttl_ms)
         except _FAULTS as exc:
             self._fault(exc, "half-open trial")
             return None
-        return self._after_trial(reply)
+        return self._after_trial(reply, trial_id)
 
     async def _aenter(self) -> _Trial | None:
         await self._aensure_started()
         seen = self._trial_seen()
         if seen is None:
             return None
+        trial_id = self._new_trial_id()
         try:
-            reply = await self._arun("trial", seen, self._permitted)
+            reply = await self._arun("trial", seen, self._permitted, trial_id, self._trial_ttl_ms)
         except _FAULTS as exc:
             self._fault(exc, "half-open trial")
             return None
-        return self._after_trial(reply)
+        except BaseException:  # cancelled: the script may have granted the trial; give it back
+            self._trial_release(_Trial(trial_id, seen, 0))
+            raise
+        return self._after_trial(reply, trial_id)
 
     def _classify(self, exc: BaseException) -> bool | None:
         """Like the core's ``_error``: None if ignored, True if recorded as a failure, False as a success."""
@@ -591,12 +611,14 @@ class RedisCircuitBreaker(CircuitBreaker):
     def _trial_outcome(self, trial: _Trial, duration_ns: int, end: int, failed: bool) -> None:
         wait_ms = max(1, self._open_wait_ns(trial.attempts + 1) // _NS_PER_MS)
         with self._lock:
-            self._outbox.append(("outcome", trial.epoch, int(failed), int(duration_ns > self._slow_ns), wait_ms))
+            self._outbox.append(
+                ("outcome", trial.epoch, int(failed), int(duration_ns > self._slow_ns), wait_ms, trial.id)
+            )
         self._wake.set()
 
     def _trial_release(self, trial: _Trial) -> None:
         with self._lock:
-            self._outbox.append(("release", trial.epoch))
+            self._outbox.append(("release", trial.epoch, trial.id))
         self._wake.set()
 
     def _trial_error(self, trial: _Trial, duration_ns: int, exc: BaseException, end: int) -> None:

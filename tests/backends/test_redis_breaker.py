@@ -16,10 +16,16 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,6 +40,7 @@ from tests.noblock import forbid_blocking
 redis = pytest.importorskip("redis")
 
 HANG_GUARD_S = 20.0
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def config(**kw: Any) -> CircuitBreakerConfig:
@@ -90,6 +97,15 @@ def stored(url: str, prefix: str, name: str = "partner") -> dict[str, int]:
     return {k.decode(): int(v) for k, v in raw.items()}
 
 
+def trials(url: str, prefix: str, name: str = "partner") -> int:
+    """Half-open trials in flight cluster-wide (the trials set in Redis)."""
+    client = redis.Redis.from_url(url)
+    try:
+        return int(client.zcard(f"{prefix}:cb:{{{name}}}:trials"))
+    finally:
+        client.close()
+
+
 def transitions_seen(b: RedisCircuitBreaker) -> list[tuple[State, State]]:
     seen: list[tuple[State, State]] = []
     b.events.on_state_transition(lambda e: seen.append((e.from_state, e.to_state)))
@@ -126,7 +142,7 @@ def test_closed_decides_locally_with_no_round_trip(redis_url: str, prefix: str, 
     real = a._conn.run_script
 
     def counting(*args: Any, **kw: Any) -> Any:
-        calls.append(args[3][1])
+        calls.append(args[3][2])  # [state key, trials key, op, ...]
         return real(*args, **kw)
 
     monkeypatch.setattr(a._conn, "run_script", counting)
@@ -210,7 +226,7 @@ def test_the_end_of_the_open_wait_and_the_trials_decide_for_everyone(redis_url: 
     wait_until(lambda: b.state is State.HALF_OPEN, "HALF_OPEN on b")
     assert b.try_acquire_permission() and b.try_acquire_permission()  # trials 2 and 3
     assert not a.try_acquire_permission() and not b.try_acquire_permission()  # no 4th anywhere
-    assert stored(redis_url, prefix)["t"] == 3
+    assert trials(redis_url, prefix) == 3
     a.on_success(1000)
     b.on_success(1000)
     b.on_success(1000)
@@ -242,12 +258,47 @@ def test_an_ignored_or_interrupted_trial_is_given_back(redis_url: str, prefix: s
 
     with pytest.raises(KeyError):
         a.call(ignored)
-    wait_until(lambda: stored(redis_url, prefix)["t"] == 0, "the ignored trial given back")
+    wait_until(lambda: trials(redis_url, prefix) == 0, "the ignored trial given back")
     with pytest.raises(KeyboardInterrupt):
         a.call(lambda: (_ for _ in ()).throw(KeyboardInterrupt()))
-    wait_until(lambda: stored(redis_url, prefix)["t"] == 0, "the interrupted trial given back")
+    wait_until(lambda: trials(redis_url, prefix) == 0, "the interrupted trial given back")
     assert a.call(lambda: "ok") == "ok"
     wait_until(lambda: a.state is State.CLOSED, "closed by the one trial")
+
+
+_TRIAL_HOLDER = textwrap.dedent(
+    """
+    import sys, threading
+    sys.path.insert(0, {root!r})
+    from django_ratelimit_r4.backends.redis_breaker import RedisCircuitBreaker
+    from django_ratelimit_r4.core.circuitbreaker import CircuitBreakerConfig
+    b = RedisCircuitBreaker("partner", CircuitBreakerConfig(permitted_number_of_calls_in_half_open_state=1),
+                            url={url!r}, prefix={prefix!r}, trial_ttl={ttl!r})
+    assert b.try_acquire_permission()  # the cluster's only trial
+    print("trial", flush=True)
+    threading.Event().wait()  # mid-call, forever
+    """
+)
+
+
+def test_a_trial_of_a_killed_worker_gives_its_place_back_after_the_trial_ttl(
+    redis_url: str, prefix: str, made: Any
+) -> None:
+    """kill -9 during a trial call: its outcome never comes, but the cluster does not stay HALF_OPEN for ever."""
+    a = made(redis_url, prefix, cfg=config(permitted_number_of_calls_in_half_open_state=1))
+    a.transition_to_open_state()
+    a.transition_to_half_open_state()
+    code = _TRIAL_HOLDER.format(root=str(ROOT), url=redis_url, prefix=prefix, ttl="400ms")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "trial"
+        assert not a.try_acquire_permission()  # alive (or just killed, within the TTL): its trial holds
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(10)
+    wait_until(a.try_acquire_permission, "the dead worker's trial place given back")
+    a.on_success(1000)
+    wait_until(lambda: a.state is State.CLOSED, "closed by the new trial")
 
 
 def test_a_late_worker_starts_open_with_the_remaining_time(redis_url: str, prefix: str, made: Any) -> None:
@@ -376,7 +427,7 @@ def test_half_open_admits_exactly_n_trials_across_4_processes(redis_url: str, pr
             barrier.wait(HANG_GUARD_S)
             per_process = [out.get(timeout=HANG_GUARD_S) for _ in workers]
             assert sum(g for _, g in per_process) == n, f"round {round_}: {per_process}"
-            assert stored(redis_url, prefix)["t"] == n
+            assert trials(redis_url, prefix) == n
             parent.transition_to_closed_state()
     finally:
         for p in workers:
@@ -458,7 +509,7 @@ async def test_async_trials_never_block_the_loop(redis_url: str, prefix: str, ma
         first = asyncio.ensure_future(a.acall(ok))  # first use: the state read on redis.asyncio, then a trial
         second = asyncio.ensure_future(a.acall(ok))
         for _ in range(2000):
-            if (await asyncio.to_thread(stored, redis_url, prefix)).get("t") == 2:
+            if await asyncio.to_thread(trials, redis_url, prefix) == 2:
                 break
             await asyncio.sleep(0.01)
         with pytest.raises(CallNotPermitted):
