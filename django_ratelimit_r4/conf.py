@@ -176,14 +176,14 @@ class Code(enum.Enum):
         "a rate limiter's lease is not an int from 1 to its limit_for_period, or is set without a redis backend "
         "or with an algorithm other than 'cycle'",
     )
-    BREAKER_BACKEND_NOT_SHARED = (
-        "E032",
-        "a circuit breaker's backend is not a redis backend (a shared circuit breaker keeps its state in Redis)",
-    )
     INVALID_CONTROL = (
         "E032",
         "control is not a dict, its backend names no redis entry of backends, or heartbeat_interval is not a "
         "duration from 100ms to 1h",
+    )
+    BREAKER_BACKEND_NOT_SHARED = (
+        "E033",
+        "a circuit breaker's backend is not a redis backend (a shared circuit breaker keeps its state in Redis)",
     )
     MEMORY_MULTIPROCESS = ("W001", "in-memory rate limiters in a deployment that looks multi-process")
     METRICS_WITHOUT_PROMETHEUS = ("W002", "metrics is True but prometheus_client is not installed")

@@ -361,7 +361,7 @@ def _shared_bulkhead(state: _State, spec: conf.InstanceSpec) -> Any:
 
 def _shared_circuit_breaker(state: _State, spec: conf.InstanceSpec) -> Any:
     """A circuit breaker naming a backend: the store's cluster-wide breaker (``manage.py check`` refuses a
-    memory backend, ``ratelimit_r4.E032``)."""
+    memory backend, ``ratelimit_r4.E033``)."""
     store = _store_of(state, spec)
     build = getattr(store, "circuit_breaker", None)
     if build is None:

@@ -570,11 +570,11 @@ CASES = [
             "backends": {"local": {"BACKEND": "memory"}},
             "circuitbreakers": {"instances": {"partner": {"backend": "local"}}},
         },
-        "E032",
+        "E033",
         'RATELIMIT_R4["circuitbreakers"]["instances"]["partner"]["backend"]',
         "backend 'local' is a memory backend, but a circuit breaker's backend must be a redis backend",
         "to keep the breaker per process",
-        id="E032",
+        id="E033",
     ),
     pytest.param(
         rl({"on_backend_error": "alow"}),
