@@ -371,6 +371,40 @@ def test_a_breaker_opened_by_failures_in_one_process_is_open_in_another(redis_ur
     print(f"propagation delay: {(heard_at - before) * 1000:.2f} ms")  # measured in benchmarks/, not asserted
 
 
+def _manual_follower(url: str, prefix: str, ready: Any, out: Any) -> None:
+    b = RedisCircuitBreaker("partner", config(), url=url, prefix=prefix)
+    seen: list[tuple[str, str]] = []
+    done = threading.Event()
+
+    def on_transition(e: Any) -> None:
+        seen.append((e.from_state.name, e.to_state.name))
+        if len(seen) == 2:
+            done.set()
+
+    b.events.on_state_transition(on_transition)
+    assert b.wait_listening(HANG_GUARD_S) and b.state is State.CLOSED
+    ready.set()
+    out.put((done.wait(HANG_GUARD_S), seen))
+    b.close()
+
+
+def test_manual_transitions_reach_another_process(redis_url: str, prefix: str, made: Any) -> None:
+    ctx = multiprocessing.get_context("fork")
+    ready, out = ctx.Event(), ctx.Queue()
+    proc = ctx.Process(target=_manual_follower, args=(redis_url, prefix, ready, out))
+    proc.start()
+    try:
+        assert ready.wait(HANG_GUARD_S)
+        operator = made(redis_url, prefix)
+        operator.transition_to_forced_open_state()
+        operator.transition_to_closed_state()
+        ok, seen = out.get(timeout=HANG_GUARD_S)
+    finally:
+        proc.join(HANG_GUARD_S)
+    assert ok and seen == [("CLOSED", "FORCED_OPEN"), ("FORCED_OPEN", "CLOSED")]
+    assert proc.exitcode == 0
+
+
 def _attempts(b: RedisCircuitBreaker, threads: int) -> int:
     """``threads`` threads released together each try to take a permission; how many got one."""
     start = threading.Barrier(threads)
