@@ -17,6 +17,7 @@ import difflib
 import enum
 import importlib.util
 import ipaddress
+import os
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Mapping
@@ -184,6 +185,10 @@ class Code(enum.Enum):
     BREAKER_BACKEND_NOT_SHARED = (
         "E033",
         "a circuit breaker's backend is not a redis backend (a shared circuit breaker keeps its state in Redis)",
+    )
+    REDIS_TOPOLOGY = (
+        "E034",
+        "a redis backend's cluster, sentinel or TLS options do not fit together or with its LOCATION",
     )
     MEMORY_MULTIPROCESS = ("W001", "in-memory rate limiters in a deployment that looks multi-process")
     METRICS_WITHOUT_PROMETHEUS = ("W002", "metrics is True but prometheus_client is not installed")
@@ -422,7 +427,24 @@ ON_BACKEND_ERROR = ("local", "allow", "deny")
 #: ``redis_fault_policy`` (the shorthand default) in ``on_backend_error``'s words.
 _FAULT_POLICY_AS_ON_ERROR = MappingProxyType({"open": "allow", "closed": "deny"})
 #: The ``OPTIONS`` a redis backend accepts; durations are converted to seconds for redis-py.
-REDIS_OPTIONS = ("socket_timeout", "socket_connect_timeout", "max_connections", "timeout", "key_prefix")
+REDIS_OPTIONS = (
+    "socket_timeout",
+    "socket_connect_timeout",
+    "max_connections",
+    "timeout",
+    "key_prefix",
+    "cluster",
+    "sentinel",
+    *(
+        "ssl_ca_certs",
+        "ssl_certfile",
+        "ssl_keyfile",
+        "ssl_cert_reqs",
+        "ssl_check_hostname",
+    ),
+)
+#: The TLS options (redis-py's), valid with a ``rediss://`` LOCATION only.
+REDIS_TLS_OPTIONS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs", "ssl_check_hostname")
 _BACKEND_ENTRY_KEYS = ("BACKEND", "LOCATION", "OPTIONS")
 #: The top-level keys that are shorthand for ``backends["default"]``.
 _SHORTHAND_KEYS = ("backend", "redis_url", "redis_key_prefix")
@@ -1238,6 +1260,9 @@ def _parse_redis_options(options: object, at: str, problems: list[Problem]) -> d
                 _did_you_mean(key, REDIS_OPTIONS) or f"Known options: {_known(REDIS_OPTIONS)}.",
             )
             continue
+        if key in ("cluster", "sentinel") or key in REDIS_TLS_OPTIONS:
+            parsed[key] = value  # checked with the LOCATION: _check_redis_topology
+            continue
         try:
             if key == "key_prefix":
                 parsed[key] = _option_key_prefix(value, {})
@@ -1253,6 +1278,58 @@ def _parse_redis_options(options: object, at: str, problems: list[Problem]) -> d
         except _Invalid as exc:
             _backend_problem(problems, Code.INVALID_REDIS_OPTION, where, exc.message, exc.hint)
     return parsed
+
+
+def _check_redis_topology(location: str, options: dict[str, Any], at: str, problems: list[Problem]) -> None:
+    """E031 for cluster / Sentinel / TLS options that cannot work together or with ``location``; the bad
+    options are removed from ``options`` (the backend is not built anyway)."""
+
+    def bad(key: str, message: str, hint: str) -> None:
+        _backend_problem(problems, Code.REDIS_TOPOLOGY, f'{at}["{key}"]', message, hint)
+        options.pop(key, None)
+
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(location)
+    cluster = options.get("cluster", False)
+    if not isinstance(cluster, bool):
+        bad("cluster", f"must be True or False, got {cluster!r}", '"cluster": True for a Redis Cluster.')
+        cluster = False
+    elif cluster:
+        if parts.scheme == "unix":
+            bad("cluster", "a Redis Cluster is reached over TCP, not a unix:// socket",
+                'Give any node\'s URL, e.g. "redis://node-a:7000/0".')
+        elif parts.path.strip("/") not in ("", "0"):
+            bad("cluster", f"a Redis Cluster has only db 0, the LOCATION names db {parts.path.strip('/')!r}",
+                "End the LOCATION with /0 (or nothing).")
+    if "sentinel" in options:
+        if cluster:
+            bad("sentinel", "a backend is either a Redis Cluster or a Sentinel-managed primary, not both",
+                'Remove "cluster" (Sentinel) or "sentinel" (Cluster).')
+        elif importlib.util.find_spec("redis") is not None:  # (without it: E010 already)
+            from .backends.redis import sentinel_settings
+
+            try:
+                sentinel_settings(location, options["sentinel"])
+            except ValueError as exc:
+                bad("sentinel", str(exc),
+                    'Write "OPTIONS": {"sentinel": ["10.0.0.1:26379", "10.0.0.2:26379"]} with LOCATION '
+                    '"redis://[:password@]<service name>/0" (rediss:// for TLS).')
+    for key in REDIS_TLS_OPTIONS:
+        if key not in options:
+            continue
+        value = options[key]
+        if parts.scheme != "rediss":
+            bad(key, f"{key} is a TLS option, but the LOCATION is not rediss://",
+                "Use a rediss:// LOCATION for TLS, or remove the ssl_* options.")
+        elif key == "ssl_check_hostname":
+            if not isinstance(value, bool):
+                bad(key, f"must be True or False, got {value!r}", "True checks the server's name (default).")
+        elif key == "ssl_cert_reqs":
+            if value not in ("required", "optional", "none"):
+                bad(key, f"must be 'required', 'optional' or 'none', got {value!r}", "'required' by default.")
+        elif not isinstance(value, str) or not os.path.isfile(value):
+            bad(key, f"must be the path of a readable file, got {value!r}", "A PEM file (CA, certificate or key).")
 
 
 def _parse_backend_entry(alias: str, entry: object, problems: list[Problem]) -> BackendSpec | None:
@@ -1311,6 +1388,8 @@ def _parse_backend_entry(alias: str, entry: object, problems: list[Problem]) -> 
             )
         location = _parse_redis_location(location, setting_path("backends", alias, "LOCATION"), problems)
         options = _parse_redis_options(raw_options, setting_path("backends", alias, "OPTIONS"), problems)
+        if location is not None:
+            _check_redis_topology(location, options, setting_path("backends", alias, "OPTIONS"), problems)
     elif isinstance(name, str) and "." in name:
         try:
             factory = import_string(name)

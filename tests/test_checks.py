@@ -448,6 +448,14 @@ CASES = [
         id="E011-scheme",
     ),
     pytest.param(
+        {"backends": {"shared": {"BACKEND": "redis", "LOCATION": "redis://m/0", "OPTIONS": {"cluster": True, "sentinel": ["s:26379"]}}}},
+        "E034",
+        'RATELIMIT_R4["backends"]["shared"]["OPTIONS"]["sentinel"]',
+        "either a Redis Cluster or a Sentinel-managed primary",
+        "Remove",
+        id="E034-cluster-and-sentinel",
+    ),
+    pytest.param(
         {"redis_fault_policy": "opne"},
         "E019",
         'RATELIMIT_R4["redis_fault_policy"]',

@@ -104,6 +104,7 @@ __all__ = [
     "key_base",
     "redis_backend",
     "redis_period_error",
+    "require_one_slot",
     "sentinel_settings",
     "shard_of",
 ]
@@ -879,6 +880,13 @@ def close_connections() -> None:
         conn.close()
 
 
+def _frozen(value: Any) -> Any:
+    # An option value as part of a dict key (the Sentinel list is a list).
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
 def connection(url: str, options: Mapping[str, Any] | None = None) -> RedisConnection:
     """The process-wide :class:`RedisConnection` of ``url`` with ``options`` (created once per process).
 
@@ -886,7 +894,7 @@ def connection(url: str, options: Mapping[str, Any] | None = None) -> RedisConne
     ``max_connections``, ``timeout``): backends with the same URL and options share one connection (and one
     fault state); the URL's query string still overrides them (redis-py's rule).
     """
-    ident = url if not options else (url, tuple(sorted(options.items())))
+    ident = url if not options else (url, tuple(sorted((k, _frozen(v)) for k, v in options.items())))
     conn = _connections.get(ident)
     if conn is None or conn.pid != _pid:
         with _connections_lock:
@@ -1595,6 +1603,22 @@ async def _async_many(leader: _Clocked, members: list[_Member], permits: int, op
 # cycle boundary fell between the take and the give-back, the new cycle's refill may have absorbed the take,
 # so nothing is given back there; and a "g" that fails leaves those permits taken. Both only under-admit, by
 # at most that decision's permits, until the cycle ends (logged when a "g" fails).
+
+
+def require_one_slot(conn: RedisConnection, keys: Sequence[Any], algorithm: str) -> None:
+    """Refuse (``ValueError``) an all-or-nothing decision of ``algorithm`` over keys in several cluster slots.
+
+    Only the cycle limiters' decisions are split over slots, with their exact give-back (see above); a GCRA
+    take cannot be given back exactly once other decisions moved its arrival time on, and the sliding window
+    has no give-back yet, so those decide all-or-nothing in one slot only (one limiter, or one keyed limiter
+    and one key).
+    """
+    if conn.cluster and len({conn.sync.keyslot(key) for key in keys}) > 1:
+        raise ValueError(
+            f"an all-or-nothing decision over {algorithm} limiters on a Redis Cluster needs all of their keys in "
+            "one slot (one unkeyed limiter, or one keyed limiter and one key); use algorithm 'cycle' for "
+            "multi-limit decisions on a cluster"
+        )
 
 
 def _slot_groups(conn: RedisConnection, members: list[_Member]) -> list[list[int]] | None:

@@ -27,7 +27,15 @@ from typing import Any
 
 from ..core.clock import Clock
 from .memory import GcraBackend
-from .redis import _FAULTS, RedisBackend, RedisConnection, RedisKeyedRateLimiter, _entries_outcome, _Late
+from .redis import (
+    _FAULTS,
+    RedisBackend,
+    RedisConnection,
+    RedisKeyedRateLimiter,
+    _entries_outcome,
+    _Late,
+    require_one_slot,
+)
 
 __all__ = [
     "GCRA_SCRIPT",
@@ -274,16 +282,6 @@ def _quota_of(state4: tuple[int, int, int, int]) -> tuple[int, int]:
     return permissions, reset_ns if permissions >= 1 else wait
 
 
-def _one_slot(conn: RedisConnection, keys: Sequence[str]) -> None:
-    # A GCRA take cannot be given back exactly once other decisions moved the arrival time on, so an
-    # all-or-nothing GCRA decision is not split over cluster slots (the cycle limiters' are).
-    if conn.cluster and len({conn.sync.keyslot(key) for key in keys}) > 1:
-        raise ValueError(
-            "an all-or-nothing decision over GCRA limiters on a Redis Cluster needs all of them in one slot "
-            "(one unkeyed GCRA limiter, or one keyed GCRA limiter and one key); use algorithm 'cycle' there"
-        )
-
-
 def gcra_acquire_all(leader: Any, members: list[tuple[Any, str]], permits: int, op: bytes = b"m") -> Any:
     """All-or-nothing (timeout 0) over ``(gcra limiter, its Redis state key)`` pairs in one script call:
     None when all are granted, else ``(index of the largest wait, that wait)`` with nothing taken; with
@@ -293,7 +291,7 @@ def gcra_acquire_all(leader: Any, members: list[tuple[Any, str]], permits: int, 
     """
     keys, args = _many_args(leader, members, permits, op)
     conn = leader._connection()
-    _one_slot(conn, keys)
+    require_one_slot(conn, keys, "GCRA")
     server = leader._now is None
     if not conn.is_down():
         replies = conn.replies
@@ -314,7 +312,7 @@ async def agcra_acquire_all(
     """Async twin of :func:`gcra_acquire_all` on ``redis.asyncio``."""
     keys, args = _many_args(leader, members, permits, op)
     conn = leader._connection()
-    _one_slot(conn, keys)
+    require_one_slot(conn, keys, "GCRA")
     server = leader._now is None
     if not conn.is_down():
         replies = conn.replies

@@ -30,7 +30,15 @@ from typing import Any
 
 from ..core.clock import Clock
 from .memory import SlidingWindowBackend
-from .redis import _FAULTS, RedisBackend, RedisConnection, RedisKeyedRateLimiter, _entries_outcome, _Late
+from .redis import (
+    _FAULTS,
+    RedisBackend,
+    RedisConnection,
+    RedisKeyedRateLimiter,
+    _entries_outcome,
+    _Late,
+    require_one_slot,
+)
 
 __all__ = [
     "SLIDING_SCRIPT",
@@ -276,6 +284,7 @@ def sliding_acquire_all(leader: Any, members: list[tuple[Any, str]], permits: in
     """
     keys, args = _many_args(leader, members, permits, op)
     conn = leader._connection()
+    require_one_slot(conn, keys, "sliding_window")
     server = leader._now is None
     if not conn.is_down():
         replies = conn.replies
@@ -298,6 +307,7 @@ async def asliding_acquire_all(
     """Async twin of :func:`sliding_acquire_all` on ``redis.asyncio``."""
     keys, args = _many_args(leader, members, permits, op)
     conn = leader._connection()
+    require_one_slot(conn, keys, "sliding_window")
     server = leader._now is None
     if not conn.is_down():
         replies = conn.replies

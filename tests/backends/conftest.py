@@ -136,6 +136,14 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
         server.stop()
 
 
+def require_tool(name: str) -> None:
+    """Fail (``R4_REQUIRE_REDIS=1``) or skip when the command ``name`` is not installed."""
+    if shutil.which(name) is None:
+        if os.environ.get("R4_REQUIRE_REDIS") == "1":
+            pytest.fail(f"{name} is required (R4_REQUIRE_REDIS=1) but not installed")
+        pytest.skip(f"{name} not installed")
+
+
 def start_cluster_or_fail(workdir: Path) -> LocalCluster:
     """A started :class:`LocalCluster`; when it cannot start, a failure under ``R4_REQUIRE_REDIS=1`` (CI must
     not skip the cluster tests), else a skip."""

@@ -424,14 +424,45 @@ def test_a_give_back_after_a_cycle_boundary_returns_nothing(
     assert backend.state()[1] == remaining
 
 
-def test_gcra_all_or_nothing_across_slots_is_refused_clearly(redis_cluster: LocalCluster) -> None:
+@pytest.mark.parametrize("algorithm", ["gcra", "sliding_window"])
+def test_gcra_and_sliding_all_or_nothing_across_slots_is_refused_clearly(
+    redis_cluster: LocalCluster, algorithm: str
+) -> None:
     from django_ratelimit_r4.core.ratelimiter import acquire_all
 
     prefix = _prefix()
     names = _spread_names(_probe(redis_cluster.url, True), 2, "gm")
-    config = RateLimiterConfig(limit_for_period=3, limit_refresh_period="60s", timeout_duration=0, algorithm="gcra")
+    config = RateLimiterConfig(limit_for_period=3, limit_refresh_period="60s", timeout_duration=0, algorithm=algorithm)
     factory = rb.redis_backend(redis_cluster.url, prefix=prefix, connection_options=CLUSTER)
     one, two = (RateLimiter(n, config, backend=factory) for n in names)
     with pytest.raises(ValueError, match="one slot"):
         acquire_all([one, two])
     assert acquire_all([one]) is None
+
+
+@pytest.mark.django_db(databases=[])
+def test_settings_name_a_cluster_backend(redis_cluster: LocalCluster) -> None:
+    """``{"BACKEND": "redis", "LOCATION": <any node>, "OPTIONS": {"cluster": True}}`` passes the checks and
+    builds cluster limiters (keyed ones sharded)."""
+    from django.core import checks
+    from django.test import override_settings
+
+    from django_ratelimit_r4 import get_rate_limiter, registry
+
+    prefix = _prefix()
+    node = f"redis://127.0.0.1:{redis_cluster.ports[2]}/0"  # any node is a start node
+    settings = {
+        "backends": {"shared": {"BACKEND": "redis", "LOCATION": node, "OPTIONS": {"cluster": True, "key_prefix": prefix}}},
+        "ratelimiters": {"instances": {
+            "api": {"limit_for_period": 2, "limit_refresh_period": "1m", "backend": "shared"},
+            "per_ip": {"limit_for_period": 1, "limit_refresh_period": "1m", "key": "ip", "backend": "shared"},
+        }},
+    }
+    with override_settings(RATELIMIT_R4=settings):
+        assert [m for m in checks.run_checks(tags=["ratelimit_r4"]) if m.id.startswith("ratelimit_r4.E")] == []
+        api = get_rate_limiter("api")
+        assert api.backend._connection().cluster
+        assert [api.acquire_permission() for _ in range(3)] == [True, True, False]
+        keyed = registry.get_keyed_rate_limiter("per_ip")
+        assert keyed._phases is not None
+        assert keyed.acquire_permission("198.51.100.1") and not keyed.acquire_permission("198.51.100.1")
