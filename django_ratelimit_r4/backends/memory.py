@@ -471,14 +471,14 @@ class SlidingWindowBackend:
                 head = self._head
                 at = ring[head] + self._period
                 newest = ring[head - 1]  # index -1 when head is 0: the last slot
-                if newest > at:
-                    at = newest
-                if at <= now:
+                if at <= now and newest <= now:  # max(at, newest) <= now, in two plain comparisons
                     ring[head] = now
                     head += 1
                     self._head = head if head < self._limit else 0
                     self.successful_calls += 1
                     return 0
+                if newest > at:
+                    at = newest
                 wait = at - now  # > 0 here
                 if timeout_ns and timeout_ns >= wait:
                     ring[head] = at
