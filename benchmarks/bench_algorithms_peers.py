@@ -5,7 +5,9 @@ log, and ``SlidingWindowCounterRateLimiter``, the weighted two-window approximat
 pyrate-limiter 4.x (``GCRA`` on a ``StateBucket``, ``SlidingWindowLog`` on an ``InMemoryBucket``) through its
 ``Limiter.try_acquire(name, blocking=False)``. A peer that is not installed gets one "skipped" row.
 
-Method: ``bench_peers``'s (calibrated ``timeit`` loops, best of interleaved repeats). ``baseline_ns`` is OURS
+Method: ``bench_peers``'s (calibrated ``timeit`` loops, best of interleaved repeats), timed in CPU time of the
+benchmarking thread like ``bench_algorithms`` (pyrate-limiter's in-memory log trims in a background thread,
+not counted). ``baseline_ns`` is OURS
 with the same algorithm and the same shape (keyed, as limits' API is, against ``KeyedRateLimiter``; unkeyed,
 as a pyrate ``Limiter`` over one bucket is, against ``RateLimiter``) and ``ratio = peer / ours``. Denied rows
 hold an exhausted limit (5 per hour); allowed rows use limits no loop reaches (pyrate GCRA, ours) or a window
@@ -17,6 +19,8 @@ Run: ``python benchmarks/run.py algorithms_peers`` (or ``python benchmarks/bench
 from __future__ import annotations
 
 import sys
+import time
+import timeit
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,9 +29,9 @@ if __package__ in (None, ""):  # run as a script: make the checkout importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 try:  # python -m benchmarks.bench_algorithms_peers
-    from .bench_peers import IP, Row, _exhaust, _measure, _optional, _row, _skipped, limits
+    from .bench_peers import IP, MIN_REPEAT_S, Row, _exhaust, _optional, _row, _skipped, limits
 except ImportError:  # benchmarks/run.py, or run as a script
-    from bench_peers import IP, Row, _exhaust, _measure, _optional, _row, _skipped, limits  # type: ignore[no-redef]
+    from bench_peers import IP, MIN_REPEAT_S, Row, _exhaust, _optional, _row, _skipped, limits  # type: ignore[no-redef]
 
 from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig
 from django_ratelimit_r4.keyed import KeyedRateLimiter
@@ -35,6 +39,24 @@ from django_ratelimit_r4.keyed import KeyedRateLimiter
 __all__ = ["run"]
 
 pyrate: Any = _optional("pyrate_limiter")
+REPEAT = 15
+
+
+def _measure(cases: dict[str, Callable[[], Any]], repeat: int = REPEAT) -> dict[str, float]:
+    """Best ns per call of every case in thread CPU time (``time.thread_time``: preemption on a loaded machine
+    does not count), loop counts calibrated to about ``MIN_REPEAT_S``, the repeats of all cases interleaved."""
+    timers: dict[str, tuple[timeit.Timer, int]] = {}
+    for name, fn in cases.items():
+        timer = timeit.Timer("f()", globals={"f": fn}, timer=time.thread_time)
+        number = 1
+        while (elapsed := timer.timeit(number)) < MIN_REPEAT_S / 10:
+            number *= 10
+        timers[name] = (timer, max(1, int(number * MIN_REPEAT_S / elapsed)))
+    best = dict.fromkeys(cases, float("inf"))
+    for _ in range(repeat):
+        for name, (timer, number) in timers.items():
+            best[name] = min(best[name], timer.timeit(number) / number * 1e9)
+    return best
 
 
 def _config(algorithm: str, limit: int, period: str) -> RateLimiterConfig:

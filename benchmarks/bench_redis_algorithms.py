@@ -91,10 +91,24 @@ def _peers(url: str, prefix: str) -> list[tuple[str, Callable[[], Any]]]:
     client = redis.Redis.from_url(url)
     rate = [Rate(10**9, 3_600_000)]
     gcra = Limiter(StateBucket(rate, algorithm=GCRA(), store=RedisStateStore(client, prefix + ":pyrate-gcra")))
-    log = Limiter(RedisBucket.init([Rate(10**6, 3_600_000)], client, prefix + ":pyrate-log", algorithm=SlidingWindowLog()))
+    holder: dict[str, Any] = {}
+
+    def new_log() -> None:  # RedisBucket.init loads its script once; a SCRIPT FLUSH elsewhere drops it
+        holder["log"] = Limiter(
+            RedisBucket.init([Rate(10**6, 3_600_000)], client, prefix + ":pyrate-log", algorithm=SlidingWindowLog())
+        )
+
+    def log() -> Any:
+        try:
+            return holder["log"].try_acquire(IP, blocking=False)
+        except redis.exceptions.NoScriptError:
+            new_log()
+            return holder["log"].try_acquire(IP, blocking=False)
+
+    new_log()
     rows += [
         ("info: pyrate-limiter GCRA try_acquire (RedisStateStore)", lambda: gcra.try_acquire(IP, blocking=False)),
-        ("info: pyrate-limiter SlidingWindowLog try_acquire (RedisBucket)", lambda: log.try_acquire(IP, blocking=False)),
+        ("info: pyrate-limiter SlidingWindowLog try_acquire (RedisBucket)", log),
     ]
     return rows
 
