@@ -398,13 +398,14 @@ def test_gunicorn_cluster_two_hosts_one_control_plane(tmp_path: Path) -> None:
     endpoint of either host lists all four workers; a partner contract of 4 concurrent calls holds under load
     from both hosts (the partner's own count in Redis never passes 4, while calls were turned away); a forced
     open sent to one host is acknowledged by all four, so every worker of both hosts refuses at once (503
-    without the fallback), and closing it reaches all four."""
+    without the fallback), and closing it reaches all four; failures on one host open the shared breaker on
+    both (the second host's workers read OPEN and refuse without having made a call)."""
     redis_port, port = free_port(), free_port_pair()
     hosts = [f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"]
     auth = {"Authorization": f"Bearer {DEMO_TOKEN}", "Content-Type": "application/json"}
     with serve(tmp_path, "gunicorn", "--hosts", "2", "--workers", "2", "--threads", "4", "--backend", "redis",
                "--control", "--redis-url", f"redis://127.0.0.1:{redis_port}/0", port=port,
-               DEMO_PARTNER_CONTRACT="4") as server:
+               DEMO_PARTNER_CONTRACT="4", DEMO_BREAKER_OPEN_WAIT="60s") as server:
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:  # the first host answers (serve() waited for it); wait for the second and the 4 heartbeats
             with contextlib.suppress(OSError, ValueError):
@@ -451,3 +452,31 @@ def test_gunicorn_cluster_two_hosts_one_control_plane(tmp_path: Path) -> None:
             assert statuses == [503] * 8, (host, statuses)
         transition("CLOSED", hosts[1])
         assert request(f"{hosts[0]}/authorize", "POST", b"", {"X-Forwarded-For": "198.18.9.99"}).status == 200
+
+        # The shared breaker: failures on the first host open it; the second host, which served none of those
+        # calls, refuses too. The partner is down for both, so a worker still CLOSED would answer 502, not 503.
+        down = json.dumps({"down": True, "latency_ms": 0}).encode()
+        assert request(hosts[0] + "/partner", "POST", down, {"Content-Type": "application/json"}).status == 200
+        time.sleep(0.25)  # other workers re-read the shared knobs at most every 0.1 s
+        failing: list[int] = []
+        for i in range(60):  # 10 calls with >= 50 % failures on one worker open it (demo settings)
+            failing.append(request(f"{hosts[0]}/authorize?fallback=0", "POST", b"",
+                                   {"X-Forwarded-For": f"198.18.10.{i}"}).status)
+            if failing[-1] == 503:
+                break
+        assert failing[-1] == 503 and set(failing[:-1]) == {502}, failing
+        open_on: set[str] = set()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while len(open_on) < 2:  # both workers of the second host read OPEN (state only: no calls made)
+            answer = request(hosts[1] + "/r4/", headers=auth)
+            items = answer.json()
+            assert isinstance(items, list), items
+            breaker = next(x for x in items if x["type"] == "circuitbreaker" and x["name"] == "acquirer")
+            if breaker["state"]["state"] == "OPEN":
+                open_on.add(answer.headers["x-r4-worker-pid"])
+            assert time.monotonic() < deadline, (open_on, breaker, server.log())
+        statuses = [
+            request(f"{hosts[1]}/authorize?fallback=0", "POST", b"", {"X-Forwarded-For": f"198.18.11.{i}"}).status
+            for i in range(8)
+        ]
+        assert statuses == [503] * 8, statuses
