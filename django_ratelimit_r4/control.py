@@ -69,6 +69,8 @@ logger = logging.getLogger("django_ratelimit_r4.control")
 DEFAULT_TIMEOUT_S = 2.0
 #: An acknowledgement hash lives this long (seconds) after the last ack written to it.
 ACK_TTL_S = 60
+#: How long a worker waits to hear a cluster-wide breaker's transition the sender made before it fails its ack.
+FOLLOW_TIMEOUT_S = 2.0
 #: Breaker states only an operator leaves: kept in Redis and applied by workers that start later.
 STICKY_STATES = ("FORCED_OPEN", "DISABLED", "METRICS_ONLY")
 #: Seconds between reconnection attempts while Redis cannot be reached (doubling up to the heartbeat interval).
@@ -232,7 +234,13 @@ class ControlPlane:
         own = _plane if _plane is self and self._thread is not None else None
         if own is not None:
             own.subscribed.wait(timeout)  # this worker's own listener: subscribed before the command goes out
-        command = {"id": command_id, "action": action, "name": name, "key": key, "to": to, "from": worker()}
+        # A cluster-wide breaker's transition reaches every worker by itself: make it once, here, and let the
+        # workers confirm they heard it (each calling transition_to_* again would count N openings).
+        epoch, from_state = self._transition_shared(name, str(to)) if action == "transition" else (None, None)
+        command = {
+            "id": command_id, "action": action, "name": name, "key": key, "to": to, "from": worker(),
+            "epoch": epoch, "from_state": from_state,
+        }
         ack_key = self._ack_prefix + command_id
         try:
             if action == "transition":
@@ -265,8 +273,45 @@ class ControlPlane:
             "id": command_id,
             "scope": "cluster",
             "timeout_seconds": timeout,
+            "epoch": epoch,
             "acks": sorted(acks.values(), key=lambda a: (a.get("host", ""), a.get("pid", 0))),
             "missing": missing,
+        }
+
+    @staticmethod
+    def _shared_breaker(name: str) -> Any:
+        """The cluster-wide breaker ``name`` names, if it is one and Redis answers it (else None)."""
+        breaker = registry.get_circuit_breaker(state.parse_name(name)[1])
+        return breaker if getattr(breaker, "shared", False) and not breaker.degraded else None
+
+    def _transition_shared(self, name: str, to: str) -> tuple[int | None, str | None]:
+        """Transition a cluster-wide breaker once (raising what :func:`state.transition` raises): its new
+        shared epoch and the state it left, or Nones for a per-process breaker (each worker transitions its own)."""
+        breaker = self._shared_breaker(name)
+        if breaker is None:
+            return None, None
+        result = state.transition(name, to)
+        return int(breaker.epoch), str(result["from_state"])
+
+    @staticmethod
+    def _follow(breaker: Any, epoch: int, before: str | None) -> dict[str, Any]:
+        """This worker's answer to a shared transition made by the sender (from state ``before``): wait until its
+        breaker has heard the transition's epoch (pub/sub, normally well under a millisecond), not make it again."""
+        deadline = time.monotonic() + FOLLOW_TIMEOUT_S
+        while breaker.epoch < epoch and not breaker.degraded:
+            if time.monotonic() >= deadline:
+                raise state.StateError(
+                    f"circuit breaker {breaker.name!r}: the shared transition (epoch {epoch}) was not heard within "
+                    f"{FOLLOW_TIMEOUT_S:g}s; this worker is at epoch {breaker.epoch}"
+                )
+            time.sleep(0.002)
+        return {
+            "action": "transition",
+            "type": "circuitbreaker",
+            "name": breaker.name,
+            "from_state": before,
+            "to_state": breaker.state.name,
+            "shared": True,
         }
 
     def _remember(self, name: str, to: str, command_id: str) -> None:
@@ -288,7 +333,12 @@ class ControlPlane:
         try:
             action, name = command["action"], command["name"]
             if action == "transition":
-                result = state.transition(name, command["to"])
+                epoch = command.get("epoch")
+                breaker = self._shared_breaker(name) if epoch is not None else None
+                if breaker is not None and epoch is not None:
+                    result = self._follow(breaker, int(epoch), command.get("from_state"))
+                else:  # a per-process breaker, or Redis is down here: this worker decides alone
+                    result = state.transition(name, command["to"])
             elif action == "reset":
                 result = state.reset(name, key=command.get("key"))
             elif action == "drain":

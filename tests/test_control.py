@@ -346,3 +346,34 @@ def test_an_expired_lease_is_counted_cluster_wide(redis_url: str, prefix: str) -
     finally:
         bulkhead.close()
         other.close()
+
+
+def test_a_shared_breaker_is_transitioned_once_however_many_workers_acknowledge(
+    cluster: control.ControlPlane, settings: Any
+) -> None:
+    # With a cluster-wide breaker the transition itself reaches every worker: each worker calling
+    # transition_to_open_state again would count N openings (the exponential backoff's attempts).
+    config = copy.deepcopy(settings.RATELIMIT_R4)
+    config["circuitbreakers"]["instances"]["acquirer"].update(
+        backend="shared", wait_duration_in_open_state="10s", enable_exponential_backoff=True,
+        exponential_backoff_multiplier=2,
+    )
+    settings.RATELIMIT_R4 = config
+    breaker = get_circuit_breaker("acquirer")
+    assert getattr(breaker, "shared", False)
+    assert breaker.wait_listening(HANG_GUARD_S)
+    epoch = breaker.epoch
+    result = cluster.broadcast("transition", "acquirer", to="OPEN", timeout=HANG_GUARD_S)
+    assert [a["ok"] for a in result["acks"]] == [True], result
+    assert result["acks"][0]["result"]["to_state"] == "OPEN"
+    # The command as every other worker receives it: applying it again changes nothing shared.
+    assert result["epoch"] == epoch + 1
+    command = {"id": "x", "action": "transition", "name": "acquirer", "to": "OPEN", "epoch": result["epoch"],
+               "from_state": "CLOSED"}
+    again = cluster.apply(command)
+    assert again["ok"] and again["result"]["to_state"] == "OPEN" and again["result"]["shared"], again
+    assert breaker.epoch == epoch + 1  # one shared transition
+    assert breaker.remaining_open_ns() <= 10_000_000_000  # the first opening's wait, not the backoff's second
+    out, _ = run("transition", "acquirer", "--to", "CLOSED")
+    assert "circuitbreaker 'acquirer': OPEN -> CLOSED (cluster-wide breaker: one shared transition)" in out
+    assert breaker.state.name == "CLOSED" and breaker.epoch == epoch + 2

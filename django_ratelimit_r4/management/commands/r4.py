@@ -692,7 +692,8 @@ class Command(BaseCommand):
             who += " (one client key)"  # the key itself stays out of logs and terminals' scrollback
         action = result.get("action")
         if action == "transition":
-            return f"{who}: {result.get('from_state')} -> {result.get('to_state')}"
+            shared = " (cluster-wide breaker: one shared transition)" if result.get("shared") else ""
+            return f"{who}: {result.get('from_state')} -> {result.get('to_state')}{shared}"
         if action == "drain":
             return f"{who}: drained {result.get('drained')} permission(s)"
         return f"{who}: reset"
