@@ -281,7 +281,7 @@ class ControlPlane:
     @staticmethod
     def _shared_breaker(name: str) -> Any:
         """The cluster-wide breaker ``name`` names, if it is one and Redis answers it (else None)."""
-        breaker = registry.get_circuit_breaker(state.parse_name(name)[1])
+        breaker: Any = registry.get_circuit_breaker(state.parse_name(name)[1])
         return breaker if getattr(breaker, "shared", False) and not breaker.degraded else None
 
     def _transition_shared(self, name: str, to: str) -> tuple[int | None, str | None]:
