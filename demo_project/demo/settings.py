@@ -108,7 +108,8 @@ RATELIMIT_R4 = {
                 "sliding_window_size": 20,
                 "minimum_number_of_calls": 10,
                 "failure_rate_threshold": 50,
-                "wait_duration_in_open_state": "3s",
+                # DEMO_BREAKER_OPEN_WAIT: the server tests use "60s" so a slow machine still reads OPEN.
+                "wait_duration_in_open_state": os.environ.get("DEMO_BREAKER_OPEN_WAIT", "3s"),
                 "permitted_number_of_calls_in_half_open_state": 3,
                 "record_exceptions": ["cards.acquirer.AcquirerError"],
                 # A full bulkhead says "we are busy", not "the partner is sick": neither success nor failure.
@@ -139,6 +140,9 @@ if os.environ.get("DEMO_CONTROL") == "1":
     # The partner contract: at most N concurrent calls from all our instances. The acquirer's bulkhead holds
     # its slots as leases in Redis (cluster-wide), and cards/cluster_meter.py counts what the partner sees.
     RATELIMIT_R4["bulkheads"]["instances"]["acquirer"]["backend"] = "default"
+    # One breaker for the whole deployment: failures seen by any worker open it for every worker of every
+    # host (transitions shared through Redis; each CLOSED call is still decided locally).
+    RATELIMIT_R4["circuitbreakers"]["instances"]["acquirer"]["backend"] = "default"
     RATELIMIT_R4["bulkheads"]["instances"]["acquirer"]["max_concurrent_calls"] = int(
         os.environ.get("DEMO_PARTNER_CONTRACT", "40")
     )
