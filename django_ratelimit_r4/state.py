@@ -144,6 +144,9 @@ def _ratelimiter_state(limiter: Any, keyed: Any, include_keys: bool) -> dict[str
     health = _backend_health(limiter.backend, keyed)
     if health is not None:
         state["backend"] = health
+    lease = _lease(limiter.backend, keyed)
+    if lease is not None:
+        state["lease"] = lease
     if keyed is not None:
         km = keyed.metrics
         live = km.live_keys
@@ -162,6 +165,22 @@ def _ratelimiter_state(limiter: Any, keyed: Any, include_keys: bool) -> dict[str
             per_key["keys"] = _keys(keyed)
         state["keyed"] = per_key
     return state
+
+
+def _lease(backend: Any, keyed: Any) -> dict[str, int] | None:
+    """This process's permit-lease counters (``"lease": N``, backends/redis_lease.py), or None without leases.
+
+    The shared and the keyed store of one name lease separately: their counters are added up."""
+    readers = [getattr(x, "lease_snapshot", None) for x in (backend, keyed) if x is not None]
+    parts = [read() for read in readers if read is not None]
+    if not parts:
+        return None
+    out = dict(parts[0])
+    for part in parts[1:]:
+        for field, value in part.items():
+            if field != "lease":
+                out[field] += value
+    return out
 
 
 def _backend_health(backend: Any, keyed: Any) -> dict[str, Any] | None:

@@ -47,7 +47,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from importlib import resources
 from typing import Any
 
@@ -105,8 +105,12 @@ class LeaseStats:
     round_trips: int = 0
     #: Decisions granted from a local lease, with no round trip.
     local_grants: int = 0
+    #: Round trips that took a batch larger than the decision's permits (the leftover became a lease).
+    batches: int = 0
     #: Permits taken into leases beyond the ones spent at once.
     leased_permits: int = 0
+    #: Leased permits spent by local grants.
+    spent_permits: int = 0
     #: Leased permits that died unspent at their cycle's end (under-use).
     expired_permits: int = 0
     #: Leased permits dropped unspent by ``reset``, ``drain``, ``change_limit`` or the keyed table's bound.
@@ -166,6 +170,7 @@ class _Leasing:
                 return None
             lease.held -= permits
             self.lease_stats.local_grants += 1
+            self.lease_stats.spent_permits += permits
             if len(self._leases) > 1:
                 self._leases.move_to_end(state_key)
             return 0, lease.held + lease.shared, lease.expires - now
@@ -194,7 +199,17 @@ class _Leasing:
             now = self._local_ns()
             dropped = sum(lease.held for lease in leases if now < lease.expires)
             self.lease_stats.dropped_permits += dropped
+            self.lease_stats.expired_permits += sum(lease.held for lease in leases if now >= lease.expires)
             return dropped
+
+    def lease_snapshot(self) -> dict[str, int]:
+        """This process's lease counters (:class:`LeaseStats`) plus ``lease`` (the batch size) and
+        ``held_permits`` (unspent permits of the live leases now); plain reads, no round trip."""
+        with self._lease_lock:
+            now = self._local_ns()
+            held = sum(lease.held for lease in self._leases.values() if now < lease.expires)
+            stats = asdict(self.lease_stats)
+        return {"lease": self.lease, **stats, "held_permits": held}
 
     def _keep(self, state_key: str, reply: Any, permits: int, sent_local: int) -> tuple[int, int, int]:
         """Settle a lease reply: keep the batch's leftover; ``(wait_ns, remaining, reset_ns)``."""
@@ -210,6 +225,7 @@ class _Leasing:
             to_next_ns -= to_next_ns * LEASE_DRIFT_PPM // 1_000_000 + 1
         expires = sent_local + to_next_ns
         with self._lease_lock:
+            stats.batches += 1
             stats.leased_permits += leftover
             now = self._local_ns()
             lease = self._leases.get(state_key)

@@ -12,6 +12,8 @@ series                                                      type       extra lab
 ``resilience4j_ratelimiter_waiting_threads``                gauge                                 livesum
 ``resilience4j_ratelimiter_calls_total``                    counter    ``kind`` successful|failed
 ``resilience4j_ratelimiter_keys``                           gauge      (keyed limiters only)      livesum
+``resilience4j_ratelimiter_lease_batches_total``            counter    (limiters with a lease)
+``resilience4j_ratelimiter_lease_permits_total``            counter    ``kind`` (4 kinds)
 ``resilience4j_bulkhead_available_concurrent_calls``        gauge                                 liveall
 ``resilience4j_bulkhead_max_allowed_concurrent_calls``      gauge                                 livesum
 ``r4_bulkhead_cluster_concurrent_calls``                    gauge      (cluster-wide bulkheads)   livemax
@@ -182,6 +184,19 @@ RL_BACKEND_DEGRADED = _Spec(
     ("name",),
     "livemax",
 )
+RL_LEASE_BATCHES = _Spec(
+    "resilience4j_ratelimiter_lease_batches",
+    "counter",
+    "Permit leases (lease option): round trips to Redis that took a batch of permits into this process's lease.",
+    ("name",),
+)
+RL_LEASE_PERMITS = _Spec(
+    "resilience4j_ratelimiter_lease_permits",
+    "counter",
+    "Permit leases (lease option): permits leased beyond the decision's own, spent locally, expired unspent "
+    "at their cycle's end, or dropped unspent by reset/drain/change_limit/the keyed table's bound.",
+    ("name", "kind"),
+)
 BH_AVAILABLE = _Spec(
     "resilience4j_bulkhead_available_concurrent_calls",
     "gauge",
@@ -311,6 +326,9 @@ STALLS = _Spec(
 STALL_SECONDS_NAME = "r4_event_loop_stall_seconds"
 STALL_SECONDS_DOC = "How long each event-loop stall lasted."
 
+#: ``kind`` label values of :data:`RL_LEASE_PERMITS` (``<kind>_permits`` of the lease snapshot).
+_LEASE_KINDS = ("leased", "spent", "expired", "dropped")
+
 _SPECS: tuple[_Spec, ...] = (
     RL_AVAILABLE,
     RL_WAITING,
@@ -318,6 +336,8 @@ _SPECS: tuple[_Spec, ...] = (
     RL_KEYS,
     RL_BACKEND_FAULTS,
     RL_BACKEND_DEGRADED,
+    RL_LEASE_BATCHES,
+    RL_LEASE_PERMITS,
     BH_AVAILABLE,
     BH_MAX,
     BH_CLUSTER_CALLS,
@@ -411,6 +431,13 @@ def _read(out: _Reading) -> None:
                 degraded = bool(degraded) or health["degraded"]
         if degraded is not None:
             gauge((RL_BACKEND_DEGRADED, (name,), 1.0 if degraded else 0.0))
+        for owner, source in (("shared", rl.backend), ("keyed", k)):
+            read_lease = getattr(source, "lease_snapshot", None)
+            if read_lease is not None:  # permit leases: this process's plain counters, no round trip
+                lease = read_lease()
+                counter((RL_LEASE_BATCHES, (name,), owner, source, lease["batches"]))
+                for kind in _LEASE_KINDS:
+                    counter((RL_LEASE_PERMITS, (name, kind), owner, source, lease[f"{kind}_permits"]))
 
     for name, bh in r4_registry.instances("bulkheads"):
         m = bh.metrics

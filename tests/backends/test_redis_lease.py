@@ -430,3 +430,64 @@ def test_exact_across_4_processes_on_a_redis_cluster(redis_cluster: Any) -> None
     assert limit - bound <= sum(r[0] for r in results) <= limit
     for key in keys:
         assert limit - bound <= sum(r[1][key] for r in results) <= limit, key
+
+
+# ----------------------------------------------------------------------------- visible to operators
+
+
+def test_lease_counters_in_the_snapshot_r4_status_and_prometheus(
+    redis_url: str, prefix: str, settings: Any, r4_clock: Any
+) -> None:
+    import io
+
+    from django.core.management import call_command
+    from prometheus_client import CollectorRegistry
+
+    from django_ratelimit_r4 import registry, state
+    from django_ratelimit_r4.contrib import prometheus
+
+    name = f"leased{uuid.uuid4().hex[:6]}"
+    settings.RATELIMIT_R4 = {
+        "backends": {"shared": {"BACKEND": "redis", "LOCATION": redis_url, "OPTIONS": {"key_prefix": prefix}}},
+        "ratelimiters": {"instances": {name: {"rate": "10/m", "backend": "shared", "lease": 5},
+                                       "plain": {"rate": "10/m"}}},
+    }
+    limiter = registry.get_rate_limiter(name)
+
+    def lease() -> dict[str, int]:
+        (item,) = state.snapshot([f"ratelimiter:{name}"])
+        return item["state"]["lease"]
+
+    # batches of min(5, left // 2 + 1): 5 (10 left), 3 (5 left), 2 (2 left); each spends 1 at once
+    assert all(limiter.acquire_permission() for _ in range(9))
+    assert lease() == {"lease": 5, "round_trips": 3, "local_grants": 6, "batches": 3, "leased_permits": 7,
+                       "spent_permits": 6, "expired_permits": 0, "dropped_permits": 0, "held_permits": 1}
+    r4_clock.advance(60)  # the held permit dies at the cycle's end; the next decision takes a new batch of 5
+    assert limiter.acquire_permission()
+    assert lease() == {"lease": 5, "round_trips": 4, "local_grants": 6, "batches": 4, "leased_permits": 11,
+                       "spent_permits": 6, "expired_permits": 1, "dropped_permits": 0, "held_permits": 4}
+    state.reset(f"ratelimiter:{name}")  # drops this process's live lease
+    figures = lease()
+    assert (figures["dropped_permits"], figures["held_permits"]) == (4, 0)
+    (plain,) = state.snapshot(["ratelimiter:plain"])
+    assert "lease" not in plain["state"]  # no lease, no block
+
+    out = io.StringIO()
+    call_command("r4", "status", stdout=out)
+    text = out.getvalue()
+    line = (f"  {name}: lease 5: 4 batches, 11 permits leased, 6 spent locally, 1 expired, 4 dropped, "
+            "0 held")
+    assert line in text.splitlines()
+    assert text.count(": lease ") == 1  # only the leased limiter has the line
+    out = io.StringIO()
+    call_command("r4", "status", "plain", stdout=out)
+    assert ": lease " not in out.getvalue()
+
+    target = CollectorRegistry()
+    target.register(prometheus.R4Collector())
+    assert target.get_sample_value("resilience4j_ratelimiter_lease_batches_total", {"name": name}) == 4
+    permits = {kind: target.get_sample_value("resilience4j_ratelimiter_lease_permits_total",
+                                             {"name": name, "kind": kind})
+               for kind in ("leased", "spent", "expired", "dropped")}
+    assert permits == {"leased": 11, "spent": 6, "expired": 1, "dropped": 4}
+    assert target.get_sample_value("resilience4j_ratelimiter_lease_batches_total", {"name": "plain"}) is None

@@ -251,6 +251,14 @@ def render_table(items: list[dict[str, Any]]) -> str:
                     f"{backend['degraded_seconds']:g}s: fault policy {backend['fault_policy']}, "
                     f"{backend['fault_decisions']} decisions by the policy here; last error: {backend['last_error']}"
                 )
+            lease = item["state"].get("lease")
+            if lease is not None:  # permit leases (``"lease": N``): this process's counters
+                lines.append(
+                    f"  {item['name']}: lease {lease['lease']}: {lease['batches']} batches, "
+                    f"{lease['leased_permits']} permits leased, {lease['spent_permits']} spent locally, "
+                    f"{lease['expired_permits']} expired, {lease['dropped_permits']} dropped, "
+                    f"{lease['held_permits']} held"
+                )
             shared = item["state"].get("shared")
             if shared is not None:  # a cluster-wide circuit breaker
                 line = f"  {item['name']}: cluster-wide through backend {shared['backend']!r} (epoch {shared['epoch']})"
