@@ -30,6 +30,7 @@ from django_ratelimit_r4.decorators import ratelimit
 
 redis = pytest.importorskip("redis")
 rb = pytest.importorskip("django_ratelimit_r4.backends.redis")
+scripted = pytest.importorskip("django_ratelimit_r4.backends.redis_scripted")
 rg = pytest.importorskip("django_ratelimit_r4.backends.redis_gcra")
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,17 +103,17 @@ def test_one_round_trip_per_decision_and_the_limit_follows_change_limit(redis_ur
     rl = gcra(redis_url, prefix, 10, "1s", clock=clock)
     assert isinstance(rl.backend, rg.RedisGcraBackend)
     calls = []
-    original = rg._call
+    original = scripted.call
 
     def counting(*args: Any) -> Any:
-        calls.append(args[1])
+        calls.append(args[2])  # (script, conn, keys, args, server)
         return original(*args)
 
-    rg._call = counting
+    scripted.call = counting
     try:
         assert [rl.acquire_permission() for _ in range(11)] == [True] * 10 + [False]
     finally:
-        rg._call = original
+        scripted.call = original
     assert len(calls) == 11
     rl.change_limit_for_period(20)
     clock.advance(0.05)  # 1 permit back at the new rate (50 ms per permit)
@@ -202,7 +203,7 @@ def test_a_late_call_changes_nothing(redis_url: str, prefix: str) -> None:
     rl = gcra(redis_url, prefix, 1, "60s", clock=SYSTEM_CLOCK, name="late")
     backend = rl.backend
     conn = backend._connection()
-    args = backend._gcra_args(b"a", 1, 0)
+    args = backend._script_args(b"a", 1, 0)
     args[-1] = b"1"  # a deadline long past (server microseconds)
     pool = conn.sync.connection_pool
     c = pool.get_connection()
@@ -409,3 +410,19 @@ def test_fault_policy_local_decides_by_gcra_in_process() -> None:
         "down2", config, clock=clock, url=UNREACHABLE, fault_policy="closed"
     )
     assert not closed.acquire_permission("x")
+
+
+@pytest.mark.parametrize("module", ["redis_gcra", "redis_sliding"])
+def test_every_policy_decision_of_an_all_or_nothing_decision_is_counted_as_a_fault(module: str) -> None:
+    """While the connection cools down after a fault, an all-or-nothing decision is the policy's too: counted in
+    ``fault_decisions`` like a single decision (GCRA's copy of the multi-limit path skipped the count)."""
+    algorithm = "gcra" if module == "redis_gcra" else "sliding_window"
+    config = RateLimiterConfig(limit_for_period=2, limit_refresh_period="1s", algorithm=algorithm)
+    backend = rb.redis_backend(UNREACHABLE, fault_policy="local")
+    rl = RateLimiter("down-many", config, clock=FakeClock(), backend=backend)
+    other = RateLimiter("down-many2", config, clock=FakeClock(), backend=backend)
+    assert rl.acquire_permission()  # the refused connection: a fault, decided locally; the cool-down starts
+    assert rl.backend._connection().is_down()
+    before = rl.backend.backend_health()["fault_decisions"]
+    assert rl.backend.acquire_many([rl.backend, other.backend], 1) is None
+    assert rl.backend.backend_health()["fault_decisions"] == before + 1

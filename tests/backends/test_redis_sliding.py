@@ -38,6 +38,7 @@ from django_ratelimit_r4.decorators import ratelimit
 
 redis = pytest.importorskip("redis")
 rb = pytest.importorskip("django_ratelimit_r4.backends.redis")
+scripted = pytest.importorskip("django_ratelimit_r4.backends.redis_scripted")
 rs = pytest.importorskip("django_ratelimit_r4.backends.redis_sliding")
 rg = pytest.importorskip("django_ratelimit_r4.backends.redis_gcra")
 
@@ -190,17 +191,17 @@ def test_one_round_trip_per_decision(redis_url: str, prefix: str) -> None:
     rl = sliding(redis_url, prefix, 10, "1s", clock=clock)
     assert isinstance(rl.backend, rs.RedisSlidingBackend)
     calls = []
-    original = rs._call
+    original = scripted.call
 
     def counting(*args: Any) -> Any:
-        calls.append(args[1])
+        calls.append(args[2])  # (script, conn, keys, args, server)
         return original(*args)
 
-    rs._call = counting
+    scripted.call = counting
     try:
         assert [rl.acquire_permission() for _ in range(11)] == [True] * 10 + [False]
     finally:
-        rs._call = original
+        scripted.call = original
     assert len(calls) == 11
     clock.advance(0.999)
     assert not rl.acquire_permission()  # nothing has left the window yet: no boundary
@@ -300,7 +301,7 @@ def test_a_late_call_changes_nothing(redis_url: str, prefix: str) -> None:
     backend = rl.backend
     conn = backend._connection()
     for op in (b"a", b"q", b"d"):
-        args = backend._sliding_args(op, 1, 0)
+        args = backend._script_args(op, 1, 0)
         args[-1] = b"1"  # a deadline long past (server microseconds)
         pool = conn.sync.connection_pool
         c = pool.get_connection()
@@ -318,20 +319,20 @@ def test_a_late_call_changes_nothing(redis_url: str, prefix: str) -> None:
 def test_a_late_reply_is_retried_once_with_a_fresh_deadline(redis_url: str, prefix: str) -> None:
     """The client's LATE path: a first call refused as late is run again, and only once, deciding then."""
     rl = sliding(redis_url, prefix, 2, "60s", clock=SYSTEM_CLOCK, name="late2")
-    original = rs._call
+    original = scripted.call
     seen: list[Any] = []
 
-    def late_once(conn: Any, keys: Any, args: list[Any], server: bool) -> Any:
+    def late_once(script: Any, conn: Any, keys: Any, args: list[Any], server: bool) -> Any:
         seen.append(list(args))
         if len(seen) == 1:
             raise rb._Late(True)
-        return original(conn, keys, args, server)
+        return original(script, conn, keys, args, server)
 
-    rs._call = late_once
+    scripted.call = late_once
     try:
         assert rl.acquire_permission()
     finally:
-        rs._call = original
+        scripted.call = original
     assert len(seen) == 2
     assert rl.backend.quota()[0] == 1  # one permit taken, not two
     rl.backend.reset(SYSTEM_CLOCK)
