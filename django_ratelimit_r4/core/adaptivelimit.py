@@ -23,6 +23,8 @@ count at acquire time); Gradient2 ignores drops, as Netflix's does. Defaults are
 
 from __future__ import annotations
 
+import math
+import random
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,17 +34,24 @@ __all__ = [
     "AIMD",
     "ALGORITHMS",
     "GRADIENT2",
+    "LITTLES_LAW",
+    "VEGAS",
     "AIMDLimit",
+    "AdaptiveLimit",
     "AdaptiveLimitConfig",
     "Gradient2Limit",
+    "LittlesLawLimit",
+    "VegasLimit",
     "WindowedLimit",
     "make_limit",
 ]
 
 GRADIENT2 = "gradient2"
 AIMD = "aimd"
+VEGAS = "vegas"
+LITTLES_LAW = "littles_law"
 #: The algorithms ``adaptive["algorithm"]`` accepts.
-ALGORITHMS = (GRADIENT2, AIMD)
+ALGORITHMS = (GRADIENT2, AIMD, VEGAS, LITTLES_LAW)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +83,13 @@ class AdaptiveLimitConfig:
     #: ... and after twice its fastest call, kept within these bounds (Netflix: 1 s and 1 s).
     min_window_time: Any = "1s"
     max_window_time: Any = "1s"
+    #: Vegas: a new no-load RTT is probed every ``probe_multiplier x limit`` samples (x a jitter of 0.5..1).
+    probe_multiplier: int = 30
+    #: Little's law: the limit is measured throughput x no-load latency x (1 + headroom).
+    headroom: float = 0.1
+    #: Little's law: the no-load latency is re-measured (a probe at half the limit) when no window confirmed it
+    #: for this long.
+    probe_interval: Any = "30s"
 
     def __post_init__(self) -> None:
         v = Validator(self)
@@ -99,6 +115,9 @@ class AdaptiveLimitConfig:
         v.integer("window_size", minimum=10)
         v.duration("min_window_time", min_ns=100_000_000)
         v.duration("max_window_time", min_ns=100_000_000)
+        v.integer("probe_multiplier", minimum=1)
+        v.number("headroom", ge=0, le=1)
+        v.duration("probe_interval", min_ns=1_000_000_000)
         v.done()
 
 
@@ -174,7 +193,7 @@ class WindowedLimit:
 
     __slots__ = ("_count", "_delegate", "_drop", "_max_inflight", "_min_rtt", "_next_update", "_sum", "cfg")
 
-    def __init__(self, delegate: Gradient2Limit | AIMDLimit, cfg: AdaptiveLimitConfig) -> None:
+    def __init__(self, delegate: Gradient2Limit | AIMDLimit | VegasLimit, cfg: AdaptiveLimitConfig) -> None:
         self.cfg = cfg
         self._delegate = delegate
         self._next_update = 0
@@ -213,9 +232,263 @@ class WindowedLimit:
         return self._delegate.limit
 
 
-def make_limit(cfg: AdaptiveLimitConfig, initial_limit: int) -> Gradient2Limit | AIMDLimit | WindowedLimit:
-    """The algorithm ``cfg`` names, starting at ``initial_limit`` (inside a :class:`WindowedLimit` if asked)."""
-    limit: Gradient2Limit | AIMDLimit = (
-        AIMDLimit(initial_limit, cfg) if cfg.algorithm == AIMD else Gradient2Limit(initial_limit, cfg)
+_LOG10 = [max(1, int(math.log10(i))) if i > 0 else 1 for i in range(1000)]
+
+
+def _log10_root(value: int) -> int:
+    """Netflix's ``Log10RootIntFunction``: ``max(1, int(log10(value)))``."""
+    return _LOG10[value] if 0 <= value < 1000 else max(1, int(math.log10(value)))
+
+
+class VegasLimit:
+    """Netflix's ``VegasLimit._update`` (TCP Vegas) over one sample per completed call (not thread-safe: the
+    bulkhead calls it under its lock).
+
+    The queue is estimated as ``limit x (1 - rtt_noload / rtt)`` (``rtt_noload``: the lowest latency seen); with
+    ``l = log10(limit)`` (at least 1), no queue (``<= l``) grows the limit by ``6 l``, a queue under ``3 l`` by
+    ``l``, a queue over ``6 l`` shrinks it by ``l``; a drop shrinks it by ``l``. Every ``probe_multiplier x limit``
+    samples (times a jitter of 0.5..1, from a seeded generator so runs repeat) the next sample becomes the new
+    ``rtt_noload``. ``smoothing`` is Netflix's Vegas smoothing (its default there is 1.0: ours, shared with
+    Gradient2, is 0.2; set 1.0 for Netflix's behaviour).
+    """
+
+    __slots__ = ("_probe_count", "_probe_jitter", "_random", "_rtt_noload", "cfg", "estimated_limit", "limit")
+
+    def __init__(self, initial_limit: int, cfg: AdaptiveLimitConfig) -> None:
+        self.cfg = cfg
+        self.estimated_limit = float(initial_limit)
+        self.limit = initial_limit
+        self._rtt_noload = 0
+        self._probe_count = 0
+        self._random = random.Random(initial_limit)
+        self._probe_jitter = self._random.uniform(0.5, 1.0)
+
+    def update(self, rtt_ns: int, inflight: int, dropped: bool, end_ns: int = 0) -> int:
+        """The new limit after one call that took ``rtt_ns`` with ``inflight`` calls holding permits."""
+        rtt_ns = max(rtt_ns, 1)
+        self._probe_count += 1
+        estimated = self.estimated_limit
+        if self._probe_jitter * self.cfg.probe_multiplier * estimated <= self._probe_count:
+            self._probe_jitter = self._random.uniform(0.5, 1.0)
+            self._probe_count = 0
+            self._rtt_noload = rtt_ns
+            return self.limit
+        if self._rtt_noload == 0 or rtt_ns < self._rtt_noload:
+            self._rtt_noload = rtt_ns
+            return self.limit
+        l10 = _log10_root(int(estimated))
+        if dropped:
+            new_limit = estimated - l10
+        elif inflight * 2 < estimated:
+            return self.limit
+        else:
+            queue = math.ceil(estimated * (1 - self._rtt_noload / rtt_ns))
+            if queue <= l10:
+                new_limit = estimated + 6 * l10
+            elif queue < 3 * l10:
+                new_limit = estimated + l10
+            elif queue > 6 * l10:
+                new_limit = estimated - l10
+            else:
+                return self.limit
+        cfg = self.cfg
+        new_limit = max(cfg.min_limit, min(cfg.max_limit, new_limit))
+        new_limit = (1 - cfg.smoothing) * estimated + cfg.smoothing * new_limit
+        self.estimated_limit = new_limit
+        self.limit = int(new_limit)
+        return self.limit
+
+
+class LittlesLawLimit:
+    """Little's law applied live: ``limit = throughput x no-load latency x (1 + headroom)``, one step per window.
+
+    Calls are gathered in windows as Netflix's ``WindowedLimit`` does (a window closes at the first call ending
+    ``clamp(2 x its fastest call, min_window_time, max_window_time)`` after it opened). At each close:
+
+    - **throughput** is the window's successful calls per second, the **no-load latency** the lowest latency
+      seen since it was last measured (a window whose fastest call is faster lowers it at once);
+    - the limit becomes ``ceil(throughput x no-load latency x (1 + headroom))`` — when the calls filled the
+      limit (the most in flight reached it) and their fastest latency was within ``1 + headroom`` of the no-load
+      latency (no queue), it grows to at least ``1.5 x`` itself instead: below the partner's capacity the
+      measured throughput is what the limit let through, so Little's law alone would never grow it;
+    - it moves by at most a factor of 2 down per window (as Envoy's gradient), and a drop caps it at
+      ``limit x backoff_ratio``.
+
+    The no-load latency cannot be seen while calls queue (every latency includes the queue), so it is *probed*,
+    as Envoy's gradient controller and BBR's ProbeRTT do: for one window the limit is halved, and the fastest call
+    that started during the probe becomes the no-load latency. A probe starts when two windows in a row had no
+    call within 1.5 x the no-load latency (the partner slowed, or a queue built up), or when no window confirmed
+    it (a call within ``1 + headroom``) for ``probe_interval``. Not thread-safe: the bulkhead calls it under its
+    lock.
+    """
+
+    __slots__ = (
+        "_before_probe",
+        "_changed_at",
+        "_cut",
+        "_confirmed_at",
+        "_count",
+        "_drops",
+        "_fresh",
+        "_fresh_min",
+        "_fresh_sum",
+        "_limit_f",
+        "_max_window",
+        "_min_rtt",
+        "_min_window",
+        "_next_update",
+        "_noload",
+        "_peak",
+        "_probe_interval",
+        "_probing",
+        "_slow_windows",
+        "_window_start",
+        "cfg",
+        "limit",
     )
+
+    def __init__(self, initial_limit: int, cfg: AdaptiveLimitConfig) -> None:
+        self.cfg = cfg
+        self.limit = initial_limit
+        self._limit_f = float(initial_limit)
+        self._min_window = int(cfg.min_window_time)
+        self._max_window = int(cfg.max_window_time)
+        self._probe_interval = int(cfg.probe_interval)
+        self._noload = 0  # no-load latency (ns); 0 until the first window
+        self._confirmed_at = 0
+        self._slow_windows = 0
+        self._probing = False
+        self._cut = False
+        self._before_probe = self._limit_f
+        self._changed_at = -(1 << 62)  # when the limit last changed: calls started since are "fresh"
+        self._next_update = -1
+        self._window_start = 0
+        self._clear()
+
+    def _clear(self) -> None:
+        self._count = 0
+        self._min_rtt = 1 << 62
+        self._peak = 0
+        self._drops = 0
+        self._fresh = 0
+        self._fresh_sum = 0
+        self._fresh_min = 1 << 62
+
+    @property
+    def no_load_latency_ns(self) -> int:
+        """The no-load latency the limit is computed from (0 before the first window)."""
+        return self._noload
+
+    @property
+    def probing(self) -> bool:
+        """Whether a probe of the no-load latency is running (the limit is halved for it)."""
+        return self._probing
+
+    def update(self, rtt_ns: int, inflight: int, dropped: bool, end_ns: int = 0) -> int:
+        """Add one call that took ``rtt_ns`` and ended at ``end_ns``; at a window's close, move the limit."""
+        if dropped:
+            self._drops += 1
+        else:
+            self._count += 1
+            if rtt_ns < self._min_rtt:
+                self._min_rtt = rtt_ns
+            if end_ns - rtt_ns >= self._changed_at:  # admitted under the current limit
+                self._fresh += 1
+                self._fresh_sum += rtt_ns
+                if rtt_ns < self._fresh_min:
+                    self._fresh_min = rtt_ns
+        if inflight > self._peak:
+            self._peak = inflight
+        if end_ns < self._next_update:
+            return self.limit
+        return self._close(end_ns)
+
+    def _close(self, end_ns: int) -> int:
+        if self._next_update < 0:  # the first call opens the first window
+            self._window_start = end_ns
+            self._next_update = end_ns + self._min_window
+            self._clear()
+            return self.limit
+        count, min_rtt, peak, drops = self._count, self._min_rtt, self._peak, self._drops
+        fresh, fresh_sum, fresh_min = self._fresh, self._fresh_sum, self._fresh_min
+        elapsed = max(end_ns - self._window_start, 1)
+        self._window_start = end_ns
+        self._next_update = end_ns + min(max(2 * min_rtt, self._min_window), self._max_window)
+        self._clear()
+        cfg = self.cfg
+        limit = self._limit_f
+        if count == 0:
+            if drops:
+                self._set(limit * cfg.backoff_ratio, end_ns)
+            return self.limit
+        noload = self._noload
+        cut = self._cut
+        self._cut = False
+        if self._probing:
+            if fresh == 0:  # no call started during the probe has ended yet
+                return self.limit
+            self._probing = False
+            self._confirmed_at = end_ns
+            self._slow_windows = 0
+            if fresh_min <= noload * (1 + cfg.headroom):  # unchanged: back to the limit before the probe
+                self._noload = min(noload, fresh_min)
+                self._set(self._before_probe, end_ns)
+                return self.limit
+            noload = self._noload = fresh_min
+        elif noload == 0 or min_rtt < noload:
+            noload = self._noload = min_rtt
+        if min_rtt <= noload * (1 + cfg.headroom):
+            self._confirmed_at = end_ns
+        slow = min_rtt > 1.5 * noload
+        if not slow:
+            self._slow_windows = 0
+        elif not cut:  # a window right after a cut still holds the calls queued before it
+            self._slow_windows += 1
+        new = count * noload / elapsed * (1 + cfg.headroom)
+        if peak >= self.limit and fresh_sum <= fresh * noload * (1 + cfg.headroom / 2):
+            # The limit held calls back and the calls it let in met no queue (yet): once a full limit's worth
+            # of them has ended, double it (the partner has room); until then hold it.
+            new = max(new, limit * 2 if fresh >= self.limit else limit)
+        if slow:  # not one call near the no-load latency: a queue, or a slower partner; hold until the probe
+            new = limit
+        new = max(new, limit / 2)
+        if drops:
+            new = min(new, limit * cfg.backoff_ratio)
+        if self._slow_windows >= 2 or end_ns - self._confirmed_at > self._probe_interval:
+            self._probing = True
+            self._slow_windows = 0
+            self._confirmed_at = end_ns
+            self._before_probe = limit
+            self._set(min(new, limit) / 2, end_ns)
+            self._changed_at = end_ns  # even if the limit did not move: the probe's calls start now
+            return self.limit
+        self._set(new, end_ns)
+        self._cut = self._limit_f < limit * 0.8
+        return self.limit
+
+    def _set(self, value: float, now_ns: int) -> None:
+        cfg = self.cfg
+        self._limit_f = max(float(cfg.min_limit), min(float(cfg.max_limit), value))
+        limit = math.ceil(self._limit_f - 1e-9)
+        if limit != self.limit:
+            self.limit = limit
+            self._changed_at = now_ns
+
+
+#: What :func:`make_limit` returns: an object with ``limit`` and ``update(rtt_ns, inflight, dropped, end_ns)``.
+AdaptiveLimit = Gradient2Limit | AIMDLimit | VegasLimit | LittlesLawLimit | WindowedLimit
+
+
+def make_limit(cfg: AdaptiveLimitConfig, initial_limit: int) -> AdaptiveLimit:
+    """The algorithm ``cfg`` names, starting at ``initial_limit`` (inside a :class:`WindowedLimit` if asked;
+    ``littles_law`` always works on windows)."""
+    if cfg.algorithm == LITTLES_LAW:
+        return LittlesLawLimit(initial_limit, cfg)
+    limit: Gradient2Limit | AIMDLimit | VegasLimit
+    if cfg.algorithm == AIMD:
+        limit = AIMDLimit(initial_limit, cfg)
+    elif cfg.algorithm == VEGAS:
+        limit = VegasLimit(initial_limit, cfg)
+    else:
+        limit = Gradient2Limit(initial_limit, cfg)
     return WindowedLimit(limit, cfg) if cfg.windowed else limit

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from threading import get_ident
 from typing import Any, ParamSpec, TypeVar
 
-from .adaptivelimit import AdaptiveLimitConfig, AIMDLimit, Gradient2Limit, WindowedLimit, make_limit
+from .adaptivelimit import AdaptiveLimit, AdaptiveLimitConfig, make_limit
 from .clock import SYSTEM_CLOCK, Clock, MonotonicClock
 from .config import Validator
 from .events import Event, EventPublisher
@@ -280,7 +280,7 @@ class Bulkhead:
     def _set_adaptive(self) -> None:
         """Build the adaptive limit (if configured) starting at ``max_concurrent_calls``."""
         adaptive = self.config.adaptive
-        self._adaptive: Gradient2Limit | AIMDLimit | WindowedLimit | None = (
+        self._adaptive: AdaptiveLimit | None = (
             make_limit(adaptive, self.config.max_concurrent_calls) if adaptive is not None else None
         )
         self._drop_types: tuple[type[BaseException], ...] = (
