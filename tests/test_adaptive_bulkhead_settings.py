@@ -58,7 +58,7 @@ def test_the_limit_moves_and_shows_everywhere(settings: Any, r4_clock: Any) -> N
 @pytest.mark.parametrize(
     ("adaptive", "text"),
     [
-        ({"algorithm": "vegas"}, "[\"algorithm\"] must be one of 'gradient2', 'aimd'"),
+        ({"algorithm": "bbr"}, "[\"algorithm\"] must be one of 'gradient2', 'aimd', 'vegas', 'littles_law'"),
         ({"min_limit": 0}, "[\"min_limit\"] must be >= 1"),
         ({"max_limt": 9}, "unknown option(s) 'max_limt'"),
     ],

@@ -325,9 +325,9 @@ class LittlesLawLimit:
     __slots__ = (
         "_before_probe",
         "_changed_at",
-        "_cut",
         "_confirmed_at",
         "_count",
+        "_cut",
         "_drops",
         "_fresh",
         "_fresh_min",

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import heapq
 import statistics
 
 import pytest
 
-from django_ratelimit_r4.core.adaptivelimit import AdaptiveLimitConfig, AIMDLimit, Gradient2Limit
+from benchmarks.sim_adaptive import simulate
+from django_ratelimit_r4.core.adaptivelimit import (
+    AdaptiveLimitConfig,
+    AIMDLimit,
+    Gradient2Limit,
+    VegasLimit,
+    make_limit,
+)
 from django_ratelimit_r4.core.bulkhead import Bulkhead, BulkheadConfig
 from django_ratelimit_r4.core.clock import FakeClock
 from django_ratelimit_r4.core.exceptions import BulkheadFull, ConfigurationError
@@ -28,7 +34,7 @@ def test_defaults_are_netflixs() -> None:
 @pytest.mark.parametrize(
     ("adaptive", "text"),
     [
-        ({"algorithm": "vegas"}, "[\"algorithm\"] must be one of 'gradient2', 'aimd'"),
+        ({"algorithm": "bbr"}, "[\"algorithm\"] must be one of 'gradient2', 'aimd', 'vegas', 'littles_law'"),
         ({"min_limt": 5}, "unknown option(s) 'min_limt'"),
         ({"min_limit": 50, "max_limit": 40}, "[\"max_limit\"] must be >= min_limit (50)"),
         ({"backoff_ratio": 1.0}, "[\"backoff_ratio\"] must be < 1"),
@@ -75,56 +81,75 @@ def test_gradient2_shrinks_on_queueing_and_grows_while_latency_holds() -> None:
     assert limit.update(50 * MS, inflight=1, dropped=False) == limit.limit  # app-limited: unchanged
 
 
-def _simulate(bulkhead: Bulkhead, clock: FakeClock, *, rate: int, servers: int, phases: list[tuple[int, float]]) -> list[dict]:
-    """Calls arrive every 1/rate s; the dependency runs ``servers`` at a time (FIFO queue beyond) and each takes the
-    phase's service time. Returns, per phase: admitted latencies, rejection times (s into the phase), completions
-    and the limit sampled every 100 ms."""
-    t0 = clock.now_ns()
-    done_heap: list[tuple[int, int, int, int]] = []  # (finish, seq, start, phase)
-    free_at = [0] * servers
-    out: list[dict] = [{"latencies": [], "rejected_at": [], "completed": 0, "limits": []} for _ in phases]
-    bounds, end = [], 0
-    for seconds, _ in phases:
-        bounds.append((end, end + seconds * S))
-        end += seconds * S
-    step, next_arrival, next_sample, seq = S // rate, 0, 0, 0
-
-    def phase_of(t: int) -> int:
-        return next(i for i, (a, z) in enumerate(bounds) if a <= t < z)
-
-    while True:
-        t = min(next_arrival, done_heap[0][0] if done_heap else end)
-        if t >= end:
-            return out
-        clock.advance_ns(t0 + t - clock.now_ns())
-        while next_sample <= t:
-            out[phase_of(next_sample)]["limits"].append(bulkhead.metrics.max_allowed_concurrent_calls)
-            next_sample += S // 10
-        if done_heap and done_heap[0][0] == t:
-            finish, _, start, p = heapq.heappop(done_heap)
-            bulkhead.on_complete(start_ns=start)
-            out[p]["latencies"].append((finish - (start - t0)) / S)
-            out[p]["completed"] += 1
-            continue
-        p = phase_of(t)
-        if bulkhead.try_acquire_permission():
-            begin = max(heapq.heappop(free_at), t)
-            finish = begin + int(phases[p][1] * S)
-            heapq.heappush(free_at, finish)
-            seq += 1
-            heapq.heappush(done_heap, (finish, seq, clock.now_ns(), p))
-        else:
-            out[p]["rejected_at"].append((t - bounds[p][0]) / S)
-        next_arrival += step
+def test_vegas_steps_are_netflixs() -> None:
+    """Netflix's VegasLimit with smoothing 1: queue = limit x (1 - rtt_noload / rtt); log10(limit) is 1 below 100."""
+    limit = VegasLimit(20, AdaptiveLimitConfig(algorithm="vegas", min_limit=1, max_limit=1000, smoothing=1.0))
+    assert limit.update(100 * MS, inflight=20, dropped=False) == 20  # the first sample sets rtt_noload
+    assert limit.update(100 * MS, inflight=20, dropped=False) == 26  # no queue: + 6 x log10
+    assert limit.update(100 * MS, inflight=5, dropped=False) == 26  # under half in flight: unchanged
+    assert limit.update(105 * MS, inflight=26, dropped=False) == 27  # queue ceil(26 x 0.048) = 2 < 3: + 1
+    assert limit.update(110 * MS, inflight=27, dropped=False) == 27  # queue 3: within 3..6, unchanged
+    assert limit.update(200 * MS, inflight=27, dropped=False) == 26  # queue 14 > 6: - 1
+    assert limit.update(100 * MS, inflight=1, dropped=True) == 25  # a drop: - 1, whatever is in flight
+    assert limit.update(50 * MS, inflight=25, dropped=False) == 25  # a faster call: the new rtt_noload
 
 
-PHASES = [(30, 0.05), (30, 0.5), (30, 0.05)]  # the partner: 50 ms, a step to 500 ms, back
-RATE, SERVERS = 200, 20  # 200 calls/s offered; the partner serves 20 at a time (40/s once it takes 500 ms)
+def test_vegas_probes_a_new_no_load_latency() -> None:
+    limit = VegasLimit(10, AdaptiveLimitConfig(algorithm="vegas", min_limit=1, max_limit=10, probe_multiplier=1))
+    limit.update(10 * MS, inflight=10, dropped=False)
+    for _ in range(12):  # within 10 samples (multiplier 1 x limit 10 x jitter <= 1) one of them is the probe
+        limit.update(500 * MS, inflight=10, dropped=False)
+    assert limit._rtt_noload == 500 * MS
+
+
+def test_littles_law_follows_demand_when_the_limit_is_not_reached() -> None:
+    """App-limited: 100 calls/s at 50 ms is 5 in flight; the limit becomes ceil(5 x 1.1) = 6 in one window."""
+    limit = make_limit(AdaptiveLimitConfig(algorithm="littles_law", min_limit=1, max_limit=100), 20)
+    end = 0
+    for _ in range(250):
+        end += 10 * MS
+        limit.update(50 * MS, 5, False, end)
+    assert limit.limit == 6
+
+
+def test_littles_law_doubles_a_limit_that_held_calls_back_without_a_queue() -> None:
+    limit = make_limit(AdaptiveLimitConfig(algorithm="littles_law", min_limit=1, max_limit=100), 4)
+    end = 0
+    for _ in range(150):  # 4 in flight at 50 ms: 80 calls/s, every call at the no-load latency
+        end += 12_500_000
+        limit.update(50 * MS, 4, False, end)
+    assert limit.limit == 8
+
+
+def test_littles_law_probes_when_the_partner_slows_down() -> None:
+    """Every latency 10x the no-load one for two windows: the limit halves for a probe, whose calls' latency
+    becomes the new no-load latency."""
+    cfg = AdaptiveLimitConfig(algorithm="littles_law", min_limit=1, max_limit=100)
+    limit = make_limit(cfg, 10)
+    end = 0
+    for _ in range(400):  # healthy for 2 s: 9 in flight, 50 ms
+        end += 5 * MS
+        limit.update(50 * MS, 9, False, end)
+    assert limit.no_load_latency_ns == 50 * MS and limit.limit == 11  # ceil(200/s x 50 ms x 1.1)
+    for _ in range(200):  # 500 ms from now on (5 s at most)
+        before = limit.limit
+        end += 25 * MS
+        limit.update(500 * MS, limit.limit, False, end)
+        if limit.probing:
+            break
+    assert limit.probing and limit.limit == before // 2
+    for _ in range(80):
+        end += 50 * MS
+        limit.update(500 * MS, limit.limit, False, end)
+    assert not limit.probing and limit.no_load_latency_ns == 500 * MS
 
 
 def _run(config: BulkheadConfig) -> list[dict]:
-    clock = FakeClock()
-    return _simulate(Bulkhead("acquirer", config, clock=clock), clock, rate=RATE, servers=SERVERS, phases=PHASES)
+    """The harness's simulation (benchmarks/sim_adaptive.py) as the dicts these tests read."""
+    return [
+        {"latencies": p.latencies, "rejected_at": p.rejected_at, "completed": p.completed, "limits": p.limits}
+        for p in simulate(config)
+    ]
 
 
 @pytest.mark.parametrize(
