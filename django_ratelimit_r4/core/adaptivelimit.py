@@ -125,7 +125,21 @@ class Gradient2Limit:
     """Netflix's ``Gradient2Limit._update`` over one sample per completed call (not thread-safe: the bulkhead
     calls it under its lock)."""
 
-    __slots__ = ("_count", "_long_rtt", "_sum", "cfg", "estimated_limit", "limit")
+    __slots__ = (
+        "_count",
+        "_factor",
+        "_keep",
+        "_long_rtt",
+        "_max",
+        "_min",
+        "_queue",
+        "_smoothing",
+        "_sum",
+        "_tolerance",
+        "cfg",
+        "estimated_limit",
+        "limit",
+    )
 
     def __init__(self, initial_limit: int, cfg: AdaptiveLimitConfig) -> None:
         self.cfg = cfg
@@ -134,31 +148,39 @@ class Gradient2Limit:
         self._long_rtt = 0.0  # ExpAvgMeasurement(long_window, warmup 10)
         self._sum = 0.0
         self._count = 0
-
-    def _add_long(self, rtt: float) -> float:
-        if self._count < 10:  # warm-up: a plain mean of the first 10 samples
-            self._count += 1
-            self._sum += rtt
-            self._long_rtt = self._sum / self._count
-        else:
-            factor = 2.0 / (self.cfg.long_window + 1)
-            self._long_rtt = self._long_rtt * (1 - factor) + rtt * factor
-        return self._long_rtt
+        self._factor = 2.0 / (cfg.long_window + 1)
+        self._keep = 1.0 - self._factor
+        self._tolerance = float(cfg.rtt_tolerance)
+        self._queue = float(cfg.queue_size)
+        self._smoothing = float(cfg.smoothing)
+        self._min = float(cfg.min_limit)
+        self._max = float(cfg.max_limit)
 
     def update(self, rtt_ns: int, inflight: int, dropped: bool, end_ns: int = 0) -> int:
         """The new limit after one call that took ``rtt_ns`` with ``inflight`` calls holding permits."""
-        cfg = self.cfg
+        short_rtt = rtt_ns if rtt_ns > 0 else 1
+        if self._count < 10:  # warm-up of the long RTT: a plain mean of the first 10 samples
+            self._count += 1
+            self._sum += short_rtt
+            long_rtt = self._long_rtt = self._sum / self._count
+        else:
+            long_rtt = self._long_rtt = self._long_rtt * self._keep + short_rtt * self._factor
+        if long_rtt > 2 * short_rtt:  # latency came back down: let the baseline follow fast
+            self._long_rtt = long_rtt * 0.95
         estimated = self.estimated_limit
-        short_rtt = float(max(rtt_ns, 1))
-        long_rtt = self._add_long(short_rtt)
-        if long_rtt / short_rtt > 2:  # latency came back down: let the baseline follow fast
-            self._long_rtt *= 0.95
         if inflight < estimated / 2:  # app-limited: do not grow (or shrink) on so little load
             return self.limit
-        gradient = max(0.5, min(1.0, cfg.rtt_tolerance * long_rtt / short_rtt))
-        new_limit = estimated * gradient + cfg.queue_size
-        new_limit = estimated * (1 - cfg.smoothing) + new_limit * cfg.smoothing
-        new_limit = max(cfg.min_limit, min(cfg.max_limit, new_limit))
+        gradient = self._tolerance * long_rtt / short_rtt
+        if gradient > 1.0:
+            gradient = 1.0
+        elif gradient < 0.5:
+            gradient = 0.5
+        smoothing = self._smoothing
+        new_limit = estimated * (1 - smoothing) + (estimated * gradient + self._queue) * smoothing
+        if new_limit < self._min:
+            new_limit = self._min
+        elif new_limit > self._max:
+            new_limit = self._max
         self.estimated_limit = new_limit
         self.limit = int(new_limit)
         return self.limit
@@ -167,22 +189,29 @@ class Gradient2Limit:
 class AIMDLimit:
     """Netflix's ``AIMDLimit._update`` (not thread-safe: the bulkhead calls it under its lock)."""
 
-    __slots__ = ("_timeout_ns", "cfg", "limit")
+    __slots__ = ("_backoff", "_max", "_min", "_timeout_ns", "cfg", "limit")
 
     def __init__(self, initial_limit: int, cfg: AdaptiveLimitConfig) -> None:
         self.cfg = cfg
         self.limit = initial_limit
         self._timeout_ns = int(cfg.timeout)
+        self._backoff = cfg.backoff_ratio
+        self._min = cfg.min_limit
+        self._max = cfg.max_limit
 
     def update(self, rtt_ns: int, inflight: int, dropped: bool, end_ns: int = 0) -> int:
         """The new limit after one call: x ``backoff_ratio`` on a drop or timeout, +1 when half-used or more."""
         limit = self.limit
         if dropped or rtt_ns > self._timeout_ns:
-            limit = int(limit * self.cfg.backoff_ratio)
-        elif inflight * 2 >= limit:
+            limit = int(limit * self._backoff)
+            if limit < self._min:
+                limit = self._min
+        elif inflight * 2 >= limit and limit < self._max:
             limit += 1
-        self.limit = min(self.cfg.max_limit, max(self.cfg.min_limit, limit))
-        return self.limit
+        else:
+            return limit
+        self.limit = limit
+        return limit
 
 
 class WindowedLimit:
@@ -265,7 +294,8 @@ class VegasLimit:
 
     def update(self, rtt_ns: int, inflight: int, dropped: bool, end_ns: int = 0) -> int:
         """The new limit after one call that took ``rtt_ns`` with ``inflight`` calls holding permits."""
-        rtt_ns = max(rtt_ns, 1)
+        if rtt_ns < 1:
+            rtt_ns = 1
         self._probe_count += 1
         estimated = self.estimated_limit
         if self._probe_jitter * self.cfg.probe_multiplier * estimated <= self._probe_count:
@@ -273,16 +303,17 @@ class VegasLimit:
             self._probe_count = 0
             self._rtt_noload = rtt_ns
             return self.limit
-        if self._rtt_noload == 0 or rtt_ns < self._rtt_noload:
+        noload = self._rtt_noload
+        if noload == 0 or rtt_ns < noload:
             self._rtt_noload = rtt_ns
+            return self.limit
+        if not dropped and inflight * 2 < estimated:  # under half in flight: no drift upwards
             return self.limit
         l10 = _log10_root(int(estimated))
         if dropped:
             new_limit = estimated - l10
-        elif inflight * 2 < estimated:
-            return self.limit
         else:
-            queue = math.ceil(estimated * (1 - self._rtt_noload / rtt_ns))
+            queue = math.ceil(estimated * (1 - noload / rtt_ns))
             if queue <= l10:
                 new_limit = estimated + 6 * l10
             elif queue < 3 * l10:

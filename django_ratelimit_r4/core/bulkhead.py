@@ -361,19 +361,23 @@ class Bulkhead:
 
     def _complete_sample(self, start_ns: int, dropped: bool) -> None:
         """:meth:`on_complete` of an adaptive bulkhead's call that started at ``start_ns``: the sample moves the limit."""
-        granted: list[_Waiter] = []
         with self._lock:
             self._finished += 1
-            before = self._max
             now = self._now()
+            before = self._max
             self._max = limit = self._adaptive.update(now - start_ns, self._in_use, dropped, now)  # type: ignore[union-attr]
-            waiter = self._release_locked()
-            if limit > before:  # grown: hand the new slots to waiters at once, in FIFO order
-                granted = self._grant_free_slots_locked()
+            if self._waiters:
+                waiter = self._release_locked()
+                granted = self._grant_free_slots_locked() if limit > before else None
+            else:  # the common case, inlined: nobody waits, the permit is simply freed
+                if self._in_use > 0:
+                    self._in_use -= 1
+                waiter = granted = None
         if waiter is not None:
             self._wake(waiter)
-        for other in granted:
-            self._wake(other)
+        if granted:
+            for other in granted:
+                self._wake(other)
         if self.events.has_listeners:
             self._emit(CALL_FINISHED)
 
@@ -414,7 +418,22 @@ class Bulkhead:
         except BaseException:
             self.on_complete()  # interrupted: the permit goes back, the limit learns nothing
             raise
-        self._complete_sample(start, False)
+        # _complete_sample(start, False) inlined for the common case (nobody waits): the hot path of issue 12's
+        # cost target (benchmarks/bench_bulkhead.py).
+        with self._lock:
+            if self._waiters:
+                done = False
+            else:
+                self._finished += 1
+                now = self._now()
+                self._max = self._adaptive.update(now - start, self._in_use, False, now)
+                if self._in_use > 0:
+                    self._in_use -= 1
+                done = True
+        if not done:
+            self._complete_sample(start, False)
+        elif self.events.has_listeners:
+            self._emit(CALL_FINISHED)
         return result
 
     async def acall(self, fn: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -435,7 +454,20 @@ class Bulkhead:
         except BaseException:  # cancelled: the permit goes back, the limit learns nothing
             self.on_complete()
             raise
-        self._complete_sample(start, False)
+        with self._lock:  # _complete_sample(start, False) inlined, as in call()
+            if self._waiters:
+                done = False
+            else:
+                self._finished += 1
+                now = self._now()
+                self._max = self._adaptive.update(now - start, self._in_use, False, now)
+                if self._in_use > 0:
+                    self._in_use -= 1
+                done = True
+        if not done:
+            self._complete_sample(start, False)
+        elif self.events.has_listeners:
+            self._emit(CALL_FINISHED)
         return result
 
     def decorate(self, fn: Callable[P, R]) -> Callable[P, R]:
