@@ -71,6 +71,7 @@ __all__ = [
     "names",
     "reset_all",
     "restore_clock",
+    "retry_budget_names",
     "retry_budgets",
     "unthrottled_scopes",
 ]
@@ -506,6 +507,11 @@ def iter_instances() -> Iterator[tuple[str, str, Any]]:
     for kind in KINDS:
         for name, instance in instances(kind):
             yield kind, name, instance
+
+
+def retry_budget_names() -> tuple[str, ...]:
+    """The names of the valid entries of ``RATELIMIT_R4["retry_budgets"]``, in setting order."""
+    return tuple(_current_state().analysis.retry_budgets)
 
 
 def retry_budgets() -> Iterator[tuple[str, RetryBudget]]:

@@ -233,7 +233,37 @@ def _bulkhead_state(bulkhead: Any) -> dict[str, Any]:
         out["available_concurrent_calls"] = max(0, m.max_allowed_concurrent_calls - cluster)
         out["cluster_expired_leases"] = expired  # ever, cluster-wide: workers killed or stalled mid-call
         out["lost_leases"] = m.lost_leases  # this process's calls whose lease expired while they ran
+    adaptive = getattr(bulkhead.config, "adaptive", None)
+    if adaptive is not None:  # the limit moves: say which algorithm moves it (and, for littles_law, from what)
+        limit = getattr(bulkhead, "_adaptive", None)
+        out["adaptive"] = {
+            "algorithm": adaptive.algorithm,
+            "limit": m.max_allowed_concurrent_calls,
+            "no_load_latency_ns": getattr(limit, "no_load_latency_ns", None),
+            "probing": getattr(limit, "probing", None),
+        }
     return out
+
+
+def _retry_budget_item(name: str) -> dict[str, Any]:
+    """A retry budget's snapshot entry (``type`` ``"retrybudget"``): its config, balance and counters."""
+    try:
+        budget = registry.get_retry_budget(name)
+        cfg, m = budget.config, budget.metrics
+        return {
+            "type": "retrybudget",
+            "name": name,
+            "config": {f.name: _jsonable(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)},
+            "state": {
+                "balance": budget.balance,
+                "number_of_deposits": m.number_of_deposits,
+                "number_of_retries": m.number_of_retries,
+                "number_of_refused_retries": m.number_of_refused_retries,
+            },
+        }
+    except Exception as exc:  # reported in the entry; the other instances are still read
+        logger.warning("r4 state of retry budget %r failed: %r", name, exc)
+        return {"type": "retrybudget", "name": name, "config": None, "state": None, "error": repr(exc)}
 
 
 def _circuitbreaker_state(breaker: Any) -> dict[str, Any]:
@@ -325,6 +355,13 @@ def snapshot(names: Iterable[str] | None = None, *, include_keys: bool = False) 
             if wanted is not None:
                 matched.update(hits)
             out.append(_item(kind, name, instance, failure, keyed.get(name), include_keys))
+    for name in registry.retry_budget_names():  # shared by retries, not a kind of instance: listed last
+        if wanted is not None:
+            hits = [w for w in wanted if w[0] is None and w[1] in (name, f"retrybudget:{name}")]
+            if not hits:
+                continue
+            matched.update(hits)
+        out.append(_retry_budget_item(name))
     if wanted is not None:
         missing = [w for w in wanted if w not in matched]
         if missing:

@@ -88,3 +88,22 @@ def test_a_cluster_wide_bulkhead_cannot_be_adaptive() -> None:
     assert len(found) == 1 and found[0][0] == "ratelimit_r4.E027", found
     assert found[0][1].startswith('RATELIMIT_R4["bulkheads"]["instances"]["db"]["adaptive"]: an adaptive limit')
     assert "remove its backend" in found[0][2]
+
+
+def test_the_adaptive_limit_is_in_the_state_snapshot(settings: Any, r4_clock: Any) -> None:
+    from django_ratelimit_r4 import registry, state
+
+    settings.RATELIMIT_R4 = {
+        "bulkheads": {
+            "instances": {"db": {"max_concurrent_calls": 25, "adaptive": {"algorithm": "littles_law", "min_limit": 5}}}
+        }
+    }
+    registry.get_bulkhead("db").call(lambda: None)
+    (item,) = state.snapshot(["bulkhead:db"])
+    assert item["state"]["adaptive"] == {
+        "algorithm": "littles_law",
+        "limit": 25,
+        "no_load_latency_ns": 0,
+        "probing": False,
+    }
+    assert item["state"]["max_allowed_concurrent_calls"] == 25

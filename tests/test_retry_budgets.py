@@ -171,3 +171,38 @@ def test_metrics_export_refusals_and_balance(settings: Any, r4_clock: Any) -> No
     assert target.get_sample_value("r4_retry_budget_exhausted_calls_total", {"name": "charge"}) == 30
     assert target.get_sample_value("r4_retry_budget_exhausted_calls_total", {"name": "free"}) is None
     assert target.get_sample_value("r4_retry_budget_balance", {"name": "payments"}) == 0
+
+
+def test_budgets_are_in_the_state_snapshot_and_r4_status(settings: Any, r4_clock: Any) -> None:
+    """Issue 12: a budget's balance and counters show in state.snapshot() (the state endpoint, r4 status --json)
+    and as a table in r4 status; a bare name or retrybudget:<name> selects it."""
+    import io
+    import json
+
+    from django.core.management import call_command
+
+    from django_ratelimit_r4 import state
+
+    settings.RATELIMIT_R4 = SHARED
+    for _ in range(20):
+        with pytest.raises(ConnectionError):
+            registry.get_retry("charge").call(down)
+    (item,) = [i for i in state.snapshot() if i["type"] == "retrybudget"]
+    assert item["name"] == "payments"
+    assert item["config"] == {"ttl": "10s", "min_retries_per_second": 0, "percent_can_retry": 0.1}
+    assert item["state"] == {
+        "balance": 0,
+        "number_of_deposits": 20,
+        "number_of_retries": 2,
+        "number_of_refused_retries": 20,  # 18 first retries refused, and the 2 allowed ones their second
+    }
+    assert state.snapshot(["retrybudget:payments"]) == [item] == state.snapshot(["payments"])
+    out = io.StringIO()
+    call_command("r4", "status", stdout=out)
+    table = out.getvalue()
+    assert "Retry budgets" in table
+    row = next(line for line in table.splitlines() if line.startswith("payments"))
+    assert row.split() == ["payments", "10%", "+", "0/s", "10s", "0", "20", "2", "20"]
+    out = io.StringIO()
+    call_command("r4", "status", "--json", stdout=out)
+    assert [i for i in json.loads(out.getvalue()) if i["type"] == "retrybudget"] == [item]

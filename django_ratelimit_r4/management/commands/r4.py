@@ -171,6 +171,16 @@ def _row(item: dict[str, Any], width: int) -> list[str]:
             str(s["number_of_failed_calls_without_retry_attempt"]),
             str(s["number_of_total_calls"]),
         ]
+    if kind == "retrybudget":
+        return [
+            item["name"],
+            f"{c['percent_can_retry']:.0%} + {c['min_retries_per_second']}/s",
+            str(c["ttl"]),
+            str(s["balance"]),
+            str(s["number_of_deposits"]),
+            str(s["number_of_retries"]),
+            str(s["number_of_refused_retries"]),
+        ]
     if kind == "adaptivethrottler":
         return [
             item["name"],
@@ -227,6 +237,7 @@ _SECTIONS: list[tuple[str, str, tuple[str, ...]]] = [
         "Adaptive throttlers",
         ("NAME", "K", "REQUESTS/ACCEPTS", "P(REJECT)", "ACCEPTED", "REJECTED", "THROTTLED"),
     ),
+    ("retrybudget", "Retry budgets", ("NAME", "BUDGET", "TTL", "BALANCE", "CALLS", "RETRIES", "REFUSED")),
 ]
 
 
