@@ -235,7 +235,7 @@ def _bulkhead_state(bulkhead: Any) -> dict[str, Any]:
         out["lost_leases"] = m.lost_leases  # this process's calls whose lease expired while they ran
     adaptive = getattr(bulkhead.config, "adaptive", None)
     if adaptive is not None:  # the limit moves: say which algorithm moves it (and, for littles_law, from what)
-        limit = getattr(bulkhead, "_adaptive", None)
+        limit = getattr(bulkhead, "adaptive_limit", None)
         out["adaptive"] = {
             "algorithm": adaptive.algorithm,
             "limit": m.max_allowed_concurrent_calls,

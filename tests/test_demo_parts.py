@@ -349,3 +349,24 @@ def test_the_server_and_its_workers_log_in_one_time_zone(tmp_path: Path) -> None
     demo_settings = _load("demo_settings_module", DEMO / "demo" / "settings.py")
     env = serve.server_environment(serve.parse_args(["gunicorn"]), tmp_path)
     assert env["TZ"] == demo_settings.TIME_ZONE
+
+
+# ------------------------------------------------------------------------------- the adaptive acquirer
+
+
+def test_slowing_the_partner_moves_the_demos_adaptive_limit() -> None:
+    """The demo's acquirer bulkhead (its settings, read from demo/settings.py) through the fake-clock harness:
+    100 calls/s to a partner of 100 workers at 50 ms, then at the dashboard's "slow" 300 ms. Little's law says
+    5 in flight (the limit stays at min_limit 10), then 30: the limit follows within 10 s to within 20 %."""
+    from benchmarks.sim_adaptive import simulate
+    from django_ratelimit_r4.core.bulkhead import BulkheadConfig
+
+    demo_settings = _load("demo_settings_for_adaptive", DEMO / "demo" / "settings.py")
+    options = demo_settings.RATELIMIT_R4["bulkheads"]["instances"]["acquirer"]
+    assert options["adaptive"]["algorithm"] == "littles_law"
+    fast, slow = simulate(BulkheadConfig(**options), rate=100, workers=100, phases=[(20, 0.05), (20, 0.3)])
+    assert fast.limits[-1] == 10 and fast.rejected_at == []
+    assert slow.littles_law == pytest.approx(30)
+    settled = slow.convergence_s()
+    assert settled is not None and settled <= 10, slow.limits
+    assert slow.rejected_at == [] or max(slow.rejected_at) < 10

@@ -36,14 +36,15 @@ SCRIPT = textwrap.dedent(
         clock.advance(1)
         bulkhead, breaker = get_bulkhead("acquirer"), get_circuit_breaker("acquirer")
         buffered = breaker.metrics.number_of_buffered_calls
-        for _ in range(40):
+        size = bulkhead.metrics.max_allowed_concurrent_calls  # adaptive: 40 to start with
+        for _ in range(size):
             assert bulkhead.try_acquire_permission()
         declined = client.post("/authorize").json()
         assert declined["reason"] == "TEMPORARILY_UNAVAILABLE" and declined["cause"] == "BulkheadFull", declined
         strict = client.post("/authorize?fallback=0")
         assert strict.status_code == 503 and strict["Retry-After"] == "1", (strict.status_code, strict.headers)
         assert breaker.metrics.number_of_buffered_calls == buffered
-        for _ in range(40):
+        for _ in range(size):
             bulkhead.on_complete()
 
         # Partner down, no fallback: partner errors are 502s (failing), then the breaker opens and refuses
@@ -78,7 +79,12 @@ SCRIPT = textwrap.dedent(
     state = client.get("/dashboard/state.json").json()
     assert state["pid"] == os.getpid() and state["server"] == "wsgi" and state["backend"] == "memory"
     assert set(state["breaker"]) == {"state", "failure_rate", "remaining_open_seconds", "not_permitted"}
-    assert state["bulkhead"] == {"max": 40, "in_use": 0, "rejected": 0}  # leaving fake_clock reset the instances
+    assert state["bulkhead"] == {  # leaving fake_clock reset the instances: the adaptive limit starts over at 40
+        "max": 40,
+        "in_use": 0,
+        "rejected": 0,
+        "adaptive": {"algorithm": "littles_law", "headroom": 0.1, "no_load_latency_ms": None},
+    }
     assert state["partner"] == {"down": False, "latency_ms": 0.0}
     assert set(state["partner_calls"]) == {"calls_per_s", "peak_in_flight", "in_flight", "window_s"}
     assert state["partner_calls"]["in_flight"] == 0

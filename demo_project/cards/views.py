@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from typing import Any
 
 from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
@@ -171,6 +172,19 @@ def _limiters() -> dict[str, dict[str, object]]:
     }
 
 
+def _adaptive(bulkhead: Any) -> dict[str, Any] | None:
+    """The adaptive limit's algorithm and, for littles_law, the no-load latency it multiplies (None if fixed)."""
+    adaptive = bulkhead.config.adaptive
+    if adaptive is None:
+        return None
+    noload = getattr(bulkhead.adaptive_limit, "no_load_latency_ns", None)
+    return {
+        "algorithm": adaptive.algorithm,
+        "headroom": adaptive.headroom,
+        "no_load_latency_ms": None if not noload else round(noload / 1e6, 1),
+    }
+
+
 def dashboard_state(request: HttpRequest) -> JsonResponse:
     """What the dashboard draws, from the worker that answered: aggregate counters, never client keys.
 
@@ -194,6 +208,7 @@ def dashboard_state(request: HttpRequest) -> JsonResponse:
             "max": bulkhead.metrics.max_allowed_concurrent_calls,
             "in_use": bulkhead.metrics.max_allowed_concurrent_calls - bulkhead.metrics.available_concurrent_calls,
             "rejected": bulkhead.metrics.rejected_calls,
+            "adaptive": _adaptive(bulkhead),
         },
         "partner": PARTNER.as_dict(),
         "partner_calls": METER.snapshot(),

@@ -100,7 +100,17 @@ RATELIMIT_R4 = {
             "authorize-global": {"limit_for_period": 200},
         },
     },
-    "bulkheads": {"instances": {"acquirer": {"max_concurrent_calls": 40, "max_wait_duration": "0s"}}},
+    # Adaptive (issue 12): 40 is only the start; littles_law moves the limit to throughput x the partner's
+    # no-load latency x 1.1 every second, so slowing the partner on the dashboard moves it.
+    "bulkheads": {
+        "instances": {
+            "acquirer": {
+                "max_concurrent_calls": 40,
+                "max_wait_duration": "0s",
+                "adaptive": {"algorithm": "littles_law", "min_limit": 10, "max_limit": 400},
+            }
+        }
+    },
     "circuitbreakers": {
         "instances": {
             "acquirer": {

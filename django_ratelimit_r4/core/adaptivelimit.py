@@ -417,6 +417,8 @@ class LittlesLawLimit:
 
     def update(self, rtt_ns: int, inflight: int, dropped: bool, end_ns: int = 0) -> int:
         """Add one call that took ``rtt_ns`` and ended at ``end_ns``; at a window's close, move the limit."""
+        if rtt_ns < 100_000:  # faster than 100 µs: not a call to a partner worth a limit (Netflix's rule)
+            return self.limit
         if dropped:
             self._drops += 1
         else:

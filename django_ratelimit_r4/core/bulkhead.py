@@ -287,6 +287,12 @@ class Bulkhead:
             (adaptive.drop_exceptions or (Exception,)) if adaptive is not None else ()
         )
 
+    @property
+    def adaptive_limit(self) -> AdaptiveLimit | None:
+        """The algorithm moving an adaptive bulkhead's limit (None for a fixed one): read its ``limit`` and, for
+        ``littles_law``, ``no_load_latency_ns`` and ``probing``. Reading only: it is updated under the lock."""
+        return getattr(self, "_adaptive", None)
+
     # -- permits ---------------------------------------------------------------------------------
 
     def try_acquire_permission(self) -> bool:
