@@ -1,4 +1,5 @@
-"""Adaptive concurrency limits for a bulkhead: Netflix concurrency-limits' ``Gradient2Limit`` and ``AIMDLimit``.
+"""Adaptive concurrency limits for a bulkhead: Netflix concurrency-limits' ``Gradient2Limit``, ``AIMDLimit`` and
+``VegasLimit``, and ``littles_law`` (ours: Little's law applied live, with a probed no-load latency).
 
 A fixed ``max_concurrent_calls`` applies Little's law (in flight = throughput x latency) once, by hand; it is
 wrong as soon as the dependency slows down. With ``"adaptive"`` the bulkhead starts at ``max_concurrent_calls``
@@ -16,9 +17,17 @@ long RTT decays 5 % per sample so the baseline follows quickly.
 ``aimd``: additive increase (+1 while at least half of the limit is in flight), multiplicative decrease
 (``limit * backoff_ratio``) on a drop or a latency above ``timeout``.
 
+``vegas``: TCP Vegas's queue estimate, ``limit * (1 - no-load RTT / RTT)``, kept between 3 and 6 log10(limit).
+
+``littles_law``: see :class:`LittlesLawLimit`; the one that settles within 20 % of the Little's-law value within
+10 s of a step in the partner's latency (``benchmarks/sim_adaptive.py``). The Netflix algorithms' fixed points
+are elsewhere by construction: Gradient2 tolerates ``rtt_tolerance`` x the baseline (a queue), AIMD settles where
+calls take ``timeout``, Vegas keeps a few calls queued.
+
 Differences from Netflix: each completed call is one sample (no ``WindowedLimit`` aggregation wrapped around
-the algorithm); ``inflight`` is the number of calls holding a permit when the call completes (Netflix passes the
-count at acquire time); Gradient2 ignores drops, as Netflix's does. Defaults are Netflix's.
+the algorithm unless ``windowed``); ``inflight`` is the number of calls holding a permit when the call completes
+(Netflix passes the count at acquire time); Gradient2 ignores drops, as Netflix's does; ``min_limit``,
+``max_limit`` and ``smoothing`` are shared, with Gradient2's defaults. Defaults are otherwise Netflix's.
 """
 
 from __future__ import annotations
