@@ -10,7 +10,8 @@ again. Little's law gives the concurrency the partner can use in each phase: thr
 50 ms = 10 when healthy, 40/s x 500 ms = 20 when slow (it cannot do more than 20 / 0.5 s = 40 calls/s; more
 in flight only queue). For each variant (fixed bulkheads sized by hand, each adaptive algorithm) the harness
 reports goodput, the p50/p99 latency of admitted calls, rejections, and how long after each step the limit
-took to settle within 20 % of the Little's-law value (and stay there to the end of the phase).
+took to settle within 20 % of the Little's-law value (and stay there to the end of the phase). A few variants
+run again with each service time jittered by ± 40 % (seeded, so still deterministic).
 
 Retry budgets: 100 failing calls/s for 60 s through a retry of 3 attempts, with and without a budget; the
 dependency's load amplification is the attempts it received per logical call.
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import heapq
+import random
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,13 +105,20 @@ class Phase:
 
 
 def simulate(
-    config: BulkheadConfig, *, rate: int = RATE, workers: int = WORKERS, phases: list[tuple[int, float]] = PHASES
+    config: BulkheadConfig,
+    *,
+    rate: int = RATE,
+    workers: int = WORKERS,
+    phases: list[tuple[int, float]] = PHASES,
+    jitter: float = 0.0,
 ) -> list[Phase]:
     """Drive a bulkhead built from ``config`` on a FakeClock through ``phases``; one :class:`Phase` each.
 
     Calls arrive every ``1 / rate`` s. An admitted call goes to the first free worker (or waits for one, FIFO)
-    and takes the phase's latency there; its completion is the bulkhead sample (``on_complete(start_ns=...)``).
+    and takes the phase's latency there (times a uniform factor in ``1 ± jitter``, from a generator seeded with
+    1: runs repeat); its completion is the bulkhead sample (``on_complete(start_ns=...)``).
     """
+    rng = random.Random(1)
     clock = FakeClock()
     bulkhead = Bulkhead("acquirer", config, clock=clock)
     t0 = clock.now_ns()
@@ -146,7 +155,8 @@ def simulate(
         i = phase_of(t)
         if bulkhead.try_acquire_permission():
             begin = max(heapq.heappop(free_at), t)
-            finish = begin + int(phases[i][1] * S)
+            service = phases[i][1] * (rng.uniform(1 - jitter, 1 + jitter) if jitter else 1)
+            finish = begin + int(service * S)
             heapq.heappush(free_at, finish)
             seq += 1
             heapq.heappush(done, (finish, seq, clock.now_ns(), i))
@@ -155,9 +165,17 @@ def simulate(
         next_arrival += step
 
 
-def run_variant(initial: int, adaptive: dict[str, Any] | None) -> list[Phase]:
+#: Variants run again with every service time jittered by ± 40 % (a real partner's latency varies).
+JITTERED: list[tuple[str, int, dict[str, Any] | None]] = [
+    (f"{name}, latency ± 40 %", initial, adaptive)
+    for name, initial, adaptive in VARIANTS
+    if name in ("fixed 20 (the partner's 20 workers, if you know them)", "aimd (timeout 750 ms), windowed", "littles_law")
+]
+
+
+def run_variant(initial: int, adaptive: dict[str, Any] | None, jitter: float = 0.0) -> list[Phase]:
     """:func:`simulate` one of :data:`VARIANTS`."""
-    return simulate(BulkheadConfig(max_concurrent_calls=initial, adaptive=adaptive))
+    return simulate(BulkheadConfig(max_concurrent_calls=initial, adaptive=adaptive), jitter=jitter)
 
 
 def _conv(value: float | None) -> str:
@@ -167,6 +185,7 @@ def _conv(value: float | None) -> str:
 def bulkhead_table() -> tuple[str, dict[str, list[Phase]]]:
     """The bulkhead table (markdown) and each variant's phases."""
     runs = {name: run_variant(initial, adaptive) for name, initial, adaptive in VARIANTS}
+    runs.update({name: run_variant(initial, adaptive, 0.4) for name, initial, adaptive in JITTERED})
     lines = [
         "| Bulkhead | goodput, calls/s (healthy / slow / back) | slow: p50 / p99 | refused (healthy / slow / back) "
         "| limit in the slow phase (last 20 s) | settled within 20 % (after the slow-down / after the recovery) |",

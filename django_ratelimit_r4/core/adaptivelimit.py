@@ -345,21 +345,22 @@ class LittlesLawLimit:
     Calls are gathered in windows as Netflix's ``WindowedLimit`` does (a window closes at the first call ending
     ``clamp(2 x its fastest call, min_window_time, max_window_time)`` after it opened). At each close:
 
-    - **throughput** is the window's successful calls per second, the **no-load latency** the lowest latency
-      seen since it was last measured (a window whose fastest call is faster lowers it at once);
-    - the limit becomes ``ceil(throughput x no-load latency x (1 + headroom))`` — when the calls filled the
-      limit (the most in flight reached it) and their fastest latency was within ``1 + headroom`` of the no-load
-      latency (no queue), it grows to at least ``1.5 x`` itself instead: below the partner's capacity the
-      measured throughput is what the limit let through, so Little's law alone would never grow it;
-    - it moves by at most a factor of 2 down per window (as Envoy's gradient), and a drop caps it at
-      ``limit x backoff_ratio``.
+    - **throughput** is the window's successful calls per second; the **no-load latency** is the mean latency
+      of calls that met no queue: a window is *queued* when its mean latency (and that of the calls admitted
+      under the current limit) exceeds it by more than ``headroom / 2``; an unqueued window updates it;
+    - the limit becomes ``ceil(throughput x no-load latency x (1 + headroom))``, or, in an unqueued window whose
+      most calls in flight exceeded that product (bursts), that peak x ``(1 + headroom)``; when the calls filled
+      the limit without a queue it doubles instead (once a full limit's worth of calls admitted under it has
+      ended: a queue shows one latency later): below the partner's capacity the measured throughput is only
+      what the limit let through, so Little's law alone would never grow it;
+    - it falls by at most half per window (as Envoy's gradient), and a drop caps it at ``limit x backoff_ratio``.
 
     The no-load latency cannot be seen while calls queue (every latency includes the queue), so it is *probed*,
-    as Envoy's gradient controller and BBR's ProbeRTT do: for one window the limit is halved, and the fastest call
-    that started during the probe becomes the no-load latency. A probe starts when two windows in a row had no
-    call within 1.5 x the no-load latency (the partner slowed, or a queue built up), or when no window confirmed
-    it (a call within ``1 + headroom``) for ``probe_interval``. Not thread-safe: the bulkhead calls it under its
-    lock.
+    as Envoy's gradient controller and BBR's ProbeRTT do: for one window the limit is halved, and the calls that
+    started during the probe give the no-load latency. A probe starts when two windows in a row had no call
+    within 1.5 x the fastest call seen (the partner slowed, or a queue built up), or when no window confirmed
+    that fastest call for ``probe_interval``. Calls faster than 100 µs are ignored, as in Netflix's
+    ``WindowedLimit``. Not thread-safe: the bulkhead calls it under its lock.
     """
 
     __slots__ = (
@@ -369,6 +370,7 @@ class LittlesLawLimit:
         "_count",
         "_cut",
         "_drops",
+        "_floor",
         "_fresh",
         "_fresh_min",
         "_fresh_sum",
@@ -382,6 +384,7 @@ class LittlesLawLimit:
         "_probe_interval",
         "_probing",
         "_slow_windows",
+        "_sum",
         "_window_start",
         "cfg",
         "limit",
@@ -391,10 +394,11 @@ class LittlesLawLimit:
         self.cfg = cfg
         self.limit = initial_limit
         self._limit_f = float(initial_limit)
+        self._floor = 0  # the fastest call since the no-load latency was last measured (ns)
         self._min_window = int(cfg.min_window_time)
         self._max_window = int(cfg.max_window_time)
         self._probe_interval = int(cfg.probe_interval)
-        self._noload = 0  # no-load latency (ns); 0 until the first window
+        self._noload = 0.0  # no-load latency: mean latency of calls that met no queue (ns); 0 until a window
         self._confirmed_at = 0
         self._slow_windows = 0
         self._probing = False
@@ -407,6 +411,7 @@ class LittlesLawLimit:
 
     def _clear(self) -> None:
         self._count = 0
+        self._sum = 0
         self._min_rtt = 1 << 62
         self._peak = 0
         self._drops = 0
@@ -416,8 +421,9 @@ class LittlesLawLimit:
 
     @property
     def no_load_latency_ns(self) -> int:
-        """The no-load latency the limit is computed from (0 before the first window)."""
-        return self._noload
+        """The no-load latency the limit is computed from: the mean latency of calls that met no queue (0 before
+        the first window)."""
+        return round(self._noload)
 
     @property
     def probing(self) -> bool:
@@ -432,6 +438,7 @@ class LittlesLawLimit:
             self._drops += 1
         else:
             self._count += 1
+            self._sum += rtt_ns
             if rtt_ns < self._min_rtt:
                 self._min_rtt = rtt_ns
             if end_ns - rtt_ns >= self._changed_at:  # admitted under the current limit
@@ -451,7 +458,7 @@ class LittlesLawLimit:
             self._next_update = end_ns + self._min_window
             self._clear()
             return self.limit
-        count, min_rtt, peak, drops = self._count, self._min_rtt, self._peak, self._drops
+        count, min_rtt, peak, drops, total = self._count, self._min_rtt, self._peak, self._drops, self._sum
         fresh, fresh_sum, fresh_min = self._fresh, self._fresh_sum, self._fresh_min
         elapsed = max(end_ns - self._window_start, 1)
         self._window_start = end_ns
@@ -463,7 +470,7 @@ class LittlesLawLimit:
             if drops:
                 self._set(limit * cfg.backoff_ratio, end_ns)
             return self.limit
-        noload = self._noload
+        mean = total / count
         cut = self._cut
         self._cut = False
         if self._probing:
@@ -472,22 +479,36 @@ class LittlesLawLimit:
             self._probing = False
             self._confirmed_at = end_ns
             self._slow_windows = 0
-            if fresh_min <= noload * (1 + cfg.headroom):  # unchanged: back to the limit before the probe
-                self._noload = min(noload, fresh_min)
+            unchanged = fresh_min <= self._floor * (1 + cfg.headroom)
+            self._floor = min(self._floor, fresh_min) if unchanged else fresh_min
+            self._noload = fresh_sum / fresh if not unchanged else min(self._noload, fresh_sum / fresh)
+            if unchanged:  # the partner did not change: back to the limit before the probe
                 self._set(self._before_probe, end_ns)
                 return self.limit
-            noload = self._noload = fresh_min
-        elif noload == 0 or min_rtt < noload:
-            noload = self._noload = min_rtt
-        if min_rtt <= noload * (1 + cfg.headroom):
+        elif self._noload == 0:  # the first window: its calls are all we know
+            self._floor, self._noload = min_rtt, mean
+        elif min_rtt < self._floor:
+            self._floor = min_rtt
+        floor, noload = self._floor, self._noload
+        # Queued: the window's calls, or those admitted under the current limit (the first of them to end are
+        # the fast ones: both must pass), took longer on average than the no-load latency allows.
+        bound = noload * (1 + cfg.headroom / 2)
+        queued = mean > bound or fresh_sum > fresh * bound
+        if not queued:  # the no-load latency is the mean latency of unqueued windows: follow it
+            noload = self._noload = mean if mean < noload else noload * 0.8 + mean * 0.2
+        if min_rtt <= floor * (1 + cfg.headroom):
             self._confirmed_at = end_ns
-        slow = min_rtt > 1.5 * noload
+        slow = min_rtt > 1.5 * floor
         if not slow:
             self._slow_windows = 0
         elif not cut:  # a window right after a cut still holds the calls queued before it
             self._slow_windows += 1
-        new = count * noload / elapsed * (1 + cfg.headroom)
-        if peak >= self.limit and fresh_sum <= fresh * noload * (1 + cfg.headroom / 2):
+        # Little's law on the partner's no-load latency; without a queue, the calls in flight the demand needed.
+        new = count * noload / elapsed
+        if not queued and peak > new:
+            new = peak
+        new *= 1 + cfg.headroom
+        if peak >= self.limit and not queued:
             # The limit held calls back and the calls it let in met no queue (yet): once a full limit's worth
             # of them has ended, double it (the partner has room); until then hold it.
             new = max(new, limit * 2 if fresh >= self.limit else limit)
