@@ -255,10 +255,17 @@ def plot(runs: dict[str, list[Phase]], path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(10, 5.5), dpi=100)
-    shown = [n for n in runs if n.startswith(("fixed 10", "fixed 100", "gradient2, windowed", "aimd (timeout 750 ms), windowed", "vegas", "littles_law")) and n != "vegas, windowed"]
+    shown = [
+        n
+        for n in runs
+        if n.startswith(("fixed 10", "fixed 100", "gradient2, windowed", "aimd (timeout 750 ms), windowed", "vegas"))
+        and "± 40 %" not in n
+        and n != "vegas, windowed"
+    ] + ["littles_law", "littles_law, latency ± 40 %"]
     for name in shown:
         limits = [v for phase in runs[name] for v in phase.limits]
-        ax.step([i * SAMPLE_S for i in range(len(limits))], limits, where="post", label=name, linewidth=1.2)
+        width = 2.0 if name == "littles_law" else 1.0
+        ax.step([i * SAMPLE_S for i in range(len(limits))], limits, where="post", label=name, linewidth=width)
     t, xs, lo, hi, mid = 0.0, [], [], [], []
     for seconds, service in PHASES:
         value = littles_law_value(service)
@@ -272,7 +279,7 @@ def plot(runs: dict[str, list[Phase]], path: str) -> None:
     ax.set_ylim(0, 110)
     ax.set_xlabel("simulated time (s): partner latency 50 ms, 500 ms from 30 s, 50 ms from 60 s")
     ax.set_ylabel("bulkhead limit (calls in flight)")
-    ax.set_title("Adaptive concurrency limits through a 10x latency step (FakeClock, deterministic)")
+    ax.set_title("Adaptive concurrency limits through a 10x latency step (FakeClock; jitter seeded)")
     ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
     fig.savefig(path, metadata={"Software": None})
