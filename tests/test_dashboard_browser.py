@@ -90,6 +90,7 @@ def test_dashboard_charts_429s_with_retry_after_and_the_breaker_opening(tmp_path
     with serve(tmp_path, "gunicorn", "--workers", "1", "--threads", "8") as server:
         browser.get(server.url + "/")
         _wait_for_text(browser, r"pid \d+")  # the first poll answered: the page is live
+        _wait_for_text(browser, r"Adaptive limit \(littles_law\)")  # issue 12: the acquirer's limit moves
 
         _click(browser, "Send 20 at once")  # one client, 10 per period: about half are 429
         retry = _wait_for_text(browser, r"429 Retry-After: (\d+)")

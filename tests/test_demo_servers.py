@@ -235,7 +235,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
   let totals = {ok: 0, declined: 0, "429": 0, "503": 0, other: 0};
   for (const v of perSecond.values()) for (const k in totals) totals[k] += v[k];
   console.log(JSON.stringify({pids: [...pids], totals, retry: [...retryAfter.keys()], server, backend,
-    banner: [el("banner").style.display, el("banner").innerHTML], little: el("verdict").innerHTML + el("observed").innerHTML,
+    banner: [el("banner").style.display, el("banner").innerHTML], little: el("verdict").innerHTML + el("observed").innerHTML + el("adaptive").innerHTML,
     workers: el("#workers tbody").innerHTML, who: el("who").innerHTML, log: el("log").textContent}));
   process.exit(0);
 })().catch((e) => { console.error(e); process.exit(1); });
@@ -306,6 +306,7 @@ def test_gunicorn_two_workers(tmp_path: Path) -> None:
             assert seen["banner"][0] == "block" and "its own limiters" in seen["banner"][1]  # type: ignore[index]
             assert seen["totals"]["429"] >= 1 and all(r.isdigit() for r in seen["retry"]), seen  # type: ignore[index,union-attr,attr-defined]
             assert "Fits" in seen["little"] and "Measured on pid" in seen["little"], seen["little"]  # type: ignore[operator]
+            assert "Adaptive limit (littles_law)" in seen["little"], seen["little"]  # type: ignore[operator]
             assert seen["workers"].count("<tr>") == 2, seen["workers"]  # type: ignore[union-attr]
     assert "Traceback" not in server.log(), server.log()
     # In-memory limiters under 2 workers: each worker that built one said so once, in the server's log.
