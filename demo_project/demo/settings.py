@@ -150,6 +150,8 @@ if os.environ.get("DEMO_CONTROL") == "1":
     # The partner contract: at most N concurrent calls from all our instances. The acquirer's bulkhead holds
     # its slots as leases in Redis (cluster-wide), and cards/cluster_meter.py counts what the partner sees.
     RATELIMIT_R4["bulkheads"]["instances"]["acquirer"]["backend"] = "default"
+    # A contract is a fixed number, and a cluster-wide bulkhead cannot be adaptive (ratelimit_r4.E027).
+    RATELIMIT_R4["bulkheads"]["instances"]["acquirer"].pop("adaptive", None)
     # One breaker for the whole deployment: failures seen by any worker open it for every worker of every
     # host (transitions shared through Redis; each CLOSED call is still decided locally).
     RATELIMIT_R4["circuitbreakers"]["instances"]["acquirer"]["backend"] = "default"
