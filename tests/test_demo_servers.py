@@ -236,7 +236,8 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
   for (const v of perSecond.values()) for (const k in totals) totals[k] += v[k];
   console.log(JSON.stringify({pids: [...pids], totals, retry: [...retryAfter.keys()], server, backend,
     banner: [el("banner").style.display, el("banner").innerHTML], little: el("verdict").innerHTML + el("observed").innerHTML + el("adaptive").innerHTML,
-    workers: el("#workers tbody").innerHTML, who: el("who").innerHTML, log: el("log").textContent}));
+    workers: el("#workers tbody").innerHTML, who: el("who").innerHTML, log: el("log").textContent,
+    cluster: el("cluster").innerHTML}));
   process.exit(0);
 })().catch((e) => { console.error(e); process.exit(1); });
 """
@@ -481,3 +482,9 @@ def test_gunicorn_cluster_two_hosts_one_control_plane(tmp_path: Path) -> None:
             for i in range(8)
         ]
         assert statuses == [503] * 8, statuses
+
+        if shutil.which("node"):  # the dashboard draws the cluster: the partner's count and the shared breaker
+            seen = run_dashboard_script(tmp_path, hosts[1])
+            assert "calls in flight from every worker of every host" in seen["cluster"], seen  # type: ignore[operator]
+            assert "against a contract of <b>4</b>" in seen["cluster"], seen  # type: ignore[operator]
+            assert 'the breaker is cluster-wide: <b class="OPEN">OPEN</b>' in seen["cluster"], seen  # type: ignore[operator]

@@ -203,6 +203,7 @@ def dashboard_state(request: HttpRequest) -> JsonResponse:
             "failure_rate": breaker.metrics.failure_rate,
             "remaining_open_seconds": breaker.remaining_open_ns() / 1e9,
             "not_permitted": breaker.metrics.total_not_permitted_calls,
+            "shared": bool(getattr(breaker, "shared", False)),  # make demo-cluster: one breaker for every worker
         },
         "bulkhead": {
             "max": bulkhead.metrics.max_allowed_concurrent_calls,
