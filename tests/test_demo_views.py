@@ -78,7 +78,8 @@ SCRIPT = textwrap.dedent(
 
     state = client.get("/dashboard/state.json").json()
     assert state["pid"] == os.getpid() and state["server"] == "wsgi" and state["backend"] == "memory"
-    assert set(state["breaker"]) == {"state", "failure_rate", "remaining_open_seconds", "not_permitted"}
+    assert set(state["breaker"]) == {"state", "failure_rate", "remaining_open_seconds", "not_permitted", "shared"}
+    assert state["breaker"]["shared"] is False  # per process here; make demo-cluster shares it
     assert state["bulkhead"] == {  # leaving fake_clock reset the instances: the adaptive limit starts over at 40
         "max": 40,
         "in_use": 0,
