@@ -341,8 +341,12 @@ def test_on_backend_error_holds_without_500_or_hang_and_recovers(
             assert first["Retry-After"] == retry_after
         assert per_ip == {"local": [200] * 3 + [429] * 2, "allow": [200] * 5, "deny": [429] * 5}[policy]
         assert pool == [200, 200, 200, 429]  # the memory instance never notices
-        # A fault costs at most one socket timeout per probe, and a probe comes once per cool-down.
-        assert max(durations) < timeout + 1.0, max(durations)
+        # A fault costs at most one socket timeout per probe, and a probe comes once per cool-down (0.5 s): the
+        # requests that waited a timeout are at most one per cool-down. The wall-clock bound on each request is a
+        # hang guard below the 5 s pool wait (a busy 2-core machine can stall any request for a second).
+        waited = [d for d in durations if d >= timeout]
+        assert len(waited) <= elapsed / 0.5 + 2, (len(waited), elapsed)
+        assert max(durations) < timeout + 3.0, max(durations)
         assert elapsed < 180 * timeout / 3, elapsed
         health = backend.backend_health()  # type: ignore[union-attr]
         assert health["degraded"] is True and health["fault_policy"] == rb_policy(policy)
