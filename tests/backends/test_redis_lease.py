@@ -215,8 +215,13 @@ def test_exact_across_4_processes_over_many_cycles_with_a_shared_clock(redis_url
     under = [limit - a for a, r in zip(admitted, rejected, strict=True) if r]
     assert len(under) >= cycles // 2  # the load exceeds the limit in most cycles
     assert max(under) <= under_use_bound(4, lease), under
-    expired = sum(stats["expired_permits"] for _, stats, _ in results if stats)
-    assert expired > 0  # leftovers did die at cycle ends (and were never spent in the next cycle)
+    # Every leased permit is spent, dies at its cycle's end or is dropped at most once (whether a process holds
+    # a leftover at a boundary depends on how the processes interleave: the death itself is shown exactly by
+    # test_a_leased_permit_dies_exactly_at_its_cycles_end; here, no cycle exceeded the limit).
+    for _, stats, _ in results:
+        if stats:
+            used = stats["spent_permits"] + stats["expired_permits"] + stats["dropped_permits"]
+            assert used <= stats["leased_permits"], stats
 
 
 def _burst_worker(url: str, prefix: str, names: list[str], limit: int, lease: int, barrier: Any, out: Any) -> None:
