@@ -1490,10 +1490,9 @@ def _many_members(leader: _Clocked, entries: Sequence[tuple[Any, str | None]], p
         raise ValueError(f"permits must be >= 1, got {permits!r}")
     members: list[_Member] = []
     for target, key in entries:
-        if getattr(target, "_gcra", False):  # GCRA limiters decide together in their own script
-            raise TypeError("cannot combine GCRA and cycle Redis limiters in one all-or-nothing decision")
-        if getattr(target, "_sliding", False):  # so do sliding-window ones
-            raise TypeError("cannot combine sliding-window and cycle Redis limiters in one all-or-nothing decision")
+        script = getattr(target, "_script", None)  # GCRA, sliding window: they decide together in their own
+        if script is not None:
+            raise TypeError(f"cannot combine {script.label} and cycle Redis limiters in one all-or-nothing decision")
         if isinstance(target, RedisBackend):
             members.append(_Member(target, target.state_key))
         elif isinstance(target, RedisKeyedRateLimiter):
@@ -2249,14 +2248,11 @@ def _entries_outcome(
     return outcome
 
 
-def _is_gcra(entries: Sequence[tuple[Any, str | None]]) -> bool:
+def _is_scripted(entries: Sequence[tuple[Any, str | None]]) -> bool:
+    """True when the first entry's algorithm has a script of its own (GCRA, sliding window: see
+    :mod:`.redis_scripted`, which decides such entries together)."""
     first = entries[0][0]
-    return bool(getattr(first.backend if isinstance(first, RateLimiter) else first, "_gcra", False))
-
-
-def _is_sliding(entries: Sequence[tuple[Any, str | None]]) -> bool:
-    first = entries[0][0]
-    return bool(getattr(first.backend if isinstance(first, RateLimiter) else first, "_sliding", False))
+    return getattr(first.backend if isinstance(first, RateLimiter) else first, "_script", None) is not None
 
 
 def acquire_all_keyed(
@@ -2270,14 +2266,10 @@ def acquire_all_keyed(
     """
     if not entries:
         return None
-    if _is_gcra(entries):  # GCRA limiters decide together in a script of their own
-        from .redis_gcra import gcra_entries
+    if _is_scripted(entries):  # GCRA or sliding-window limiters decide together in their algorithm's script
+        from . import redis_scripted
 
-        return gcra_entries(entries, permits)
-    if _is_sliding(entries):  # and sliding-window ones in theirs
-        from .redis_sliding import sliding_entries
-
-        return sliding_entries(entries, permits)
+        return redis_scripted.entries(redis_scripted.members_of(entries), permits)
     owners, members = _entries_members(entries, permits)
     leader = members[0].counter
     return _entries_outcome(owners, _many_result(members, _sync_many(leader, members, permits)), permits)
@@ -2289,14 +2281,10 @@ async def aacquire_all_keyed(
     """Async twin of :func:`acquire_all_keyed` on ``redis.asyncio``."""
     if not entries:
         return None
-    if _is_gcra(entries):  # GCRA limiters decide together in a script of their own
-        from .redis_gcra import agcra_entries
+    if _is_scripted(entries):  # GCRA or sliding-window limiters decide together in their algorithm's script
+        from . import redis_scripted
 
-        return await agcra_entries(entries, permits)
-    if _is_sliding(entries):  # and sliding-window ones in theirs
-        from .redis_sliding import asliding_entries
-
-        return await asliding_entries(entries, permits)
+        return await redis_scripted.aentries(redis_scripted.members_of(entries), permits)
     owners, members = _entries_members(entries, permits)
     leader = members[0].counter
     return _entries_outcome(
@@ -2317,14 +2305,10 @@ def acquire_all_quotas(
 ) -> tuple[tuple[int, int] | None, list[tuple[int, int]]]:
     """:func:`acquire_all_keyed` whose one round trip also reads every entry's RateLimit figures after the
     decision: ``(outcome, [(remaining, reset_ns), ...])`` in entry order (``quota()``'s values, read at once)."""
-    if entries and _is_gcra(entries):  # GCRA limiters decide together in a script of their own
-        from .redis_gcra import gcra_entries_quotas
+    if entries and _is_scripted(entries):  # GCRA or sliding-window limiters: their algorithm's script
+        from . import redis_scripted
 
-        return gcra_entries_quotas(entries, permits)  # type: ignore[no-any-return]
-    if entries and _is_sliding(entries):
-        from .redis_sliding import sliding_entries_quotas
-
-        return sliding_entries_quotas(entries, permits)  # type: ignore[no-any-return]
+        return redis_scripted.entries_quotas(redis_scripted.members_of(entries), permits)  # type: ignore[no-any-return]
     return _quotas_outcome(entries, permits, _sync_many)
 
 
@@ -2332,14 +2316,10 @@ async def aacquire_all_quotas(
     entries: Sequence[tuple[RateLimiter | RedisKeyedRateLimiter, str | None]], permits: int = 1
 ) -> tuple[tuple[int, int] | None, list[tuple[int, int]]]:
     """Async twin of :func:`acquire_all_quotas` on ``redis.asyncio``."""
-    if entries and _is_gcra(entries):
-        from .redis_gcra import agcra_entries_quotas
+    if entries and _is_scripted(entries):  # GCRA or sliding-window limiters: their algorithm's script
+        from . import redis_scripted
 
-        return await agcra_entries_quotas(entries, permits)  # type: ignore[no-any-return]
-    if entries and _is_sliding(entries):
-        from .redis_sliding import asliding_entries_quotas
-
-        return await asliding_entries_quotas(entries, permits)  # type: ignore[no-any-return]
+        return await redis_scripted.aentries_quotas(redis_scripted.members_of(entries), permits)  # type: ignore[no-any-return]
     owners, members = _entries_members(entries, permits)
     reply, quotas = _split_quotas(members, await _async_many(members[0].counter, members, permits, b"M"))
     return _entries_outcome(owners, _many_result(members, reply), permits), quotas

@@ -34,12 +34,7 @@ __all__ = [
     "RedisGcraBackend",
     "RedisGcraKeyedRateLimiter",
     "agcra_acquire_all",
-    "agcra_entries",
-    "agcra_entries_quotas",
     "gcra_acquire_all",
-    "gcra_entries",
-    "gcra_entries_quotas",
-    "gcra_members",
 ]
 
 #: The GCRA script (``lua/gcra.lua``); its source and SHA1 as constants too.
@@ -54,7 +49,6 @@ _NS_PER_S = 1_000_000_000
 class _Gcra(scripted.ScriptedLimiter):
     """What turns a Redis cycle limiter into a GCRA one: its script and per-limiter arguments. Mixed in first."""
 
-    _gcra = True
     _script = GCRA
     _local_type = GcraBackend
     _burst: int
@@ -145,28 +139,3 @@ def gcra_acquire_all(leader: Any, members: list[tuple[Any, str]], permits: int, 
 async def agcra_acquire_all(leader: Any, members: list[tuple[Any, str]], permits: int, op: bytes = b"m") -> Any:
     """Async twin of :func:`gcra_acquire_all`."""
     return await scripted.aacquire_all(leader, members, permits, op)
-
-
-def gcra_members(entries: Sequence[tuple[Any, str | None]]) -> tuple[list[Any], list[tuple[Any, str]]]:
-    """``acquire_all_keyed``'s ``(limiter, key|None)`` entries as (owners, ``(gcra limiter, state key)`` pairs)."""
-    return scripted.members_of(entries, RedisGcraBackend, RedisGcraKeyedRateLimiter)
-
-
-def gcra_entries(entries: Sequence[tuple[Any, str | None]], permits: int) -> tuple[int, int] | None:
-    """:func:`~.redis.acquire_all_keyed` over GCRA entries: one script call, events published as there."""
-    return scripted.entries(gcra_members(entries), permits)
-
-
-async def agcra_entries(entries: Sequence[tuple[Any, str | None]], permits: int) -> tuple[int, int] | None:
-    """Async twin of :func:`gcra_entries`."""
-    return await scripted.aentries(gcra_members(entries), permits)
-
-
-def gcra_entries_quotas(entries: Sequence[tuple[Any, str | None]], permits: int) -> Any:
-    """:func:`~.redis.acquire_all_quotas` over GCRA entries: one script call decides and reads the figures."""
-    return scripted.entries_quotas(gcra_members(entries), permits)
-
-
-async def agcra_entries_quotas(entries: Sequence[tuple[Any, str | None]], permits: int) -> Any:
-    """Async twin of :func:`gcra_entries_quotas`."""
-    return await scripted.aentries_quotas(gcra_members(entries), permits)

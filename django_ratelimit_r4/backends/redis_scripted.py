@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Any, ClassVar
 
-from .redis import _FAULTS, RedisConnection, _entries_outcome, _Late, require_one_slot
+from .redis import _FAULTS, RedisConnection, RedisKeyedRateLimiter, _entries_outcome, _Late, require_one_slot
 
 __all__ = ["Script", "ScriptedLimiter", "aacquire_all", "acquire_all", "aentries", "aentries_quotas", "entries",
            "entries_quotas", "members_of"]
@@ -247,25 +247,27 @@ async def aacquire_all(leader: Any, members: list[tuple[Any, str]], permits: int
     return _fault_outcome(leader, members, permits, op)
 
 
-def members_of(
-    entries: Sequence[tuple[Any, str | None]], backend_type: type, keyed_type: type
-) -> tuple[list[Any], list[tuple[Any, str]]]:
+def members_of(entries: Sequence[tuple[Any, str | None]]) -> tuple[list[Any], list[tuple[Any, str]]]:
     """``acquire_all_keyed``'s ``(limiter, key|None)`` entries as (owners, ``(limiter, state key)`` pairs), every
-    limiter a ``backend_type`` (unkeyed) or ``keyed_type`` of one algorithm."""
+    limiter (unkeyed, or keyed with its key) of the first one's algorithm (its :class:`Script`)."""
     owners: list[Any] = []
     members: list[tuple[Any, str]] = []
+    script = None
     for limiter, key in entries:
         owners.append(limiter)
         target = getattr(limiter, "backend", limiter)
-        if isinstance(target, backend_type):
-            members.append((target, target.state_key))  # type: ignore[attr-defined]
-        elif isinstance(target, keyed_type):
+        if script is None:
+            script = target._script
+        if getattr(target, "_script", None) is not script:
+            raise TypeError(
+                f"cannot combine {type(target).__name__} with {script.label} Redis limiters in one decision"
+            )
+        if isinstance(target, RedisKeyedRateLimiter):
             if key is None:
-                raise ValueError(f"keyed rate limiter {target.name!r} needs a key")  # type: ignore[attr-defined]
-            members.append((target, target._state_key(key)))  # type: ignore[attr-defined]
+                raise ValueError(f"keyed rate limiter {target.name!r} needs a key")
+            members.append((target, target._state_key(key)))
         else:
-            label = backend_type._script.label  # type: ignore[attr-defined]
-            raise TypeError(f"cannot combine {type(target).__name__} with {label} Redis limiters in one decision")
+            members.append((target, target.state_key))
     return owners, members
 
 

@@ -37,12 +37,7 @@ __all__ = [
     "RedisSlidingBackend",
     "RedisSlidingKeyedRateLimiter",
     "asliding_acquire_all",
-    "asliding_entries",
-    "asliding_entries_quotas",
     "sliding_acquire_all",
-    "sliding_entries",
-    "sliding_entries_quotas",
-    "sliding_members",
 ]
 
 #: The sliding-window script (``lua/sliding_window.lua``); its source and SHA1 as constants too.
@@ -57,7 +52,6 @@ class _Sliding(scripted.ScriptedLimiter):
     """What turns a Redis cycle limiter into a sliding-window one: its script and per-limiter arguments.
     Mixed in first."""
 
-    _sliding = True
     _script = SLIDING
     _local_type = SlidingWindowBackend
     _max_timeout_units = _MAX_TIMEOUT_UNITS
@@ -124,28 +118,3 @@ def sliding_acquire_all(leader: Any, members: list[tuple[Any, str]], permits: in
 async def asliding_acquire_all(leader: Any, members: list[tuple[Any, str]], permits: int, op: bytes = b"m") -> Any:
     """Async twin of :func:`sliding_acquire_all`."""
     return await scripted.aacquire_all(leader, members, permits, op)
-
-
-def sliding_members(entries: Sequence[tuple[Any, str | None]]) -> tuple[list[Any], list[tuple[Any, str]]]:
-    """``acquire_all_keyed``'s ``(limiter, key|None)`` entries as (owners, ``(limiter, state key)`` pairs)."""
-    return scripted.members_of(entries, RedisSlidingBackend, RedisSlidingKeyedRateLimiter)
-
-
-def sliding_entries(entries: Sequence[tuple[Any, str | None]], permits: int) -> tuple[int, int] | None:
-    """:func:`~.redis.acquire_all_keyed` over sliding-window entries: one script call, events published as there."""
-    return scripted.entries(sliding_members(entries), permits)
-
-
-async def asliding_entries(entries: Sequence[tuple[Any, str | None]], permits: int) -> tuple[int, int] | None:
-    """Async twin of :func:`sliding_entries`."""
-    return await scripted.aentries(sliding_members(entries), permits)
-
-
-def sliding_entries_quotas(entries: Sequence[tuple[Any, str | None]], permits: int) -> Any:
-    """:func:`~.redis.acquire_all_quotas` over sliding-window entries: one script call decides and reads figures."""
-    return scripted.entries_quotas(sliding_members(entries), permits)
-
-
-async def asliding_entries_quotas(entries: Sequence[tuple[Any, str | None]], permits: int) -> Any:
-    """Async twin of :func:`sliding_entries_quotas`."""
-    return await scripted.aentries_quotas(sliding_members(entries), permits)
