@@ -975,6 +975,8 @@ class _Clocked:
     failed_calls: int
     #: The in-process limiter deciding while Redis fails, under fault policy "local" (else None).
     _local: Any = None
+    #: The type ``_local`` has on an unkeyed limiter (a keyed one's is a keyed in-process limiter, asked by key).
+    _local_type: Any = MemoryBackend
     #: A keyed limiter on a cluster: the anchor cache of each shard (:class:`_Phase`), by shard. None: this
     #: limiter is its own (only) phase.
     _phases: dict[str, _Phase] | None = None
@@ -1255,8 +1257,8 @@ class _Clocked:
         local = self._local
         if local is None:
             return self._fault_wait
-        if isinstance(local, MemoryBackend):
-            return local.acquire(permits, timeout_ns)
+        if isinstance(local, self._local_type):
+            return local.acquire(permits, timeout_ns)  # type: ignore[no-any-return]
         return local._decide(state_key, permits, timeout_ns)  # type: ignore[no-any-return]
 
     def _drain_at(self, state_key: str) -> int:
@@ -2331,7 +2333,7 @@ async def aacquire_all_quotas(
 def _local_state(owner: _Clocked, state_key: str) -> tuple[int, int, int, int]:
     """The state4 of ``state_key`` in ``owner``'s in-process fallback (fault policy "local")."""
     local = owner._local
-    if isinstance(local, MemoryBackend):
+    if isinstance(local, owner._local_type):
         cycle, permissions, wait = local.state()
         _, reset_ns = local.quota()
     else:

@@ -50,7 +50,7 @@ class _Gcra(scripted.ScriptedLimiter):
     """What turns a Redis cycle limiter into a GCRA one: its script and per-limiter arguments. Mixed in first."""
 
     _script = GCRA
-    _local_type = GcraBackend
+    _local_type: Any = GcraBackend
     _burst: int
     _burst_default: bool
 

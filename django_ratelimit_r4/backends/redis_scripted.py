@@ -77,8 +77,9 @@ class ScriptedLimiter:
     policies, keys and waiting stay the cycle limiter's."""
 
     _script: ClassVar[Script]
-    #: The in-process limiter of the same algorithm that the "local" fault policy builds (unkeyed).
-    _local_type: ClassVar[type]
+    #: The in-process limiter of the same algorithm that the "local" fault policy builds (unkeyed); the cycle
+    #: limiter's fault decisions and states ask it.
+    _local_type: Any
     #: The script's per-limiter arguments (an all-or-nothing decision concatenates them).
     _margs: list[Any]
     #: The longest wait the script can express exactly, in its units.
@@ -118,26 +119,6 @@ class ScriptedLimiter:
     def _reset_call(self: Any, conn: RedisConnection, keys: Sequence[Any], phase: Any = None) -> None:
         """Delete the states (``keys[1:]``; the first is the cycle anchor, unused here): full again."""
         conn.sync.delete(*keys)
-
-    def _fault_decision(self: Any, state_key: str, permits: int, timeout_ns: int) -> int:
-        local = self._local
-        if local is None:
-            return int(self._fault_wait)
-        if isinstance(local, self._local_type):
-            return int(local.acquire(permits, timeout_ns))
-        return int(local._decide(state_key, permits, timeout_ns))
-
-    def _fault_state(self: Any, state_key: str) -> tuple[int, int, int, int]:
-        local = self._local
-        if local is None:
-            return super()._fault_state(state_key)  # type: ignore[misc, no-any-return]
-        if isinstance(local, self._local_type):
-            cycle, permissions, wait = local.state()
-            _, reset_ns = local.quota()
-        else:
-            cycle, permissions, wait = local.state(state_key)
-            _, reset_ns = local.quota(state_key)
-        return cycle, permissions, wait, reset_ns
 
 
 # ------------------------------------------------------------------------------------------ all-or-nothing

@@ -53,7 +53,7 @@ class _Sliding(scripted.ScriptedLimiter):
     Mixed in first."""
 
     _script = SLIDING
-    _local_type = SlidingWindowBackend
+    _local_type: Any = SlidingWindowBackend
     _max_timeout_units = _MAX_TIMEOUT_UNITS
 
     def _sliding_rate(self: Any) -> None:
