@@ -1817,19 +1817,22 @@ def _many_result(members: list[_Member], reply: Any) -> tuple[int, int] | None:
     return reply[0] - 1, reply[1] * members[reply[0] - 1].counter._unit
 
 
-def redis_backend(
+def _factory_of(
+    cls: Any,
     url: str,
     *,
     prefix: str = DEFAULT_PREFIX,
     fault_policy: str = "open",
     connection_options: Mapping[str, Any] | None = None,
+    **extra: Any,
 ) -> Any:
-    """A :class:`~.base.BackendFactory` building :class:`RedisBackend` on ``url`` for ``RateLimiter(backend=...)``."""
+    """A :class:`~.base.BackendFactory` building ``cls`` (a :class:`RedisBackend`) on ``url`` with these
+    options and ``extra`` keyword arguments (a GCRA burst, a lease); ``fault_policy`` is checked here, once."""
     if fault_policy not in FAULT_POLICIES:
         raise ValueError(f"fault_policy must be 'open', 'closed' or 'local', got {fault_policy!r}")
 
-    def factory(name: str, limit_for_period: int, limit_refresh_period_ns: int, clock: Clock) -> RedisBackend:
-        return RedisBackend(
+    def factory(name: str, limit_for_period: int, limit_refresh_period_ns: int, clock: Clock) -> Any:
+        return cls(
             name,
             limit_for_period,
             limit_refresh_period_ns,
@@ -1838,7 +1841,26 @@ def redis_backend(
             prefix=prefix,
             fault_policy=fault_policy,
             connection_options=connection_options,
+            **extra,
         )
+
+    return factory
+
+
+def redis_backend(
+    url: str,
+    *,
+    prefix: str = DEFAULT_PREFIX,
+    fault_policy: str = "open",
+    connection_options: Mapping[str, Any] | None = None,
+) -> Any:
+    """A :class:`~.base.BackendFactory` building :class:`RedisBackend` on ``url`` for ``RateLimiter(backend=...)``."""
+    options: dict[str, Any] = {
+        "prefix": prefix,
+        "fault_policy": fault_policy,
+        "connection_options": connection_options,
+    }
+    factory = _factory_of(RedisBackend, url, **options)
 
     def for_config(config: Any) -> Any:
         # The factory of config's algorithm: RedisBackend for "cycle", RedisGcraBackend for "gcra",
@@ -1848,39 +1870,14 @@ def redis_backend(
         if config.algorithm == "sliding_window":
             from .redis_sliding import RedisSlidingBackend
 
-            def sliding(name: str, limit_for_period: int, limit_refresh_period_ns: int, clock: Clock) -> Any:
-                return RedisSlidingBackend(
-                    name,
-                    limit_for_period,
-                    limit_refresh_period_ns,
-                    clock,
-                    url=url,
-                    prefix=prefix,
-                    fault_policy=fault_policy,
-                    connection_options=connection_options,
-                )
-
-            return sliding
+            return _factory_of(RedisSlidingBackend, url, **options)
         if config.algorithm != "gcra":
             raise ValueError(f"algorithm {config.algorithm!r} is not implemented by the Redis backend")
         from .redis_gcra import RedisGcraBackend
 
-        def gcra(name: str, limit_for_period: int, limit_refresh_period_ns: int, clock: Clock) -> Any:
-            return RedisGcraBackend(
-                name,
-                limit_for_period,
-                limit_refresh_period_ns,
-                clock,
-                burst=config.burst,
-                url=url,
-                prefix=prefix,
-                fault_policy=fault_policy,
-                connection_options=connection_options,
-            )
+        return _factory_of(RedisGcraBackend, url, burst=config.burst, **options)
 
-        return gcra
-
-    factory.for_config = for_config  # type: ignore[attr-defined]
+    factory.for_config = for_config
     return factory
 
 
@@ -2437,7 +2434,25 @@ class RedisStore:
             from .redis_gcra import RedisGcraKeyedRateLimiter as cls
         elif algorithm == "sliding_window":
             from .redis_sliding import RedisSlidingKeyedRateLimiter as cls
-        return cls(  # type: ignore[no-any-return]
+        return self._keyed(  # type: ignore[no-any-return]
+            cls, name, config, clock=clock, max_keys=max_keys, idle_timeout_ns=idle_timeout_ns, on_error=on_error
+        )
+
+    def _keyed(
+        self,
+        cls: Any,
+        name: str,
+        config: Any,
+        *,
+        clock: Clock,
+        max_keys: int,
+        idle_timeout_ns: int | None,
+        on_error: str | None,
+        **extra: Any,
+    ) -> Any:
+        # A keyed limiter of class ``cls`` on this store's connection, with on_error's fault policy and
+        # ``extra`` keyword arguments (a lease).
+        return cls(
             name,
             config,
             clock=clock,
@@ -2447,6 +2462,7 @@ class RedisStore:
             max_keys=max_keys,
             idle_timeout_ns=idle_timeout_ns,
             connection_options=self.connection_options,
+            **extra,
         )
 
     def bulkhead(

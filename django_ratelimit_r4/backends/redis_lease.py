@@ -57,10 +57,10 @@ from .redis import (
     _FAULTS,
     _ON_ERROR_POLICY,
     DEFAULT_PREFIX,
-    FAULT_POLICIES,
     RedisBackend,
     RedisConnection,
     RedisKeyedRateLimiter,
+    _factory_of,
     _Late,
 )
 
@@ -464,28 +464,21 @@ def redis_lease_backend(
     connection_options: Mapping[str, Any] | None = None,
 ) -> Any:
     """A :class:`~.base.BackendFactory` building :class:`RedisLeaseBackend` (``algorithm="cycle"`` only)."""
-    if fault_policy not in FAULT_POLICIES:
-        raise ValueError(f"fault_policy must be 'open', 'closed' or 'local', got {fault_policy!r}")
-
-    def factory(name: str, limit_for_period: int, limit_refresh_period_ns: int, clock: Clock) -> RedisLeaseBackend:
-        return RedisLeaseBackend(
-            name,
-            limit_for_period,
-            limit_refresh_period_ns,
-            clock,
-            lease=lease,
-            url=url,
-            prefix=prefix,
-            fault_policy=fault_policy,
-            connection_options=connection_options,
-        )
+    factory = _factory_of(
+        RedisLeaseBackend,
+        url,
+        prefix=prefix,
+        fault_policy=fault_policy,
+        connection_options=connection_options,
+        lease=lease,
+    )
 
     def for_config(config: Any) -> Any:
         if config.algorithm != "cycle":
             raise ValueError(f"lease is implemented for algorithm 'cycle' only, got {config.algorithm!r}")
         return factory
 
-    factory.for_config = for_config  # type: ignore[attr-defined]
+    factory.for_config = for_config
     return factory
 
 
@@ -513,15 +506,13 @@ def lease_keyed_rate_limiter(
     lease: int,
 ) -> RedisLeaseKeyedRateLimiter:
     """A :class:`RedisLeaseKeyedRateLimiter` on ``store`` (the registry's hook for a keyed ``lease``)."""
-    return RedisLeaseKeyedRateLimiter(
+    return store._keyed(  # type: ignore[no-any-return]
+        RedisLeaseKeyedRateLimiter,
         name,
         config,
-        lease=lease,
         clock=clock,
-        url=store.url,
-        prefix=store.prefix,
-        fault_policy=_ON_ERROR_POLICY[on_error],
         max_keys=max_keys,
         idle_timeout_ns=idle_timeout_ns,
-        connection_options=store.connection_options,
+        on_error=on_error,
+        lease=lease,
     )
