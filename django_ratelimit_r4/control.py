@@ -315,7 +315,7 @@ class ControlPlane:
         }
 
     def _remember(self, name: str, to: str, command_id: str) -> None:
-        target = to.strip().upper().replace("-", "_")
+        target = state.transition_target(to)
         bare = state.parse_name(name)[1]
         if target in STICKY_STATES:
             self.client.hset(self.sticky_key, bare, json.dumps({"to": target, "id": command_id}))
@@ -571,7 +571,9 @@ def cluster_status(names: Iterable[str] | None = None) -> dict[str, Any]:
     for w in workers:
         items = w.get("instances") or []
         if wanted:
-            items = [i for i in items if any(n == i["name"] and k in (None, _kind_of(i["type"])) for k, n in wanted)]
+            items = [
+                i for i in items if any(n == i["name"] and k in (None, state.KIND_OF_TYPE.get(i["type"])) for k, n in wanted)
+            ]
         w["instances"] = items
     return {
         "scope": "cluster",
@@ -580,10 +582,6 @@ def cluster_status(names: Iterable[str] | None = None) -> dict[str, Any]:
         "workers": workers,
         "totals": totals(workers),
     }
-
-
-def _kind_of(type_name: str) -> str | None:
-    return {t: k for k, t in state.TYPES.items()}.get(type_name)
 
 
 _SUMMED = {
@@ -597,22 +595,8 @@ _SUMMED = {
         "number_of_not_permitted_calls",
         "total_not_permitted_calls",
     ),
-    "retry": (
-        "number_of_successful_calls_without_retry_attempt",
-        "number_of_successful_calls_with_retry_attempt",
-        "number_of_failed_calls_without_retry_attempt",
-        "number_of_failed_calls_with_retry_attempt",
-        "number_of_total_calls",
-        "number_of_budget_exhausted_calls",
-    ),
-    "timelimiter": ("number_of_successful_calls", "number_of_failed_calls", "number_of_timeout_calls"),
-    "adaptivethrottler": (
-        "requests",
-        "accepts",
-        "number_of_accepted_calls",
-        "number_of_rejected_calls",
-        "number_of_throttled_calls",
-    ),
+    # The counter-only types: every field the snapshot reads (rejection_probability is then the highest worker's).
+    **{state.TYPES[kind]: fields for kind, fields in state.COUNTERS.items()},
 }
 
 

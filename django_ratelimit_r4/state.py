@@ -40,6 +40,8 @@ from .core.exceptions import IllegalStateTransition
 logger = logging.getLogger("django_ratelimit_r4.state")
 
 __all__ = [
+    "COUNTERS",
+    "KIND_OF_TYPE",
     "MAX_LISTED_KEYS",
     "TRANSITION_TARGETS",
     "TYPES",
@@ -54,11 +56,13 @@ __all__ = [
     "reset",
     "snapshot",
     "transition",
+    "transition_target",
 ]
 
 #: Registry section -> the ``type`` written in the snapshot (the order ``r4 status`` lists them in).
 TYPES: dict[str, str] = {kind: registry.KINDS[kind].type_name for kind in registry.KINDS}
-_KIND_OF_TYPE = {type_name: kind for kind, type_name in TYPES.items()}
+#: The other way round: snapshot ``type`` -> registry section.
+KIND_OF_TYPE: dict[str, str] = {type_name: kind for kind, type_name in TYPES.items()}
 
 #: Circuit breaker states an operator may transition to, and the method doing it.
 TRANSITION_TARGETS: dict[str, str] = {
@@ -288,6 +292,29 @@ def _circuitbreaker_state(breaker: Any) -> dict[str, Any]:
     return out
 
 
+#: The snapshot fields of the types that are plain counters (``rejection_probability`` aside), by registry
+#: section: the state endpoint reads them and the control plane's cluster totals add them up.
+COUNTERS: dict[str, tuple[str, ...]] = {
+    "retries": (
+        "number_of_successful_calls_without_retry_attempt",
+        "number_of_successful_calls_with_retry_attempt",
+        "number_of_failed_calls_without_retry_attempt",
+        "number_of_failed_calls_with_retry_attempt",
+        "number_of_total_calls",
+        "number_of_budget_exhausted_calls",
+    ),
+    "timelimiters": ("number_of_successful_calls", "number_of_failed_calls", "number_of_timeout_calls"),
+    "adaptivethrottlers": (
+        "requests",
+        "accepts",
+        "rejection_probability",
+        "number_of_accepted_calls",
+        "number_of_rejected_calls",
+        "number_of_throttled_calls",
+    ),
+}
+
+
 def _counters(names: Iterable[str]) -> Callable[[Any], dict[str, Any]]:
     def read(instance: Any) -> dict[str, Any]:
         return {n: getattr(instance.metrics, n) for n in names}
@@ -298,29 +325,7 @@ def _counters(names: Iterable[str]) -> Callable[[Any], dict[str, Any]]:
 _READERS: dict[str, Callable[[Any], dict[str, Any]]] = {
     "bulkheads": _bulkhead_state,
     "circuitbreakers": _circuitbreaker_state,
-    "retries": _counters(
-        (
-            "number_of_successful_calls_without_retry_attempt",
-            "number_of_successful_calls_with_retry_attempt",
-            "number_of_failed_calls_without_retry_attempt",
-            "number_of_failed_calls_with_retry_attempt",
-            "number_of_total_calls",
-            "number_of_budget_exhausted_calls",
-        )
-    ),
-    "timelimiters": _counters(
-        ("number_of_successful_calls", "number_of_failed_calls", "number_of_timeout_calls")
-    ),
-    "adaptivethrottlers": _counters(
-        (
-            "requests",
-            "accepts",
-            "rejection_probability",
-            "number_of_accepted_calls",
-            "number_of_rejected_calls",
-            "number_of_throttled_calls",
-        )
-    ),
+    **{kind: _counters(fields) for kind, fields in COUNTERS.items()},
 }
 
 
@@ -333,7 +338,7 @@ def snapshot(names: Iterable[str] | None = None, *, include_keys: bool = False) 
     never hides the others. Reading changes nothing, except that instances not used yet are built (fresh
     and full).
     """
-    wanted = None if names is None else [_parse(n) for n in names]
+    wanted = None if names is None else [parse_name(n) for n in names]
     keyed, keyed_failures = _keyed_stores()
     out: list[dict[str, Any]] = []
     matched: set[tuple[str | None, str]] = set()
@@ -408,23 +413,27 @@ def _item(
 # ------------------------------------------------------------------------------------------- actions
 
 
-def _parse(qualified: str) -> tuple[str | None, str]:
-    """``"circuitbreaker:payments"`` -> ``("circuitbreakers", "payments")``; bare names -> ``(None, name)``."""
+def parse_name(qualified: str) -> tuple[str | None, str]:
+    """``"circuitbreaker:payments"`` -> ``("circuitbreakers", "payments")``; a bare name -> ``(None, name)``."""
     prefix, sep, rest = qualified.partition(":")
-    if sep and prefix in _KIND_OF_TYPE:
-        return _KIND_OF_TYPE[prefix], rest
+    if sep and prefix in KIND_OF_TYPE:
+        return KIND_OF_TYPE[prefix], rest
     return None, qualified
 
 
-def parse_name(qualified: str) -> tuple[str | None, str]:
-    """``"circuitbreaker:payments"`` -> ``("circuitbreakers", "payments")``; a bare name -> ``(None, name)``."""
-    return _parse(qualified)
+def transition_target(to: object) -> str:
+    """The breaker state ``to`` names (case-insensitive, ``-`` for ``_``), a key of :data:`TRANSITION_TARGETS`;
+    an unknown one raises :class:`IllegalAction`."""
+    target = str(to).strip().upper().replace("-", "_")
+    if target not in TRANSITION_TARGETS:
+        raise IllegalAction(f"unknown circuit breaker state {to!r}; use one of {', '.join(TRANSITION_TARGETS)}")
+    return target
 
 
 def check_names(names: Iterable[str]) -> None:
     """Raise :class:`UnknownName` (as :func:`snapshot` would) if one of ``names`` is not configured."""
     for qualified in names:
-        kind, name = _parse(qualified)
+        kind, name = parse_name(qualified)
         kinds = [kind] if kind is not None else list(TYPES)
         if not any(name in registry.names(k) for k in kinds):
             raise UnknownName(_unknown_message(name, kind, None))
@@ -437,16 +446,11 @@ def check_action(action: str, name: str, *, key: str | None = None, to: str | No
     Whether a transition is allowed depends on each process's current state: only the action itself knows.
     """
     if action == "transition":
-        target = str(to).strip().upper().replace("-", "_")
-        if target not in TRANSITION_TARGETS:
-            raise IllegalAction(f"unknown circuit breaker state {to!r}; use one of {', '.join(TRANSITION_TARGETS)}")
+        transition_target(to)
         _resolve_kind(name, ("circuitbreakers",), "transition")
     elif action == "reset":
-        allowed = ("ratelimiters", "circuitbreakers", "retries", "timelimiters")
-        _refuse_bulkhead_reset(name, allowed)
-        kind, bare = _resolve_kind(name, allowed, "reset")
-        if key is not None and kind != "ratelimiters":
-            raise IllegalAction(f"--key applies to rate limiters only, not to {TYPES[kind]} {bare!r}")
+        _refuse_bulkhead_reset(name, _RESETTABLE)
+        _check_key(*_resolve_kind(name, _RESETTABLE, "reset"), key)
     elif action == "drain":
         _resolve_kind(name, ("ratelimiters",), "drain")
     else:
@@ -469,7 +473,7 @@ def _resolve(qualified: str, allowed: tuple[str, ...], action: str) -> tuple[str
 
 def _resolve_kind(qualified: str, allowed: tuple[str, ...], action: str) -> tuple[str, str]:
     """The kind and bare name of the one instance ``qualified`` names among the ``allowed`` kinds."""
-    kind, name = _parse(qualified)
+    kind, name = parse_name(qualified)
     if kind is not None:
         if kind not in allowed:
             raise IllegalAction(
@@ -499,8 +503,17 @@ def _keyed(name: str) -> Any:
     return dict(registry.keyed_rate_limiters()).get(name)
 
 
+#: The kinds :func:`reset` applies to (a bulkhead is refused: :func:`_refuse_bulkhead_reset`).
+_RESETTABLE = ("ratelimiters", "circuitbreakers", "retries", "timelimiters")
+
+
+def _check_key(kind: str, bare: str, key: str | None) -> None:
+    if key is not None and kind != "ratelimiters":
+        raise IllegalAction(f"--key applies to rate limiters only, not to {TYPES[kind]} {bare!r}")
+
+
 def _refuse_bulkhead_reset(name: str, allowed: tuple[str, ...]) -> None:
-    kind_hint, bare = _parse(name)
+    kind_hint, bare = parse_name(name)
     if (
         kind_hint is None
         and bare in registry.names("bulkheads")
@@ -520,13 +533,11 @@ def reset(name: str, key: str | None = None) -> dict[str, Any]:
     are refused: a reset forgets permits held by calls in flight, letting more than
     ``max_concurrent_calls`` run until they finish.
     """
-    allowed = ("ratelimiters", "circuitbreakers", "retries", "timelimiters")
-    _refuse_bulkhead_reset(name, allowed)
-    kind, bare, instance = _resolve(name, allowed, "reset")
+    _refuse_bulkhead_reset(name, _RESETTABLE)
+    kind, bare, instance = _resolve(name, _RESETTABLE, "reset")
+    _check_key(kind, bare, key)
     result: dict[str, Any] = {"action": "reset", "type": TYPES[kind], "name": bare}
     if key is not None:
-        if kind != "ratelimiters":
-            raise IllegalAction(f"--key applies to rate limiters only, not to {TYPES[kind]} {bare!r}")
         registry.get_keyed_rate_limiter(bare).reset(key)
         result["key"] = key
         return result
@@ -559,12 +570,8 @@ def transition(name: str, to: str) -> dict[str, Any]:
     Returns ``{"action": "transition", ..., "from_state": ..., "to_state": ...}``; an unknown target or
     a transition Resilience4j forbids (e.g. ``METRICS_ONLY`` -> ``HALF_OPEN``) raises :class:`IllegalAction`.
     """
-    target = str(to).strip().upper().replace("-", "_")
-    method = TRANSITION_TARGETS.get(target)
-    if method is None:
-        raise IllegalAction(
-            f"unknown circuit breaker state {to!r}; use one of {', '.join(TRANSITION_TARGETS)}"
-        )
+    target = transition_target(to)
+    method = TRANSITION_TARGETS[target]
     kind, bare, breaker = _resolve(name, ("circuitbreakers",), "transition")
     before = breaker.state.name
     try:
