@@ -290,28 +290,53 @@ class VegasLimit:
     Gradient2, is 0.2; set 1.0 for Netflix's behaviour).
     """
 
-    __slots__ = ("_probe_count", "_probe_jitter", "_random", "_rtt_noload", "cfg", "estimated_limit", "limit")
+    __slots__ = (
+        "_max",
+        "_min",
+        "_probe_at",
+        "_probe_count",
+        "_probe_jitter",
+        "_probe_multiplier",
+        "_random",
+        "_rtt_noload",
+        "_smoothing",
+        "cfg",
+        "estimated_limit",
+        "limit",
+    )
 
     def __init__(self, initial_limit: int, cfg: AdaptiveLimitConfig) -> None:
         self.cfg = cfg
+        # The config's numbers copied into slots, as Gradient2Limit and AIMDLimit do: update() runs per call.
+        self._probe_multiplier = cfg.probe_multiplier
+        self._min = cfg.min_limit
+        self._max = cfg.max_limit
+        self._smoothing = cfg.smoothing
         self.estimated_limit = float(initial_limit)
         self.limit = initial_limit
         self._rtt_noload = 0
         self._probe_count = 0
         self._random = random.Random(initial_limit)
         self._probe_jitter = self._random.uniform(0.5, 1.0)
+        self._set_probe_at()
+
+    def _set_probe_at(self) -> None:
+        # The sample count that starts the next probe: it changes only with the jitter or the estimated limit,
+        # so it is computed then, not per call.
+        self._probe_at = self._probe_jitter * self._probe_multiplier * self.estimated_limit
 
     def update(self, rtt_ns: int, inflight: int, dropped: bool, end_ns: int = 0) -> int:
         """The new limit after one call that took ``rtt_ns`` with ``inflight`` calls holding permits."""
         if rtt_ns < 1:
             rtt_ns = 1
         self._probe_count += 1
-        estimated = self.estimated_limit
-        if self._probe_jitter * self.cfg.probe_multiplier * estimated <= self._probe_count:
+        if self._probe_at <= self._probe_count:
             self._probe_jitter = self._random.uniform(0.5, 1.0)
+            self._set_probe_at()
             self._probe_count = 0
             self._rtt_noload = rtt_ns
             return self.limit
+        estimated = self.estimated_limit
         noload = self._rtt_noload
         if noload == 0 or rtt_ns < noload:
             self._rtt_noload = rtt_ns
@@ -331,10 +356,11 @@ class VegasLimit:
                 new_limit = estimated - l10
             else:
                 return self.limit
-        cfg = self.cfg
-        new_limit = max(cfg.min_limit, min(cfg.max_limit, new_limit))
-        new_limit = (1 - cfg.smoothing) * estimated + cfg.smoothing * new_limit
+        new_limit = max(self._min, min(self._max, new_limit))
+        smoothing = self._smoothing
+        new_limit = (1 - smoothing) * estimated + smoothing * new_limit
         self.estimated_limit = new_limit
+        self._set_probe_at()
         self.limit = int(new_limit)
         return self.limit
 
