@@ -51,6 +51,7 @@ from . import conf, registry, state
 __all__ = [
     "ACK_TTL_S",
     "DEFAULT_TIMEOUT_S",
+    "MAX_TIMEOUT_S",
     "STICKY_STATES",
     "ControlPlane",
     "ControlUnavailable",
@@ -67,6 +68,8 @@ logger = logging.getLogger("django_ratelimit_r4.control")
 
 #: How long :func:`broadcast` waits for acknowledgements by default (seconds).
 DEFAULT_TIMEOUT_S = 2.0
+#: The longest wait for acknowledgements an operator may ask for (``r4 --timeout``, the endpoint's ``timeout``).
+MAX_TIMEOUT_S = 30.0
 #: An acknowledgement hash lives this long (seconds) after the last ack written to it.
 ACK_TTL_S = 60
 #: How long a worker waits to hear a cluster-wide breaker's transition the sender made before it fails its ack.

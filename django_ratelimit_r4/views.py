@@ -53,7 +53,7 @@ __all__ = ["KEYS_PERMISSION", "MAX_TIMEOUT_S", "drain_view", "reset_view", "stat
 KEYS_PERMISSION = "ratelimit_r4.view_keys"
 
 #: The longest ``timeout`` (seconds) a broadcast action may wait for acknowledgements.
-MAX_TIMEOUT_S = 30.0
+MAX_TIMEOUT_S = control.MAX_TIMEOUT_S
 
 
 class _Access:
@@ -244,9 +244,11 @@ def _body(request: HttpRequest, fields: frozenset[str]) -> dict[str, Any]:
 
 
 def _action(
-    run: Callable[[str, dict[str, Any]], dict[str, Any]], *fields: str
+    action: str, run: Callable[..., dict[str, Any]], field: str, doc: str
 ) -> Callable[[HttpRequest, str], HttpResponse]:
-    accepted = frozenset(fields)
+    """The view of ``action``: ``run(name, **{field: value})`` here, or the same arguments broadcast to every
+    worker through the control plane."""
+    accepted = frozenset((field, "timeout"))
 
     def view(request: HttpRequest, access: _Access, name: str) -> HttpResponse:
         if request.method != "POST":
@@ -259,11 +261,14 @@ def _action(
             if failure is not None:
                 return failure
         try:
-            data = _body(request, accepted | {"timeout"})
+            data = _body(request, accepted)
             timeout = _timeout(data.pop("timeout", None))
+            value = _optional(data, field)
+            if field == "to" and value is None:
+                raise state.IllegalAction(f"'to' is required: one of {', '.join(state.TRANSITION_TARGETS)}")
             if control.get_control_plane() is not None:
-                return _json(_broadcast(run, name, data, timeout))
-            result = run(name, data)
+                return _json(control.broadcast(action, name, timeout=timeout, **{field: value}))
+            result = run(name, **{field: value})
             return _json({**result, "scope": "worker", "worker": control.worker()})
         except state.UnknownName as exc:
             return _error(str(exc), 404)
@@ -274,7 +279,7 @@ def _action(
         except ImproperlyConfigured as exc:  # a misconfigured instance: say what `manage.py check` says
             return _error(str(exc), 500)
 
-    view.__doc__ = run.__doc__
+    view.__doc__ = doc
     return _operators_only(view)
 
 
@@ -289,20 +294,6 @@ def _timeout(value: Any) -> float:
     if isinstance(value, bool) or not 0 <= seconds <= MAX_TIMEOUT_S:
         raise state.IllegalAction(f"'timeout' must be a number of seconds from 0 to {MAX_TIMEOUT_S:g}, got {value!r}")
     return seconds
-
-
-def _broadcast(
-    run: Callable[[str, dict[str, Any]], dict[str, Any]], name: str, data: dict[str, Any], timeout: float
-) -> dict[str, Any]:
-    """The action sent to every worker through the control plane, with the fields checked as for one worker."""
-    action = _ACTION_OF[run]
-    key = _optional(data, "key") if action != "transition" else None
-    to = None
-    if action == "transition":
-        to = _optional(data, "to")
-        if to is None:
-            raise state.IllegalAction(f"'to' is required: one of {', '.join(state.TRANSITION_TARGETS)}")
-    return control.broadcast(action, name, key=key, to=to, timeout=timeout)
 
 
 def _optional(data: dict[str, Any], field: str) -> str | None:
@@ -322,33 +313,11 @@ def _optional(data: dict[str, Any], field: str) -> str | None:
     return value
 
 
-def _reset(name: str, data: dict[str, Any]) -> dict[str, Any]:
-    """POST ``<name>/reset`` (optional ``key``): :func:`state.reset`."""
-    return state.reset(name, key=_optional(data, "key"))
-
-
-def _drain(name: str, data: dict[str, Any]) -> dict[str, Any]:
-    """POST ``<name>/drain`` (optional ``key``): :func:`state.drain`."""
-    return state.drain(name, key=_optional(data, "key"))
-
-
-def _transition(name: str, data: dict[str, Any]) -> dict[str, Any]:
-    """POST ``<name>/transition`` with ``to``: :func:`state.transition`."""
-    to = _optional(data, "to")
-    if to is None:
-        raise state.IllegalAction(f"'to' is required: one of {', '.join(state.TRANSITION_TARGETS)}")
-    return state.transition(name, to)
-
-
-_ACTION_OF: dict[Callable[[str, dict[str, Any]], dict[str, Any]], str] = {
-    _reset: "reset",
-    _drain: "drain",
-    _transition: "transition",
-}
-
 #: POST ``<name>/reset`` with optional ``key``.
-reset_view = _action(_reset, "key")
+reset_view = _action("reset", state.reset, "key", "POST ``<name>/reset`` (optional ``key``): :func:`state.reset`.")
 #: POST ``<name>/drain`` with optional ``key``.
-drain_view = _action(_drain, "key")
+drain_view = _action("drain", state.drain, "key", "POST ``<name>/drain`` (optional ``key``): :func:`state.drain`.")
 #: POST ``<name>/transition`` with ``to`` (``CLOSED``, ``OPEN``, ``FORCED_OPEN``, ...).
-transition_view = _action(_transition, "to")
+transition_view = _action(
+    "transition", state.transition, "to", "POST ``<name>/transition`` with ``to``: :func:`state.transition`."
+)

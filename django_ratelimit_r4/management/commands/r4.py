@@ -50,7 +50,7 @@ TOKEN_ENV = "R4_STATE_ENDPOINT_TOKEN"
 #: Seconds to wait for the state endpoint.
 HTTP_TIMEOUT = 10.0
 #: The longest ``--timeout`` an action may wait for the workers' acknowledgements (seconds).
-MAX_WAIT_S = 30.0
+MAX_WAIT_S = control.MAX_TIMEOUT_S
 #: Clears the terminal between ``--watch`` frames (cursor home + erase display).
 CLEAR = "\x1b[H\x1b[2J"
 
