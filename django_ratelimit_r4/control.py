@@ -300,17 +300,14 @@ class ControlPlane:
     def _follow(breaker: Any, epoch: int, before: str | None) -> dict[str, Any]:
         """This worker's answer to a shared transition made by the sender (from state ``before``): wait until its
         breaker has heard the transition's epoch (pub/sub, normally well under a millisecond), not make it again."""
-        deadline = time.monotonic() + FOLLOW_TIMEOUT_S
-        while breaker.epoch < epoch and not breaker.degraded:
-            if time.monotonic() >= deadline:
-                raise state.StateError(
-                    f"circuit breaker {breaker.name!r}: the shared transition (epoch {epoch}) was not heard within "
-                    f"{FOLLOW_TIMEOUT_S:g}s; this worker is at epoch {breaker.epoch}"
-                )
-            time.sleep(0.002)
+        if not breaker.wait_epoch(epoch, FOLLOW_TIMEOUT_S):
+            raise state.StateError(
+                f"circuit breaker {breaker.name!r}: the shared transition (epoch {epoch}) was not heard within "
+                f"{FOLLOW_TIMEOUT_S:g}s; this worker is at epoch {breaker.epoch}"
+            )
         return {
             "action": "transition",
-            "type": "circuitbreaker",
+            "type": state.TYPES["circuitbreakers"],
             "name": breaker.name,
             "from_state": before,
             "to_state": breaker.state.name,

@@ -799,6 +799,18 @@ class RedisCircuitBreaker(CircuitBreaker):
         self._ensure_started()
         return self._listening.wait(timeout)
 
+    def wait_epoch(self, epoch: int, timeout: float) -> bool:
+        """Wait until this process has heard the shared transition ``epoch`` (or a later one) and return True;
+        False if ``timeout`` seconds pass first. Returns True at once while degraded: Redis is unreachable here,
+        there is nothing to hear and this worker decides alone. (The control plane's follower of a broadcast
+        transition made once, by the sender.)"""
+        deadline = time.monotonic() + timeout
+        while self._epoch < epoch and not self._degraded:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.002)  # a transition is heard within a millisecond or two (pub/sub)
+        return True
+
     @property
     def epoch(self) -> int:
         """The number of the shared transition this process's state comes from (0: none yet)."""

@@ -214,6 +214,18 @@ def test_manual_transitions_propagate_both_ways(redis_url: str, prefix: str, mad
     wait_until(lambda: a.state is State.CLOSED, "reset on a")
 
 
+def test_wait_epoch_is_true_once_the_transition_is_heard_and_false_before(
+    redis_url: str, prefix: str, made: Any
+) -> None:
+    # The control plane's follower of a broadcast transition: the sender made it once, the others wait to hear it.
+    a, b = made(redis_url, prefix), made(redis_url, prefix)
+    assert a.wait_listening(HANG_GUARD_S) and b.wait_listening(HANG_GUARD_S)
+    assert not b.wait_epoch(b.epoch + 1, 0)  # nothing was made: not heard when the (zero) timeout is up
+    a.transition_to_forced_open_state()
+    assert b.wait_epoch(a.epoch, HANG_GUARD_S)
+    assert b.epoch == a.epoch and b.state is State.FORCED_OPEN
+
+
 def test_the_end_of_the_open_wait_and_the_trials_decide_for_everyone(redis_url: str, prefix: str, made: Any) -> None:
     """OPEN for 1 ms: the first call after it turns the cluster HALF_OPEN; 3 trials in all (both workers),
     then their successes close the breaker everywhere."""
