@@ -17,6 +17,7 @@ redis://127.0.0.1:6379/15; keys under a random ``r4bench:`` prefix, deleted afte
 from __future__ import annotations
 
 import contextlib
+import functools
 import multiprocessing
 import os
 import sys
@@ -32,9 +33,9 @@ if __package__ in (None, ""):  # run as a script: make the checkout importable
 import redis
 
 try:  # python -m benchmarks.bench_breaker_propagation
-    from ._timing import print_rows
+    from ._timing import best_pair, print_rows
 except ImportError:  # benchmarks/run.py, or run as a script
-    from _timing import print_rows  # type: ignore[no-redef]
+    from _timing import best_pair, print_rows  # type: ignore[no-redef]
 
 from django_ratelimit_r4.backends.redis_breaker import RedisCircuitBreaker
 from django_ratelimit_r4.core.circuitbreaker import CircuitBreaker, CircuitBreakerConfig, State
@@ -110,17 +111,6 @@ def _propagation(prefix: str) -> tuple[list[int], list[int]]:
     return opened, closed
 
 
-def _closed_call_ns(breaker: Any, n: int = 200_000) -> float:
-    fn = int
-    best = float("inf")
-    for _ in range(5):
-        t = time.perf_counter_ns()
-        for _ in range(n):
-            breaker.call(fn)
-        best = min(best, (time.perf_counter_ns() - t) / n)
-    return best
-
-
 def run() -> list[dict[str, Any]]:
     """Measure every row; each is ``{name, ns_per_op, baseline_ns, ratio, target}``."""
     prefix = f"r4bench:{uuid.uuid4().hex[:8]}"
@@ -144,7 +134,8 @@ def run() -> list[dict[str, Any]]:
         shared = RedisCircuitBreaker("closed-path", CONFIG, url=URL, prefix=prefix)
         assert shared.state is State.CLOSED
         local = CircuitBreaker("closed-path", CONFIG)
-        s_ns, l_ns = _closed_call_ns(shared), _closed_call_ns(local)
+        # Interleaved best-of (benchmarks/_timing.py), so a busy neighbour slows both alike.
+        s_ns, l_ns = best_pair(functools.partial(shared.call, int), functools.partial(local.call, int), 200_000, 5)
         shared.close()
         rows.append(
             {
@@ -164,7 +155,7 @@ def run() -> list[dict[str, Any]]:
 
 
 def main() -> int:
-    """Print the rows (and the raw medians)."""
+    """Print the rows."""
     rows = run()
     print_rows(rows, baseline_label="PING ns")
     return 0
