@@ -51,6 +51,7 @@ __all__ = [
     "UnknownName",
     "check_action",
     "check_names",
+    "cluster_counts",
     "drain",
     "parse_name",
     "reset",
@@ -224,15 +225,9 @@ def _bulkhead_state(bulkhead: Any) -> dict[str, Any]:
         "rejected_calls": m.rejected_calls,
         "finished_calls": m.finished_calls,
     }
-    cluster = getattr(m, "cluster_concurrent_calls", None)
-    if cluster is not None:  # a cluster-wide bulkhead: leases alive cluster-wide (one round trip)
-        expired = None
-        try:
-            counts = bulkhead.cluster_counts()
-        except Exception:  # Redis unreachable: the count as of its last reply
-            counts = None
-        if counts is not None:
-            cluster, expired = counts
+    counts = cluster_counts(bulkhead)
+    if counts is not None:  # a cluster-wide bulkhead: leases alive cluster-wide (one round trip)
+        cluster, expired = counts
         out["cluster_concurrent_calls"] = cluster
         out["available_concurrent_calls"] = max(0, m.max_allowed_concurrent_calls - cluster)
         out["cluster_expired_leases"] = expired  # ever, cluster-wide: workers killed or stalled mid-call
@@ -247,6 +242,20 @@ def _bulkhead_state(bulkhead: Any) -> dict[str, Any]:
             "probing": getattr(limit, "probing", None),
         }
     return out
+
+
+def cluster_counts(bulkhead: Any) -> tuple[int, int | None] | None:
+    """A cluster-wide (redis) bulkhead's ``(leases alive in the cluster, leases ever expired unreleased)``, read
+    now in one round trip; while Redis does not answer, the alive count of its last reply and None. None for a
+    per-process bulkhead. (The state endpoint and the Prometheus collector read it alike.)"""
+    read = getattr(bulkhead, "cluster_counts", None)
+    if read is None:
+        return None
+    try:
+        alive, expired = read()
+    except Exception:  # Redis unreachable
+        return bulkhead.metrics.cluster_concurrent_calls, None
+    return alive, expired
 
 
 def _retry_budget_item(name: str) -> dict[str, Any]:

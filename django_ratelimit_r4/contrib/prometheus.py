@@ -100,6 +100,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from .. import registry as r4_registry
+from .. import state as r4_state
 from ..core.circuitbreaker import State
 
 try:  # written separately and optional: no stall series without it
@@ -441,12 +442,9 @@ def _read(out: _Reading) -> None:
 
     for name, bh in r4_registry.instances("bulkheads"):
         m = bh.metrics
-        cluster_counts = getattr(bh, "cluster_counts", None)
-        if cluster_counts is not None:  # cluster-wide (redis): one round trip per read, the cached count on a fault
-            try:
-                in_flight, expired = cluster_counts()
-            except Exception:
-                in_flight, expired = m.cluster_concurrent_calls, None
+        counts = r4_state.cluster_counts(bh)
+        if counts is not None:  # cluster-wide (redis): one round trip per read, the cached count on a fault
+            in_flight, expired = counts
             gauge((BH_CLUSTER_CALLS, (name,), in_flight))
             if expired is not None:
                 gauge((BH_CLUSTER_EXPIRED, (name,), expired))
