@@ -482,14 +482,18 @@ def get_control_plane() -> ControlPlane | None:
     options = conf.get_control()
     if options is None:
         return None
-    plane = _plane
     spec = conf.get_analysis().backends.get(options.backend)
     if spec is None:
         return None
-    if plane is None or plane.options != options or plane.spec != spec or plane._pid != os.getpid():
+
+    def current(plane: ControlPlane | None) -> bool:
+        return plane is not None and plane.options == options and plane.spec == spec and plane._pid == os.getpid()
+
+    plane = _plane
+    if not current(plane):
         with _plane_lock:
             plane = _plane
-            if plane is None or plane.options != options or plane.spec != spec or plane._pid != os.getpid():
+            if not current(plane):
                 old, plane = plane, ControlPlane(options, spec)
                 _plane = plane
                 if old is not None and old._pid == os.getpid():
