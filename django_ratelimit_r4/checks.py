@@ -230,7 +230,7 @@ def _drf_throttle_names(cls: type, initkwargs: Mapping[str, Any]) -> Iterator[tu
 
 
 def _view_names(callback: Any) -> Iterator[tuple[str, str, bool, str]]:
-    """``(kind, name, named explicitly, view)`` of every instance name a routed callback uses."""
+    """``(section, name, named explicitly, view)`` of every instance name a routed callback uses."""
     from .decorators import referenced_names
 
     cls = getattr(callback, "view_class", None) or getattr(callback, "cls", None)  # Django / DRF as_view()
@@ -238,13 +238,13 @@ def _view_names(callback: Any) -> Iterator[tuple[str, str, bool, str]]:
         cls = None
     # as_view() copies dispatch's attributes onto its function: name the class, not that function.
     where = _qualname(cls if cls is not None else callback)
-    for kind, name in referenced_names(callback):
-        yield kind, name, True, where
+    for section, name in referenced_names(callback):
+        yield section, name, True, where
     if cls is None:
         return
     for fn in _class_functions(cls):
-        for kind, name in referenced_names(fn):
-            yield kind, name, True, where
+        for section, name in referenced_names(fn):
+            yield section, name, True, where
     initkwargs = getattr(callback, "initkwargs", None)
     for name, explicit in _drf_throttle_names(cls, initkwargs if isinstance(initkwargs, Mapping) else {}):
         yield "ratelimiters", name, explicit, where
@@ -325,10 +325,10 @@ def _places(places: list[str]) -> str:
 
 
 def _unknown_name_message(
-    analysis: conf.Analysis, kind: str, name: str, explicit: bool, places: list[str], known: Sequence[str]
+    analysis: conf.Analysis, section: str, name: str, explicit: bool, places: list[str], known: Sequence[str]
 ) -> CheckMessage:
-    kind_info = conf.KINDS[kind]
-    where = conf.setting_path(kind, "instances")
+    section_info = conf.SECTIONS[section]
+    where = conf.setting_path(section, "instances")
     close = conf._did_you_mean(name, known)
     listing = ", ".join(repr(n) for n in known) if known else "none"
     if not explicit:
@@ -340,16 +340,16 @@ def _unknown_name_message(
             id=Code.UNKNOWN_THROTTLE_SCOPE.check_id,
         )
     hint = f"Declare it in {where}"
-    if kind == "ratelimiters":
+    if section == "ratelimiters":
         hint += f" or give it a rate in {conf.drf_scope_path(None)}"
     hint += f", or fix the name (configured: {listing})."
-    if kind == "ratelimiters" and conf._is_rate(name):
+    if section == "ratelimiters" and conf._is_rate(name):
         hint = (
             f"{name!r} is a rate, not a name: declare an instance with it, e.g. "
-            f'{conf.setting_path(kind, "instances", "api")} = {{"rate": "{name}"}}, and use that name.'
+            f'{conf.setting_path(section, "instances", "api")} = {{"rate": "{name}"}}, and use that name.'
         )
     return Error(
-        f"{_places(places)}: uses {kind_info.type_name} {name!r}, which is not configured in {where}; "
+        f"{_places(places)}: uses {section_info.type_name} {name!r}, which is not configured in {where}; "
         "the first request would fail with ImproperlyConfigured",
         hint=(close + " " if close else "") + hint,
         id=Code.UNKNOWN_NAME.check_id,
@@ -386,19 +386,19 @@ def check_url_names(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
             places = demands.setdefault((name, count), [])
             if f"{view} (URL '{route}')" not in places:
                 places.append(f"{view} (URL '{route}')")
-        for kind, name, explicit, view in names:
-            places = uses.setdefault((kind, name, explicit), [])
+        for section, name, explicit, view in names:
+            places = uses.setdefault((section, name, explicit), [])
             place = f"{view} (URL '{route}')"
             if place not in places:
                 places.append(place)
     messages: list[CheckMessage] = []
-    for (kind, name, explicit), places in uses.items():
-        if analysis.section_problems[kind]:
+    for (section, name, explicit), places in uses.items():
+        if analysis.section_problems[section]:
             continue  # the whole section is unusable: check_settings reports that once
-        known = analysis.names(kind)
-        if name in known or (kind == "ratelimiters" and name in analysis.unthrottled_scopes):
+        known = analysis.names(section)
+        if name in known or (section == "ratelimiters" and name in analysis.unthrottled_scopes):
             continue
-        messages.append(_unknown_name_message(analysis, kind, name, explicit, places, known))
+        messages.append(_unknown_name_message(analysis, section, name, explicit, places, known))
     if not analysis.section_problems["ratelimiters"]:
         messages.extend(_permits_messages(analysis, demands))
     return messages

@@ -44,16 +44,16 @@ from .keyed import DEFAULT_MAX_KEYS as _KEYED_DEFAULT_MAX_KEYS
 from .keyspec import BUILTIN_KEYS, validate_key_spec
 
 __all__ = [
-    "KINDS",
+    "SECTIONS",
     "SETTING",
     "Analysis",
     "BackendSpec",
     "Code",
     "ControlOptions",
     "InstanceSpec",
-    "Kind",
     "Problem",
     "R4Options",
+    "Section",
     "StallDetectorOptions",
     "analyse",
     "clear_cache",
@@ -224,10 +224,11 @@ class Problem:
 
 
 @dataclass(frozen=True, slots=True)
-class Kind:
+class Section:
     """One section of the setting: which config class it validates with and which primitive it builds."""
 
-    section: str
+    #: The key in ``RATELIMIT_R4`` (``"ratelimiters"``); a *type* (``type_name``) is what one instance is.
+    name: str
     type_name: str
     config_class: type
     primitive_path: str
@@ -243,10 +244,10 @@ class Kind:
 
 
 #: The six sections, in the order ``manage.py r4 status`` lists them.
-KINDS: dict[str, Kind] = {
-    k.section: k
-    for k in (
-        Kind(
+SECTIONS: dict[str, Section] = {
+    s.name: s
+    for s in (
+        Section(
             "ratelimiters",
             "ratelimiter",
             RateLimiterConfig,
@@ -255,7 +256,7 @@ KINDS: dict[str, Kind] = {
             ("key", "max_keys", "key_idle_timeout", "backend", "on_backend_error", "lease"),
             ("rate",),
         ),
-        Kind(
+        Section(
             "bulkheads",
             "bulkhead",
             BulkheadConfig,
@@ -263,7 +264,7 @@ KINDS: dict[str, Kind] = {
             "get_bulkhead",
             ("retry_after", "backend", "lease_ttl", "on_backend_error"),
         ),
-        Kind(
+        Section(
             "circuitbreakers",
             "circuitbreaker",
             CircuitBreakerConfig,
@@ -271,7 +272,7 @@ KINDS: dict[str, Kind] = {
             "get_circuit_breaker",
             ("backend",),
         ),
-        Kind(
+        Section(
             "retries",
             "retry",
             RetryConfig,
@@ -279,14 +280,14 @@ KINDS: dict[str, Kind] = {
             "get_retry",
             ("budget",),
         ),
-        Kind(
+        Section(
             "timelimiters",
             "timelimiter",
             TimeLimiterConfig,
             "django_ratelimit_r4.core.timelimiter.TimeLimiter",
             "get_time_limiter",
         ),
-        Kind(
+        Section(
             "adaptivethrottlers",
             "adaptivethrottler",
             AdaptiveThrottlerConfig,
@@ -482,13 +483,19 @@ class BackendSpec:
 class InstanceSpec:
     """Everything needed to build one configured instance: its validated config and extra options."""
 
-    kind: str
+    section: str
     name: str
     config: Any
     options: Mapping[str, Any]
     path: str
     #: Where each field or option was written (setting path), for problems found after the spec is built.
     origins: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def kind(self) -> str:
+        """Deprecated alias of :attr:`section` (it named the section before 0.2)."""
+        warnings.warn("InstanceSpec.kind is deprecated; use InstanceSpec.section", DeprecationWarning, stacklevel=2)
+        return self.section
 
 
 @dataclass(slots=True)
@@ -497,10 +504,10 @@ class Analysis:
 
     raw: Any
     problems: list[Problem] = field(default_factory=list)
-    specs: dict[str, dict[str, InstanceSpec]] = field(default_factory=lambda: {k: {} for k in KINDS})
-    broken: dict[str, dict[str, list[Problem]]] = field(default_factory=lambda: {k: {} for k in KINDS})
+    specs: dict[str, dict[str, InstanceSpec]] = field(default_factory=lambda: {s: {} for s in SECTIONS})
+    broken: dict[str, dict[str, list[Problem]]] = field(default_factory=lambda: {s: {} for s in SECTIONS})
     #: Problems that make a whole section unusable (not a dict, or the setting itself is not a dict).
-    section_problems: dict[str, list[Problem]] = field(default_factory=lambda: {k: [] for k in KINDS})
+    section_problems: dict[str, list[Problem]] = field(default_factory=lambda: {s: [] for s in SECTIONS})
     options: R4Options | None = None
     option_problems: list[Problem] = field(default_factory=list)
     #: Rate limiters made from DRF's ``DEFAULT_THROTTLE_RATES`` (scopes not declared in ``RATELIMIT_R4``).
@@ -518,9 +525,9 @@ class Analysis:
     #: The validated ``RATELIMIT_R4["control"]``; None when not written or when it has problems (then off).
     control: ControlOptions | None = None
 
-    def names(self, kind: str) -> tuple[str, ...]:
-        """Every configured instance name of ``kind``, valid or broken, in setting order."""
-        return tuple(self.specs[kind]) + tuple(n for n in self.broken[kind] if n not in self.specs[kind])
+    def names(self, section: str) -> tuple[str, ...]:
+        """Every configured instance name of ``section``, valid or broken, in setting order."""
+        return tuple(self.specs[section]) + tuple(n for n in self.broken[section] if n not in self.specs[section])
 
 
 # --------------------------------------------------------------------------------------------- paths
@@ -711,14 +718,14 @@ _SECTION_DEFAULTS: dict[tuple[str, str], Any] = {("bulkheads", "backend"): None,
 # ------------------------------------------------------------------------------------------ sections
 
 
-class _Section:
+class _SectionReader:
     """Walks one section (``configs`` + ``instances``), resolving inheritance with origin tracking."""
 
-    def __init__(self, kind: Kind, raw: object, analysis: Analysis) -> None:
-        self.kind = kind
+    def __init__(self, section: Section, raw: object, analysis: Analysis) -> None:
+        self.section = section
         self.analysis = analysis
         self.problems: list[Problem] = []
-        self.allowed = (*kind.fields, *kind.extras, *kind.shorthands, "base_config")
+        self.allowed = (*section.fields, *section.extras, *section.shorthands, "base_config")
         self.configs: dict[str, Mapping[str, Any]] = {}
         self.instances: dict[str, Mapping[str, Any]] = {}
         # problems of one entry's own keys, keyed by ("configs"|"instances", name)
@@ -733,7 +740,7 @@ class _Section:
             sink.append(problem)
 
     def _read(self, raw: object) -> None:
-        section = self.kind.section
+        section = self.section.name
         sink = self.analysis.section_problems[section]
         if not isinstance(raw, Mapping):
             self._add(
@@ -777,7 +784,7 @@ class _Section:
     def _read_entry(
         self, group: str, name: object, entry: object, target: dict[str, Mapping[str, Any]]
     ) -> None:
-        section = self.kind.section
+        section = self.section.name
         if not isinstance(name, str) or not name:
             self._add(
                 Problem(
@@ -805,11 +812,11 @@ class _Section:
                 continue
             hint = _did_you_mean(key, self.allowed)
             owners = [
-                k.section
-                for k in KINDS.values()
+                k.name
+                for k in SECTIONS.values()
                 if isinstance(key, str) and (key in k.fields or key in k.extras or key in k.shorthands)
             ]
-            if _is_rate(entry[key]) and self.kind.section == "ratelimiters":
+            if _is_rate(entry[key]) and self.section.name == "ratelimiters":
                 hint = f'Write the rate as {{"rate": "{entry[key]}"}}.'
             elif hint is None and owners:
                 hint = f"'{key}' belongs to {', '.join(owners)}, not {section}."
@@ -841,7 +848,7 @@ class _Section:
         self, group: str, name: str, entry: Mapping[str, Any], own: list[Problem]
     ) -> Mapping[str, Any]:
         """Replace ``"rate": "5/m"`` by the two fields it stands for (or record why it cannot be)."""
-        section = self.kind.section
+        section = self.section.name
         at = setting_path(section, group, name, RATE)
         rest = {k: v for k, v in entry.items() if k != RATE}
         both = [f for f in _RATE_FIELDS if f in entry]
@@ -870,7 +877,7 @@ class _Section:
         self, group: str, name: str
     ) -> tuple[list[tuple[tuple[str, str], Mapping[str, Any]]], list[Problem]]:
         """Entries from the root config to ``name`` (leaf last), or the problem that stops the walk."""
-        section = self.kind.section
+        section = self.section.name
         source = self.configs if group == "configs" else self.instances
         chain: list[tuple[tuple[str, str], Mapping[str, Any]]] = [((group, name), source[name])]
         visited: list[str] = [name] if group == "configs" else []
@@ -916,7 +923,7 @@ class _Section:
 
     def resolve(self, group: str, name: str) -> tuple[InstanceSpec | None, list[Problem]]:
         """Merge ``name``'s lineage, build its config and extras; return the spec or its problems."""
-        section = self.kind.section
+        section = self.section.name
         chain, problems = self.lineage(group, name)
         for entry_id, _entry in chain:
             problems.extend(self.entry_problems.get(entry_id, ()))
@@ -934,7 +941,7 @@ class _Section:
 
         config = None
         try:
-            config = self.kind.config_class(**{k: merged[k] for k in self.kind.fields if k in merged})
+            config = self.section.config_class(**{k: merged[k] for k in self.section.fields if k in merged})
         except ConfigurationError as exc:
             for err in exc.errors:
                 hint = err.hint
@@ -946,7 +953,7 @@ class _Section:
                 Problem(Code.INVALID_FIELD, setting_path(section, group, name), f"cannot be built: {exc!r}")
             )
         options: dict[str, Any] = {}
-        for extra in self.kind.extras:
+        for extra in self.section.extras:
             parser, default, code = _EXTRAS[extra]
             if extra not in merged:
                 options[extra] = _SECTION_DEFAULTS.get((section, extra), default)
@@ -978,9 +985,9 @@ class _Section:
                         self.analysis.problems.append(problem)
                 if group == "instances":
                     if spec is None:
-                        self.analysis.broken[self.kind.section][name] = problems
+                        self.analysis.broken[self.section.name][name] = problems
                     else:
-                        self.analysis.specs[self.kind.section][name] = spec
+                        self.analysis.specs[self.section.name][name] = spec
 
 
 # ------------------------------------------------------------------------------------------- options
@@ -1543,7 +1550,7 @@ def _bind_section_backends(analysis: Analysis, section: str, shorthand: str) -> 
         if spec.options.get("on_backend_error", 0) is None and backend.backend == "redis":
             options = {**spec.options, "on_backend_error": shorthand}
             specs[name] = InstanceSpec(
-                spec.kind, spec.name, spec.config, MappingProxyType(options), spec.path, spec.origins
+                spec.section, spec.name, spec.config, MappingProxyType(options), spec.path, spec.origins
             )
 
 
@@ -1646,10 +1653,10 @@ def analyse(raw: object, drf_rates: object = None) -> Analysis:
         )
         analysis.problems.append(problem)
         analysis.option_problems = [problem]
-        for section in KINDS:
-            analysis.section_problems[section].append(problem)
+        for problems in analysis.section_problems.values():
+            problems.append(problem)
         return analysis
-    allowed = (*KINDS, RETRY_BUDGETS, *_OPTION_KEYS)
+    allowed = (*SECTIONS, RETRY_BUDGETS, *_OPTION_KEYS)
     for key in raw:
         if key not in allowed:
             analysis.problems.append(
@@ -1662,9 +1669,9 @@ def analyse(raw: object, drf_rates: object = None) -> Analysis:
                     or f"Known keys: {_known(allowed)}.",
                 )
             )
-    for kind in KINDS.values():
-        if kind.section in raw:
-            _Section(kind, raw[kind.section], analysis).run()
+    for section in SECTIONS.values():
+        if section.name in raw:
+            _SectionReader(section, raw[section.name], analysis).run()
     _parse_options(raw, analysis)
     _parse_retry_budgets(raw.get(RETRY_BUDGETS), analysis)
     _check_retry_budgets(analysis)
@@ -2017,3 +2024,16 @@ def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
 
 
 setting_changed.connect(_on_setting_changed, dispatch_uid="django_ratelimit_r4.conf")
+
+
+#: Old names of :data:`SECTIONS` / :class:`Section` ("kind" named a section before 0.2): still importable, with a
+#: DeprecationWarning.
+_DEPRECATED_NAMES = {"KINDS": "SECTIONS", "Kind": "Section"}
+
+
+def __getattr__(name: str) -> Any:
+    new = _DEPRECATED_NAMES.get(name)
+    if new is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(f"conf.{name} is deprecated; use conf.{new}", DeprecationWarning, stacklevel=2)
+    return globals()[new]

@@ -323,8 +323,8 @@ class ControlPlane:
             self.client.hdel(self.sticky_key, bare)
 
     def _forget(self, name: str) -> None:
-        kind, bare = state.parse_name(name)
-        if kind in (None, "circuitbreakers"):
+        section, bare = state.parse_name(name)
+        if section in (None, "circuitbreakers"):
             self.client.hdel(self.sticky_key, bare)
 
     def apply(self, command: Mapping[str, Any]) -> dict[str, Any]:
@@ -576,7 +576,7 @@ def cluster_status(names: Iterable[str] | None = None) -> dict[str, Any]:
         items = w.get("instances") or []
         if wanted:
             items = [
-                i for i in items if any(n == i["name"] and k in (None, state.KIND_OF_TYPE.get(i["type"])) for k, n in wanted)
+                i for i in items if any(n == i["name"] and s in (None, state.SECTION_OF_TYPE.get(i["type"])) for s, n in wanted)
             ]
         w["instances"] = items
     return {
@@ -600,7 +600,7 @@ _SUMMED = {
         "total_not_permitted_calls",
     ),
     # The counter-only types: every field the snapshot reads (rejection_probability is then the highest worker's).
-    **{state.TYPES[kind]: fields for kind, fields in state.COUNTERS.items()},
+    **{state.TYPES[section]: fields for section, fields in state.COUNTERS.items()},
 }
 
 
@@ -637,13 +637,13 @@ def totals(workers: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _total_state(kind: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
+def _total_state(type_name: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
     freshest = parts[-1]
     total: dict[str, Any] = dict(freshest)
-    for field in _SUMMED.get(kind, ()):
+    for field in _SUMMED.get(type_name, ()):
         if all(field in p for p in parts):
             total[field] = sum(p[field] for p in parts)
-    if kind == "ratelimiter":
+    if type_name == "ratelimiter":
         shared = freshest.get("backend") is not None
         if not shared:  # one budget per worker: the cluster has the sum of them
             total["available_permissions"] = sum(p["available_permissions"] for p in parts)
@@ -656,7 +656,7 @@ def _total_state(kind: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
             if all(x.get("live_keys") is not None for x in keyed):
                 k["live_keys"] = sum(x["live_keys"] for x in keyed)
             total["keyed"] = k
-    elif kind == "bulkhead":
+    elif type_name == "bulkhead":
         if "cluster_concurrent_calls" in freshest:  # one cluster-wide limit: in use is the cluster count
             total["max_allowed_concurrent_calls"] = freshest["max_allowed_concurrent_calls"]
             total["available_concurrent_calls"] = max(
@@ -666,7 +666,7 @@ def _total_state(kind: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
         else:
             for field in ("max_allowed_concurrent_calls", "available_concurrent_calls"):
                 total[field] = sum(p[field] for p in parts)
-    elif kind == "circuitbreaker":
+    elif type_name == "circuitbreaker":
         states: dict[str, int] = {}
         for p in parts:
             states[p["state"]] = states.get(p["state"], 0) + 1
@@ -676,6 +676,6 @@ def _total_state(kind: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
         total["slow_call_rate"] = max(p["slow_call_rate"] for p in parts)
         total["remaining_open_ns"] = max(p["remaining_open_ns"] for p in parts)
         total["remaining_open_seconds"] = total["remaining_open_ns"] / 1e9
-    elif kind == "adaptivethrottler":
+    elif type_name == "adaptivethrottler":
         total["rejection_probability"] = max(p["rejection_probability"] for p in parts)
     return total

@@ -39,11 +39,11 @@ def summarize(items: list[dict[str, Any]]) -> str:
     parts = []
     for item in items:
         s = item["state"]
-        kind = item["type"]
+        type_name = item["type"]
         if s is None:  # could not be read: information, like the rest (the others are still summarised)
-            parts.append(f"{kind} {item['name']}: unreadable ({item.get('error')})")
+            parts.append(f"{type_name} {item['name']}: unreadable ({item.get('error')})")
             continue
-        if kind == "ratelimiter":
+        if type_name == "ratelimiter":
             if item["config"].get("key") is not None:  # one budget per client: no single "available"
                 text = f"per client, {item['config']['limit_for_period']}/{item['config']['limit_refresh_period']}"
             else:
@@ -53,19 +53,19 @@ def summarize(items: list[dict[str, Any]]) -> str:
             backend = s.get("backend")
             if backend is not None and backend["degraded"]:  # information: the fault policy is deciding
                 text += f", {backend['kind']} degraded (fault policy {backend['fault_policy']})"
-        elif kind == "bulkhead":
+        elif type_name == "bulkhead":
             text = f"{s['concurrent_calls']}/{s['max_allowed_concurrent_calls']} in use"
-        elif kind == "circuitbreaker":
+        elif type_name == "circuitbreaker":
             text = s["state"]
             if s["remaining_open_ns"]:
                 text += f" {s['remaining_open_seconds']:g}s"
-        elif kind == "retry":
+        elif type_name == "retry":
             text = f"{s['number_of_failed_calls_with_retry_attempt']} failed after retries"
-        elif kind == "adaptivethrottler":
+        elif type_name == "adaptivethrottler":
             text = f"rejecting {s['rejection_probability']:.0%} locally"
         else:
             text = f"{s['number_of_timeout_calls']} timeouts"
-        parts.append(f"{kind} {item['name']}: {text}")
+        parts.append(f"{type_name} {item['name']}: {text}")
     return "; ".join(parts) if parts else "no instances configured"
 
 

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from .keyed import KeyedRateLimiter, KeyedRateLimiterView
 
 __all__ = [
-    "KINDS",
+    "SECTIONS",
     "MisconfiguredInstance",
     "UnknownInstance",
     "build_callbacks",
@@ -76,7 +76,7 @@ __all__ = [
     "unthrottled_scopes",
 ]
 
-KINDS = conf.KINDS
+SECTIONS = conf.SECTIONS
 
 #: Bumped on every rebuild. Compare with the value :func:`lookup` returned to detect a stale cache.
 generation: int = 0
@@ -89,7 +89,7 @@ _clock: Clock = SYSTEM_CLOCK
 #: override_settings rebuild has since orphaned but a caller may still hold.
 _clocked_states: list[_State] = []
 _classes: dict[str, type] = {}
-#: Called as ``callback(kind, name, instance)`` right after an instance (or a keyed store, kind
+#: Called as ``callback(section, name, instance)`` right after an instance (or a keyed store, section
 #: ``"ratelimiters"``) is built, under the registry lock; :mod:`.signals` wires its events here.
 #: A callback must be quick and must not raise.
 build_callbacks: list[Callable[[str, str, Any], None]] = []
@@ -157,22 +157,31 @@ def _recheck_in_child() -> None:
         _warn_if_multiprocess(state)
 
 
+def _deprecated_kind(error: UnknownInstance | MisconfiguredInstance) -> str:
+    warnings.warn(
+        f"{type(error).__name__}.kind is deprecated; use {type(error).__name__}.section",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return error.section
+
+
 class UnknownInstance(ImproperlyConfigured, KeyError):
     """No instance of that name is configured. Lists the configured names and the setting path."""
 
-    def __init__(self, kind: str, name: str, known: tuple[str, ...], extra: str = "") -> None:
-        self.kind = kind
+    def __init__(self, section: str, name: str, known: tuple[str, ...], extra: str = "") -> None:
+        self.section = section
         self.name = name
         self.known = known
-        where = f'{conf.SETTING}["{kind}"]["instances"]'
+        where = f'{conf.SETTING}["{section}"]["instances"]'
         listing = ", ".join(repr(n) for n in known) if known else "none"
-        if kind == "ratelimiters" and _looks_like_rate(name):
+        if section == "ratelimiters" and _looks_like_rate(name):
             extra = (
                 f" {name!r} is a rate, not a name: declare an instance with it, e.g. "
                 f'{where}["api"] = {{"rate": "{name}"}}, and use that name.{extra}'
             )
         close = conf._did_you_mean(name, known)
-        self.message = f"no {KINDS[kind].type_name} named {name!r} in {where}; configured: {listing}."
+        self.message = f"no {SECTIONS[section].type_name} named {name!r} in {where}; configured: {listing}."
         self.message += (f" {close}" if close else "") + extra
         super().__init__(self.message)
 
@@ -180,18 +189,28 @@ class UnknownInstance(ImproperlyConfigured, KeyError):
         # KeyError.__str__ would repr() the message.
         return self.message
 
+    @property
+    def kind(self) -> str:
+        """Deprecated alias of :attr:`section` (the ``RATELIMIT_R4`` section, e.g. ``"ratelimiters"``)."""
+        return _deprecated_kind(self)
+
 
 class MisconfiguredInstance(ImproperlyConfigured):
     """The named instance exists but its settings are invalid; ``problems`` lists every mistake."""
 
-    def __init__(self, kind: str, name: str, problems: list[conf.Problem]) -> None:
-        self.kind = kind
+    def __init__(self, section: str, name: str, problems: list[conf.Problem]) -> None:
+        self.section = section
         self.name = name
         self.problems = problems
         details = "\n".join(f"  - {p} [{p.check_id}]" for p in problems)
         super().__init__(
-            f"{KINDS[kind].type_name} {name!r} is misconfigured in {conf.SETTING} (run `manage.py check`):\n{details}"
+            f"{SECTIONS[section].type_name} {name!r} is misconfigured in {conf.SETTING} (run `manage.py check`):\n{details}"
         )
+
+    @property
+    def kind(self) -> str:
+        """Deprecated alias of :attr:`section` (the ``RATELIMIT_R4`` section, e.g. ``"ratelimiters"``)."""
+        return _deprecated_kind(self)
 
 
 class _State:
@@ -202,7 +221,7 @@ class _State:
     def __init__(self, analysis: conf.Analysis, generation: int) -> None:
         self.analysis = analysis
         self.generation = generation
-        self.instances: dict[str, dict[str, Any]] = {kind: {} for kind in KINDS}
+        self.instances: dict[str, dict[str, Any]] = {section: {} for section in SECTIONS}
         self.keyed: dict[str, KeyedRateLimiter] = {}
         #: Retry budgets by name, built with the first retry that uses one (shared by every such retry).
         self.budgets: dict[str, RetryBudget] = {}
@@ -249,35 +268,35 @@ def _load_state() -> _State:
         return _state
 
 
-def _spec(state: _State, kind: str, name: str) -> conf.InstanceSpec:
+def _spec(state: _State, section: str, name: str) -> conf.InstanceSpec:
     """The spec of a configured instance, or the clear error explaining why there is none."""
     analysis = state.analysis
-    spec = analysis.specs[kind].get(name)
+    spec = analysis.specs[section].get(name)
     if spec is not None:
         return spec
-    if name in analysis.broken[kind]:
-        raise MisconfiguredInstance(kind, name, analysis.broken[kind][name])
-    if analysis.section_problems[kind]:
-        raise MisconfiguredInstance(kind, name, analysis.section_problems[kind])
+    if name in analysis.broken[section]:
+        raise MisconfiguredInstance(section, name, analysis.broken[section][name])
+    if analysis.section_problems[section]:
+        raise MisconfiguredInstance(section, name, analysis.section_problems[section])
     extra = ""
     if analysis.problems:
         extra = f" ({conf.SETTING} has {len(analysis.problems)} problem(s), e.g. {analysis.problems[0]}; run `manage.py check`.)"
-    raise UnknownInstance(kind, name, analysis.names(kind), extra)
+    raise UnknownInstance(section, name, analysis.names(section), extra)
 
 
-def _primitive_class(kind: str) -> type:
-    cls = _classes.get(kind)
+def _primitive_class(section: str) -> type:
+    cls = _classes.get(section)
     if cls is None:
-        cls = _classes[kind] = import_string(KINDS[kind].primitive_path)
+        cls = _classes[section] = import_string(SECTIONS[section].primitive_path)
     return cls
 
 
-def _build(state: _State, kind: str, name: str) -> Any:
+def _build(state: _State, section: str, name: str) -> Any:
     with _lock:
-        instance = state.instances[kind].get(name)
+        instance = state.instances[section].get(name)
         if instance is None:
-            spec = _spec(state, kind, name)
-            if kind == "ratelimiters":
+            spec = _spec(state, section, name)
+            if section == "ratelimiters":
                 store = _store_of(state, spec)
                 if spec.options.get("lease"):  # permit leases (backends/redis_lease.py; conf checks the store)
                     from .backends.redis_lease import lease_backend_factory
@@ -285,20 +304,20 @@ def _build(state: _State, kind: str, name: str) -> Any:
                     factory = lease_backend_factory(store, spec.options["on_backend_error"], spec.options["lease"])
                 else:
                     factory = store.backend_factory(spec.options["on_backend_error"])
-                instance = _primitive_class(kind)(name, spec.config, clock=_clock, backend=factory)
-            elif kind == "bulkheads" and spec.options["backend"] is not None:
+                instance = _primitive_class(section)(name, spec.config, clock=_clock, backend=factory)
+            elif section == "bulkheads" and spec.options["backend"] is not None:
                 instance = _shared_bulkhead(state, spec)
-            elif kind == "circuitbreakers" and spec.options.get("backend") is not None:
+            elif section == "circuitbreakers" and spec.options.get("backend") is not None:
                 instance = _shared_circuit_breaker(state, spec)
-            elif kind == "retries" and spec.options.get("budget") is not None:
-                instance = _primitive_class(kind)(
+            elif section == "retries" and spec.options.get("budget") is not None:
+                instance = _primitive_class(section)(
                     name, spec.config, clock=_clock, budget=_retry_budget(state, spec.options["budget"])
                 )
             else:
-                instance = _primitive_class(kind)(name, spec.config, clock=_clock)
-            state.instances[kind][name] = instance
+                instance = _primitive_class(section)(name, spec.config, clock=_clock)
+            state.instances[section][name] = instance
             for callback in build_callbacks:
-                callback(kind, name, instance)
+                callback(section, name, instance)
         return instance
 
 
@@ -373,24 +392,24 @@ def _shared_circuit_breaker(state: _State, spec: conf.InstanceSpec) -> Any:
     return build(spec.name, spec.config, clock=_clock)
 
 
-def _get(kind: str, name: str) -> Any:
+def _get(section: str, name: str) -> Any:
     state = _current_state()
-    instance = state.instances[kind].get(name)
+    instance = state.instances[section].get(name)
     if instance is None:
-        instance = _build(state, kind, name)
+        instance = _build(state, section, name)
     return instance
 
 
-def lookup(kind: str, name: str) -> tuple[int, Any]:
+def lookup(section: str, name: str) -> tuple[int, Any]:
     """Return ``(generation, instance)`` for caching callers (decorators, middleware).
 
     The generation is the one the instance was built for, so a rebuild racing with this call is
     always noticed: cache the pair and re-fetch when ``registry.generation != cached_generation``.
     """
     state = _current_state()
-    instance = state.instances[kind].get(name)
+    instance = state.instances[section].get(name)
     if instance is None:
-        instance = _build(state, kind, name)
+        instance = _build(state, section, name)
     return state.generation, instance
 
 
@@ -469,21 +488,21 @@ def get_retry_budget(name: str) -> RetryBudget:
     return budget
 
 
-def instance_options(kind: str, name: str) -> Mapping[str, Any]:
+def instance_options(section: str, name: str) -> Mapping[str, Any]:
     """The per-instance options that are not config fields, with defaults filled in.
 
     ``ratelimiters``: ``key`` (spec or None), ``max_keys`` (int), ``key_idle_timeout`` (ns or None),
     ``backend`` (the ``RATELIMIT_R4["backends"]`` alias) and ``on_backend_error`` (``"local"``, ``"allow"``,
     ``"deny"``; the redis default filled in, None on a memory backend unless written).
-    ``bulkheads``: ``retry_after`` (ns). ``retries``: ``budget`` (a retry budget's name or None). Other kinds:
+    ``bulkheads``: ``retry_after`` (ns). ``retries``: ``budget`` (a retry budget's name or None). Other sections:
     empty. Raises like the accessors.
     """
-    return _spec(_current_state(), kind, name).options
+    return _spec(_current_state(), section, name).options
 
 
-def names(kind: str) -> tuple[str, ...]:
-    """Every configured instance name of ``kind`` (``"ratelimiters"``, ...), including broken ones."""
-    return _current_state().analysis.names(kind)
+def names(section: str) -> tuple[str, ...]:
+    """Every configured instance name of ``section`` (``"ratelimiters"``, ...), including broken ones."""
+    return _current_state().analysis.names(section)
 
 
 def unthrottled_scopes() -> frozenset[str]:
@@ -491,22 +510,22 @@ def unthrottled_scopes() -> frozenset[str]:
     return frozenset(_current_state().analysis.unthrottled_scopes)
 
 
-def instances(kind: str) -> Iterator[tuple[str, Any]]:
-    """``(name, instance)`` for every valid configured instance of ``kind``, building as needed.
+def instances(section: str) -> Iterator[tuple[str, Any]]:
+    """``(name, instance)`` for every valid configured instance of ``section``, building as needed.
 
     Misconfigured instances are skipped (``manage.py check`` reports them).
     """
     state = _current_state()
-    for name in state.analysis.specs[kind]:
-        instance = state.instances[kind].get(name)
-        yield name, instance if instance is not None else _build(state, kind, name)
+    for name in state.analysis.specs[section]:
+        instance = state.instances[section].get(name)
+        yield name, instance if instance is not None else _build(state, section, name)
 
 
 def iter_instances() -> Iterator[tuple[str, str, Any]]:
-    """``(kind, name, instance)`` for every valid configured instance of every kind."""
-    for kind in KINDS:
-        for name, instance in instances(kind):
-            yield kind, name, instance
+    """``(section, name, instance)`` for every valid configured instance of every section."""
+    for section in SECTIONS:
+        for name, instance in instances(section):
+            yield section, name, instance
 
 
 def retry_budget_names() -> tuple[str, ...]:
@@ -601,3 +620,11 @@ def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
 setting_changed.connect(_on_setting_changed, dispatch_uid="django_ratelimit_r4.registry")
 if hasattr(os, "register_at_fork"):  # POSIX
     os.register_at_fork(after_in_child=_recheck_in_child)
+
+
+def __getattr__(name: str) -> Any:
+    # registry.KINDS: the old name of SECTIONS ("kind" named a section before 0.2).
+    if name == "KINDS":
+        warnings.warn("registry.KINDS is deprecated; use registry.SECTIONS", DeprecationWarning, stacklevel=2)
+        return SECTIONS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -75,14 +75,14 @@ def _send(signal: Signal, sender: Any, **kwargs: Any) -> None:
 class _Relay:
     """Turns one instance's events into signals; remembers which listeners it registered."""
 
-    __slots__ = ("generation", "instance", "kind", "subscribed", "wait")
+    __slots__ = ("generation", "instance", "subscribed", "type_name", "wait")
 
-    def __init__(self, kind: str, instance: Any, generation: int) -> None:
-        self.kind = kind
+    def __init__(self, type_name: str, instance: Any, generation: int) -> None:
+        self.type_name = type_name
         self.instance = instance
         self.generation = generation
         self.subscribed: set[str] = set()
-        self.wait = _wait_reader(kind, instance)
+        self.wait = _wait_reader(type_name, instance)
 
     def on_transition(self, event: Any) -> None:
         _send(
@@ -94,18 +94,18 @@ class _Relay:
         )
 
     def on_rejected(self, event: Any) -> None:
-        _send(call_rejected, self.instance, name=event.name, kind=self.kind, wait_ns=self.wait())
+        _send(call_rejected, self.instance, name=event.name, kind=self.type_name, wait_ns=self.wait())
 
     def sync(self, transitions: bool, rejections: bool) -> None:
         """Subscribe or unsubscribe so the instance publishes only what a receiver wants."""
         events = self.instance.events
-        if self.kind == "circuitbreaker":
+        if self.type_name == "circuitbreaker":
             self._set("transition", transitions, events.on_state_transition, self.on_transition)
             self._set("rejected", rejections, events.on_not_permitted, self.on_rejected)
-        elif self.kind == "ratelimiter":
+        elif self.type_name == "ratelimiter":
             # Only the failed-acquire flag flips: the allowed path keeps paying nothing.
             self._set("rejected", rejections, events.on_failed_acquire, self.on_rejected)
-        elif self.kind == "bulkhead":
+        elif self.type_name == "bulkhead":
             self._set("rejected", rejections, events.on_call_rejected, self.on_rejected)
 
     def _set(self, what: str, wanted: bool, subscribe: Any, listener: Any) -> None:
@@ -117,16 +117,17 @@ class _Relay:
             self.subscribed.discard(what)
 
 
-def _wait_reader(kind: str, instance: Any) -> Any:
-    if kind == "circuitbreaker":
+def _wait_reader(type_name: str, instance: Any) -> Any:
+    if type_name == "circuitbreaker":
         return instance.remaining_open_ns
-    backend = getattr(instance, "backend", None) if kind == "ratelimiter" else None
+    backend = getattr(instance, "backend", None) if type_name == "ratelimiter" else None
     if backend is not None:
         return lambda: backend.state()[2]
     return lambda: None
 
 
-_KIND = {"ratelimiters": "ratelimiter", "bulkheads": "bulkhead", "circuitbreakers": "circuitbreaker"}
+#: Section -> type of the primitives that send signals (retries and time limiters send none).
+_SIGNAL_TYPES = {s: registry.SECTIONS[s].type_name for s in ("ratelimiters", "bulkheads", "circuitbreakers")}
 _lock = threading.RLock()
 #: id(instance) -> relay, for every signal-capable instance seen in the current registry generation.
 _relays: dict[int, _Relay] = {}
@@ -137,10 +138,10 @@ def _wanted() -> tuple[bool, bool]:
     return bool(state_transition.receivers), bool(call_rejected.receivers)
 
 
-def _track(kind: str, name: str, instance: Any) -> None:
+def _track(section: str, name: str, instance: Any) -> None:
     """Build callback (and initial scan): relay this instance's events while receivers exist."""
-    short = _KIND.get(kind)
-    if short is None:
+    type_name = _SIGNAL_TYPES.get(section)
+    if type_name is None:
         return  # retries and time limiters send no signals
     try:
         with _lock:
@@ -149,10 +150,10 @@ def _track(kind: str, name: str, instance: Any) -> None:
                 _relays.pop(key).sync(False, False)  # a replaced setting's instance: stop relaying
             relay = _relays.get(id(instance))
             if relay is None or relay.instance is not instance:
-                relay = _relays[id(instance)] = _Relay(short, instance, generation)
+                relay = _relays[id(instance)] = _Relay(type_name, instance, generation)
             relay.sync(*_wanted())
     except Exception:  # never break the registry's build
-        logger.exception("could not wire signals for %s %r", short, name)
+        logger.exception("could not wire signals for %s %r", type_name, name)
 
 
 def _rewire() -> None:
@@ -170,8 +171,8 @@ def _rewire() -> None:
             found = []
         else:
             _scanned = True
-        for kind, name, instance in found:
-            _track(kind, name, instance)
+        for section, name, instance in found:
+            _track(section, name, instance)
     with _lock:
         generation = registry.generation
         for key, relay in list(_relays.items()):

@@ -41,8 +41,8 @@ logger = logging.getLogger("django_ratelimit_r4.state")
 
 __all__ = [
     "COUNTERS",
-    "KIND_OF_TYPE",
     "MAX_LISTED_KEYS",
+    "SECTION_OF_TYPE",
     "TRANSITION_TARGETS",
     "TYPES",
     "UNCOUNTED_KEYS_NOTE",
@@ -61,9 +61,11 @@ __all__ = [
 ]
 
 #: Registry section -> the ``type`` written in the snapshot (the order ``r4 status`` lists them in).
-TYPES: dict[str, str] = {kind: registry.KINDS[kind].type_name for kind in registry.KINDS}
+TYPES: dict[str, str] = {section: registry.SECTIONS[section].type_name for section in registry.SECTIONS}
 #: The other way round: snapshot ``type`` -> registry section.
-KIND_OF_TYPE: dict[str, str] = {type_name: kind for kind, type_name in TYPES.items()}
+SECTION_OF_TYPE: dict[str, str] = {type_name: section for section, type_name in TYPES.items()}
+#: Deprecated: the old name of :data:`SECTION_OF_TYPE` ("kind" named a section before 0.2).
+KIND_OF_TYPE = SECTION_OF_TYPE
 
 #: Circuit breaker states an operator may transition to, and the method doing it.
 TRANSITION_TARGETS: dict[str, str] = {
@@ -126,10 +128,10 @@ def _jsonable(value: Any) -> Any:
     return repr(value)
 
 
-def _config(instance: Any, kind: str, name: str) -> dict[str, Any]:
+def _config(instance: Any, section: str, name: str) -> dict[str, Any]:
     config = instance.config
     out = {f.name: _jsonable(getattr(config, f.name)) for f in dataclasses.fields(config)}
-    for option, value in registry.instance_options(kind, name).items():
+    for option, value in registry.instance_options(section, name).items():
         out[option] = _jsonable(value)
     return out
 
@@ -334,7 +336,7 @@ def _counters(names: Iterable[str]) -> Callable[[Any], dict[str, Any]]:
 _READERS: dict[str, Callable[[Any], dict[str, Any]]] = {
     "bulkheads": _bulkhead_state,
     "circuitbreakers": _circuitbreaker_state,
-    **{kind: _counters(fields) for kind, fields in COUNTERS.items()},
+    **{section: _counters(fields) for section, fields in COUNTERS.items()},
 }
 
 
@@ -351,25 +353,25 @@ def snapshot(names: Iterable[str] | None = None, *, include_keys: bool = False) 
     keyed, keyed_failures = _keyed_stores()
     out: list[dict[str, Any]] = []
     matched: set[tuple[str | None, str]] = set()
-    for kind in registry.KINDS:
-        for name in registry.names(kind):
+    for section in registry.SECTIONS:
+        for name in registry.names(section):
             if wanted is not None:
-                hits = [w for w in wanted if w[1] == name and w[0] in (None, kind)]
+                hits = [w for w in wanted if w[1] == name and w[0] in (None, section)]
                 if not hits:
                     continue
             try:
-                instance = registry.lookup(kind, name)[1]
+                instance = registry.lookup(section, name)[1]
             except ImproperlyConfigured:
                 continue  # misconfigured: manage.py check reports it
             except Exception as exc:
                 instance = None
                 failure: Exception | None = exc
             else:
-                failure = keyed_failures.get(name) if kind == "ratelimiters" else None
+                failure = keyed_failures.get(name) if section == "ratelimiters" else None
             if wanted is not None:
                 matched.update(hits)
-            out.append(_item(kind, name, instance, failure, keyed.get(name), include_keys))
-    for name in registry.retry_budget_names():  # shared by retries, not a kind of instance: listed last
+            out.append(_item(section, name, instance, failure, keyed.get(name), include_keys))
+    for name in registry.retry_budget_names():  # shared by retries, in no section: listed last
         if wanted is not None:
             hits = [w for w in wanted if w[0] is None and w[1] in (name, f"retrybudget:{name}")]
             if not hits:
@@ -403,20 +405,20 @@ def _keyed_stores() -> tuple[dict[str, Any], dict[str, Exception]]:
 
 
 def _item(
-    kind: str, name: str, instance: Any, failure: Exception | None, keyed: Any, include_keys: bool
+    section: str, name: str, instance: Any, failure: Exception | None, keyed: Any, include_keys: bool
 ) -> dict[str, Any]:
     """One snapshot entry; an instance that cannot be built or read gets ``"error"`` instead of a state."""
     try:
         if failure is not None:
             raise failure
-        if kind == "ratelimiters":
+        if section == "ratelimiters":
             state = _ratelimiter_state(instance, keyed, include_keys)
         else:
-            state = _READERS[kind](instance)
-        return {"type": TYPES[kind], "name": name, "config": _config(instance, kind, name), "state": state}
+            state = _READERS[section](instance)
+        return {"type": TYPES[section], "name": name, "config": _config(instance, section, name), "state": state}
     except Exception as exc:  # reported in the entry; the other instances are still read
-        logger.warning("r4 state of %s %r failed: %r", TYPES[kind], name, exc)
-        return {"type": TYPES[kind], "name": name, "config": None, "state": None, "error": repr(exc)}
+        logger.warning("r4 state of %s %r failed: %r", TYPES[section], name, exc)
+        return {"type": TYPES[section], "name": name, "config": None, "state": None, "error": repr(exc)}
 
 
 # ------------------------------------------------------------------------------------------- actions
@@ -425,8 +427,8 @@ def _item(
 def parse_name(qualified: str) -> tuple[str | None, str]:
     """``"circuitbreaker:payments"`` -> ``("circuitbreakers", "payments")``; a bare name -> ``(None, name)``."""
     prefix, sep, rest = qualified.partition(":")
-    if sep and prefix in KIND_OF_TYPE:
-        return KIND_OF_TYPE[prefix], rest
+    if sep and prefix in SECTION_OF_TYPE:
+        return SECTION_OF_TYPE[prefix], rest
     return None, qualified
 
 
@@ -442,10 +444,10 @@ def transition_target(to: object) -> str:
 def check_names(names: Iterable[str]) -> None:
     """Raise :class:`UnknownName` (as :func:`snapshot` would) if one of ``names`` is not configured."""
     for qualified in names:
-        kind, name = parse_name(qualified)
-        kinds = [kind] if kind is not None else list(TYPES)
-        if not any(name in registry.names(k) for k in kinds):
-            raise UnknownName(_unknown_message(name, kind, None))
+        section, name = parse_name(qualified)
+        sections = [section] if section is not None else list(TYPES)
+        if not any(name in registry.names(k) for k in sections):
+            raise UnknownName(_unknown_message(name, section, None))
 
 
 def check_action(action: str, name: str, *, key: str | None = None, to: str | None = None) -> None:
@@ -456,39 +458,39 @@ def check_action(action: str, name: str, *, key: str | None = None, to: str | No
     """
     if action == "transition":
         transition_target(to)
-        _resolve_kind(name, ("circuitbreakers",), "transition")
+        _resolve_section(name, ("circuitbreakers",), "transition")
     elif action == "reset":
         _refuse_bulkhead_reset(name, _RESETTABLE)
-        _check_key(*_resolve_kind(name, _RESETTABLE, "reset"), key)
+        _check_key(*_resolve_section(name, _RESETTABLE, "reset"), key)
     elif action == "drain":
-        _resolve_kind(name, ("ratelimiters",), "drain")
+        _resolve_section(name, ("ratelimiters",), "drain")
     else:
         raise IllegalAction(f"unknown action {action!r}; use transition, reset or drain")
 
 
-def _unknown_message(name: str, kind: str | None, allowed: tuple[str, ...] | None) -> str:
-    kinds = [kind] if kind is not None else list(allowed or TYPES)
-    listing = "; ".join(f"{TYPES[k]}: {', '.join(registry.names(k)) or 'none'}" for k in kinds)
-    what = " or ".join(TYPES[k] for k in kinds)
+def _unknown_message(name: str, section: str | None, allowed: tuple[str, ...] | None) -> str:
+    sections = [section] if section is not None else list(allowed or TYPES)
+    listing = "; ".join(f"{TYPES[k]}: {', '.join(registry.names(k)) or 'none'}" for k in sections)
+    what = " or ".join(TYPES[k] for k in sections)
     return f"no {what} named {name!r} is configured ({listing})"
 
 
 def _resolve(qualified: str, allowed: tuple[str, ...], action: str) -> tuple[str, str, Any]:
-    """Find the one instance ``qualified`` names among the ``allowed`` kinds."""
-    kind, name = _resolve_kind(qualified, allowed, action)
+    """Find the one instance ``qualified`` names among the ``allowed`` sections."""
+    section, name = _resolve_section(qualified, allowed, action)
     # The registry raises MisconfiguredInstance (an ImproperlyConfigured) for broken instances.
-    return kind, name, registry.lookup(kind, name)[1]
+    return section, name, registry.lookup(section, name)[1]
 
 
-def _resolve_kind(qualified: str, allowed: tuple[str, ...], action: str) -> tuple[str, str]:
-    """The kind and bare name of the one instance ``qualified`` names among the ``allowed`` kinds."""
-    kind, name = parse_name(qualified)
-    if kind is not None:
-        if kind not in allowed:
+def _resolve_section(qualified: str, allowed: tuple[str, ...], action: str) -> tuple[str, str]:
+    """The section and bare name of the one instance ``qualified`` names among the ``allowed`` sections."""
+    section, name = parse_name(qualified)
+    if section is not None:
+        if section not in allowed:
             raise IllegalAction(
-                f"{action} applies to {' and '.join(TYPES[k] for k in allowed)} instances, not to {TYPES[kind]} {name!r}"
+                f"{action} applies to {' and '.join(TYPES[k] for k in allowed)} instances, not to {TYPES[section]} {name!r}"
             )
-        candidates = [kind]
+        candidates = [section]
     else:
         candidates = [k for k in allowed if name in registry.names(k)]
         if not candidates:
@@ -512,19 +514,19 @@ def _keyed(name: str) -> Any:
     return dict(registry.keyed_rate_limiters()).get(name)
 
 
-#: The kinds :func:`reset` applies to (a bulkhead is refused: :func:`_refuse_bulkhead_reset`).
+#: The sections :func:`reset` applies to (a bulkhead is refused: :func:`_refuse_bulkhead_reset`).
 _RESETTABLE = ("ratelimiters", "circuitbreakers", "retries", "timelimiters")
 
 
-def _check_key(kind: str, bare: str, key: str | None) -> None:
-    if key is not None and kind != "ratelimiters":
-        raise IllegalAction(f"--key applies to rate limiters only, not to {TYPES[kind]} {bare!r}")
+def _check_key(section: str, bare: str, key: str | None) -> None:
+    if key is not None and section != "ratelimiters":
+        raise IllegalAction(f"--key applies to rate limiters only, not to {TYPES[section]} {bare!r}")
 
 
 def _refuse_bulkhead_reset(name: str, allowed: tuple[str, ...]) -> None:
-    kind_hint, bare = parse_name(name)
+    section_hint, bare = parse_name(name)
     if (
-        kind_hint is None
+        section_hint is None
         and bare in registry.names("bulkheads")
         and not any(bare in registry.names(k) for k in allowed)
     ):
@@ -543,15 +545,15 @@ def reset(name: str, key: str | None = None) -> dict[str, Any]:
     ``max_concurrent_calls`` run until they finish.
     """
     _refuse_bulkhead_reset(name, _RESETTABLE)
-    kind, bare, instance = _resolve(name, _RESETTABLE, "reset")
-    _check_key(kind, bare, key)
-    result: dict[str, Any] = {"action": "reset", "type": TYPES[kind], "name": bare}
+    section, bare, instance = _resolve(name, _RESETTABLE, "reset")
+    _check_key(section, bare, key)
+    result: dict[str, Any] = {"action": "reset", "type": TYPES[section], "name": bare}
     if key is not None:
         registry.get_keyed_rate_limiter(bare).reset(key)
         result["key"] = key
         return result
     instance.reset()
-    keyed = _keyed(bare) if kind == "ratelimiters" else None
+    keyed = _keyed(bare) if section == "ratelimiters" else None
     if keyed is not None:
         keyed.reset()
     return result
@@ -562,8 +564,8 @@ def drain(name: str, key: str | None = None) -> dict[str, Any]:
 
     Returns ``{"action": "drain", ..., "drained": n}``.
     """
-    kind, bare, instance = _resolve(name, ("ratelimiters",), "drain")
-    result: dict[str, Any] = {"action": "drain", "type": TYPES[kind], "name": bare}
+    section, bare, instance = _resolve(name, ("ratelimiters",), "drain")
+    result: dict[str, Any] = {"action": "drain", "type": TYPES[section], "name": bare}
     if key is not None:
         result["key"] = key
         result["drained"] = registry.get_keyed_rate_limiter(bare).drain_permissions(key)
@@ -581,7 +583,7 @@ def transition(name: str, to: str) -> dict[str, Any]:
     """
     target = transition_target(to)
     method = TRANSITION_TARGETS[target]
-    kind, bare, breaker = _resolve(name, ("circuitbreakers",), "transition")
+    section, bare, breaker = _resolve(name, ("circuitbreakers",), "transition")
     before = breaker.state.name
     try:
         getattr(breaker, method)()
@@ -591,7 +593,7 @@ def transition(name: str, to: str) -> dict[str, Any]:
         ) from None
     return {
         "action": "transition",
-        "type": TYPES[kind],
+        "type": TYPES[section],
         "name": bare,
         "from_state": before,
         "to_state": breaker.state.name,

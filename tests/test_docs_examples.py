@@ -372,12 +372,12 @@ def _same(documented: str, actual: Any) -> bool:
     return bool(value == actual)
 
 
-@pytest.mark.parametrize("section", list(conf.KINDS))
+@pytest.mark.parametrize("section", list(conf.SECTIONS))
 def test_configuration_tables_list_every_field_with_its_real_default(section: str) -> None:
-    kind = conf.KINDS[section]
+    spec = conf.SECTIONS[section]
     rows = _table(f"### `{section}`")
-    assert set(rows) == set(kind.fields) | set(kind.extras) | set(kind.shorthands)
-    defaults = kind.config_class()
+    assert set(rows) == set(spec.fields) | set(spec.extras) | set(spec.shorthands)
+    defaults = spec.config_class()
     extras = {
         "rate": None,
         "key": None,
@@ -391,7 +391,7 @@ def test_configuration_tables_list_every_field_with_its_real_default(section: st
         "lease": None,
     }
     for name, documented in rows.items():
-        actual = extras[name] if name in (*kind.extras, *kind.shorthands) else getattr(defaults, name)
+        actual = extras[name] if name in (*spec.extras, *spec.shorthands) else getattr(defaults, name)
         assert _same(documented, actual), (name, documented, actual)
 
 

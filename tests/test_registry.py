@@ -110,7 +110,7 @@ def test_instance_options_default_bulkhead_retry_after_is_one_second() -> None:
 
 
 @pytest.mark.parametrize(
-    ("accessor", "kind"),
+    ("accessor", "section"),
     [
         (registry.get_rate_limiter, "ratelimiters"),
         (registry.get_bulkhead, "bulkheads"),
@@ -119,17 +119,37 @@ def test_instance_options_default_bulkhead_retry_after_is_one_second() -> None:
         (registry.get_time_limiter, "timelimiters"),
     ],
 )
-def test_unknown_name_lists_configured_names_and_the_setting_path(accessor, kind) -> None:
+def test_unknown_name_lists_configured_names_and_the_setting_path(accessor, section) -> None:
     with pytest.raises(UnknownInstance) as info:
         accessor("nope")
     err = info.value
     assert isinstance(err, ImproperlyConfigured) and isinstance(err, KeyError)
     text = str(err)
-    assert f'RATELIMIT_R4["{kind}"]["instances"]' in text
+    assert f'RATELIMIT_R4["{section}"]["instances"]' in text
     assert "'nope'" in text
-    configured = conf.get_analysis().names(kind)
+    configured = conf.get_analysis().names(section)
     assert configured and all(repr(n) in text for n in configured)
-    assert (err.kind, err.name, err.known) == (kind, "nope", configured)
+    assert (err.section, err.name, err.known) == (section, "nope", configured)
+
+
+def test_old_kind_names_still_work_with_a_deprecation_warning() -> None:
+    # "kind" named a settings section before 0.2; the public spellings stay as deprecated aliases.
+    with pytest.raises(UnknownInstance) as info:
+        registry.get_rate_limiter("nope")
+    with pytest.warns(DeprecationWarning, match="UnknownInstance.kind"):
+        assert info.value.kind == "ratelimiters"
+    with pytest.warns(DeprecationWarning, match="registry.KINDS"):
+        assert registry.KINDS is registry.SECTIONS
+    with pytest.warns(DeprecationWarning, match="conf.KINDS"):
+        assert conf.KINDS is conf.SECTIONS
+    with pytest.warns(DeprecationWarning, match="conf.Kind"):
+        assert conf.Kind is conf.Section
+    spec = conf.get_analysis().specs["ratelimiters"]["api"]
+    with pytest.warns(DeprecationWarning, match="InstanceSpec.kind"):
+        assert spec.kind == spec.section == "ratelimiters"
+    misconfigured = registry.MisconfiguredInstance("bulkheads", "x", [])
+    with pytest.warns(DeprecationWarning, match="MisconfiguredInstance.kind"):
+        assert misconfigured.kind == "bulkheads"
 
 
 @override_settings(RATELIMIT_R4={"ratelimiter": {"instances": {"api": {}}}})
@@ -247,8 +267,8 @@ def test_concurrent_first_use_builds_each_instance_exactly_once(monkeypatch: pyt
     registry.invalidate()  # drop the counting instances
 
 
-def test_iteration_covers_every_configured_instance_by_kind() -> None:
-    assert list(registry.KINDS) == [
+def test_iteration_covers_every_configured_instance_by_section() -> None:
+    assert list(registry.SECTIONS) == [
         "ratelimiters",
         "bulkheads",
         "circuitbreakers",
@@ -256,7 +276,7 @@ def test_iteration_covers_every_configured_instance_by_kind() -> None:
         "timelimiters",
         "adaptivethrottlers",
     ]
-    items = [(kind, name) for kind, name, _ in registry.iter_instances()]
+    items = [(section, name) for section, name, _ in registry.iter_instances()]
     assert items == [
         ("ratelimiters", "api"),
         ("ratelimiters", "slow"),
@@ -269,9 +289,9 @@ def test_iteration_covers_every_configured_instance_by_kind() -> None:
         ("retries", "acquirer"),
         ("timelimiters", "acquirer"),
     ]
-    for kind, name, instance in registry.iter_instances():
+    for section, name, instance in registry.iter_instances():
         assert instance.name == name
-        assert registry.lookup(kind, name)[1] is instance
+        assert registry.lookup(section, name)[1] is instance
     assert registry.names("ratelimiters") == ("api", "slow", "per_ip", "burst", "burst3", "sustained")
 
 

@@ -327,8 +327,8 @@ STALLS = _Spec(
 STALL_SECONDS_NAME = "r4_event_loop_stall_seconds"
 STALL_SECONDS_DOC = "How long each event-loop stall lasted."
 
-#: ``kind`` label values of :data:`RL_LEASE_PERMITS` (``<kind>_permits`` of the lease snapshot).
-_LEASE_KINDS = ("leased", "spent", "expired", "dropped")
+#: ``kind`` label values (outcomes) of :data:`RL_LEASE_PERMITS` (``<outcome>_permits`` of the lease snapshot).
+_LEASE_OUTCOMES = ("leased", "spent", "expired", "dropped")
 
 _SPECS: tuple[_Spec, ...] = (
     RL_AVAILABLE,
@@ -361,18 +361,18 @@ _SPECS: tuple[_Spec, ...] = (
 
 #: ``(label value, State)`` in Resilience4j's order: lower-cased state names.
 _STATES: tuple[tuple[str, State], ...] = tuple((s.name.lower(), s) for s in State)
-_RETRY_KINDS = (
+_RETRY_OUTCOMES = (
     ("successful_without_retry", "number_of_successful_calls_without_retry_attempt"),
     ("successful_with_retry", "number_of_successful_calls_with_retry_attempt"),
     ("failed_with_retry", "number_of_failed_calls_with_retry_attempt"),
     ("failed_without_retry", "number_of_failed_calls_without_retry_attempt"),
 )
-_AT_KINDS = (
+_AT_OUTCOMES = (
     ("accepted", "number_of_accepted_calls"),
     ("rejected", "number_of_rejected_calls"),
     ("throttled", "number_of_throttled_calls"),
 )
-_TL_KINDS = (
+_TL_OUTCOMES = (
     ("successful", "number_of_successful_calls"),
     ("failed", "number_of_failed_calls"),
     ("timeout", "number_of_timeout_calls"),
@@ -437,8 +437,8 @@ def _read(out: _Reading) -> None:
             if read_lease is not None:  # permit leases: this process's plain counters, no round trip
                 lease = read_lease()
                 counter((RL_LEASE_BATCHES, (name,), owner, source, lease["batches"]))
-                for kind in _LEASE_KINDS:
-                    counter((RL_LEASE_PERMITS, (name, kind), owner, source, lease[f"{kind}_permits"]))
+                for outcome in _LEASE_OUTCOMES:
+                    counter((RL_LEASE_PERMITS, (name, outcome), owner, source, lease[f"{outcome}_permits"]))
 
     for name, bh in r4_registry.instances("bulkheads"):
         m = bh.metrics
@@ -478,8 +478,8 @@ def _read(out: _Reading) -> None:
 
     for name, retry in r4_registry.instances("retries"):
         m = retry.metrics
-        for kind, attr in _RETRY_KINDS:
-            counter((RETRY_CALLS, (name, kind), "", retry, getattr(m, attr)))
+        for outcome, attr in _RETRY_OUTCOMES:
+            counter((RETRY_CALLS, (name, outcome), "", retry, getattr(m, attr)))
         if retry.budget is not None:
             counter((RETRY_BUDGET_EXHAUSTED, (name,), "", retry, m.number_of_budget_exhausted_calls))
 
@@ -488,13 +488,13 @@ def _read(out: _Reading) -> None:
 
     for name, tl in r4_registry.instances("timelimiters"):
         m = tl.metrics
-        for kind, attr in _TL_KINDS:
-            counter((TL_CALLS, (name, kind), "", tl, getattr(m, attr)))
+        for outcome, attr in _TL_OUTCOMES:
+            counter((TL_CALLS, (name, outcome), "", tl, getattr(m, attr)))
 
     for name, throttler in r4_registry.instances("adaptivethrottlers"):
         m = throttler.metrics
-        for kind, attr in _AT_KINDS:
-            counter((AT_CALLS, (name, kind), "", throttler, getattr(m, attr)))
+        for outcome, attr in _AT_OUTCOMES:
+            counter((AT_CALLS, (name, outcome), "", throttler, getattr(m, attr)))
         gauge((AT_PROBABILITY, (name,), m.rejection_probability))
 
 
@@ -915,10 +915,10 @@ def uninstall() -> None:
         _mode = _registry = _syncer = None
 
 
-def _on_build(kind: str, name: str, instance: Any) -> None:
+def _on_build(section: str, name: str, instance: Any) -> None:
     # Registry build hook (under its lock; must be quick and never raise): watch new breakers at once.
     syncer = _syncer
-    if syncer is not None and kind == "circuitbreakers":
+    if syncer is not None and section == "circuitbreakers":
         try:
             syncer.watch(name, instance)
         except Exception:

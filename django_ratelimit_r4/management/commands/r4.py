@@ -114,10 +114,10 @@ def _table(headers: Sequence[str], rows: list[list[str]]) -> list[str]:
 
 
 def _row(item: dict[str, Any], width: int) -> list[str]:
-    c, s, kind = item["config"], item["state"], item["type"]
+    c, s, type_name = item["config"], item["state"], item["type"]
     if s is None:  # this instance could not be read (the snapshot has its error); the others still show
         return [item["name"], "ERROR", *[""] * (width - 2)]
-    if kind == "ratelimiter":
+    if type_name == "ratelimiter":
         keyed = s.get("keyed") or {}
         # A per-client limiter (a `key` spec) has one budget per client: its row adds up the clients'
         # decisions, and "available" only exists per key (`r4 status --json --keys`, the state endpoint).
@@ -133,7 +133,7 @@ def _row(item: dict[str, Any], width: int) -> list[str]:
             str(s["failed_calls"] + keyed.get("failed_calls", 0)),
             "?" if live_keys is None else str(live_keys),
         ]
-    if kind == "bulkhead":
+    if type_name == "bulkhead":
         cluster = s.get("cluster_concurrent_calls")
         expired = s.get("cluster_expired_leases")
         return [
@@ -147,7 +147,7 @@ def _row(item: dict[str, Any], width: int) -> list[str]:
             "-" if cluster is None else str(cluster),
             "-" if expired is None else str(expired),
         ]
-    if kind == "circuitbreaker":
+    if type_name == "circuitbreaker":
         states = s.get("states") or {}
         shown = s["state"]
         if shown == "MIXED" and states:  # cluster totals: the workers disagree
@@ -161,7 +161,7 @@ def _row(item: dict[str, Any], width: int) -> list[str]:
             str(s["total_not_permitted_calls"]),
             human_ns(s["remaining_open_ns"]) if s["remaining_open_ns"] else "-",
         ]
-    if kind == "retry":
+    if type_name == "retry":
         return [
             item["name"],
             str(c["max_attempts"]),
@@ -171,7 +171,7 @@ def _row(item: dict[str, Any], width: int) -> list[str]:
             str(s["number_of_failed_calls_without_retry_attempt"]),
             str(s["number_of_total_calls"]),
         ]
-    if kind == "retrybudget":
+    if type_name == "retrybudget":
         return [
             item["name"],
             f"{c['percent_can_retry']:.0%} + {c['min_retries_per_second']}/s",
@@ -181,7 +181,7 @@ def _row(item: dict[str, Any], width: int) -> list[str]:
             str(s["number_of_retries"]),
             str(s["number_of_refused_retries"]),
         ]
-    if kind == "adaptivethrottler":
+    if type_name == "adaptivethrottler":
         return [
             item["name"],
             str(c["k"]),
@@ -246,12 +246,12 @@ def render_table(items: list[dict[str, Any]]) -> str:
     if not items:
         return "No instances configured in RATELIMIT_R4."
     blocks = []
-    for kind, title, headers in _SECTIONS:
-        of_kind = [i for i in items if i["type"] == kind]
-        if not of_kind:
+    for type_name, title, headers in _SECTIONS:
+        of_type = [i for i in items if i["type"] == type_name]
+        if not of_type:
             continue
-        lines = [title, *_table(headers, [_row(i, len(headers)) for i in of_kind])]
-        for item in of_kind:
+        lines = [title, *_table(headers, [_row(i, len(headers)) for i in of_type])]
+        for item in of_type:
             if item["state"] is None:
                 lines.append(f"  {item['name']}: cannot be read: {item.get('error')}")
                 continue
