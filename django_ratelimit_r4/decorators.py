@@ -13,7 +13,8 @@
 
 Every decorator works on function views, ``async def`` views, class-based views through
 ``method_decorator`` and plain functions (sync or async): Django's pattern, a sync and an async wrapper
-chosen with :func:`asgiref.sync.iscoroutinefunction`. Names are resolved lazily from ``RATELIMIT_R4``
+chosen with :func:`django_ratelimit_r4.core.coroutines.is_async` (asgiref's and inspect's marks, partials, bound
+methods and objects with ``async def __call__``). Names are resolved lazily from ``RATELIMIT_R4``
 at the first call and cached; each call revalidates the cache with one int compare of
 :data:`django_ratelimit_r4.registry.generation`, so ``override_settings`` works and nothing reads
 settings per request.
@@ -50,10 +51,10 @@ from collections.abc import Callable, Collection, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
-from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
 
 from . import conf, registry
+from .core.coroutines import is_async
 from .core.exceptions import (
     BulkheadFull,
     CallNotPermitted,
@@ -277,8 +278,8 @@ class _Resilience:
 
     def __call__(self, fn: F) -> F:
         """Decorate ``fn`` (a view, a method through ``method_decorator``, or a plain function)."""
-        is_async = iscoroutinefunction(fn)
-        if self.timelimiter is not None and not is_async:
+        async_fn = is_async(fn)
+        if self.timelimiter is not None and not async_fn:
             raise TypeError(
                 f"timelimiter {self.timelimiter!r} cannot limit the sync function "
                 f"{getattr(fn, '__qualname__', fn)!s}: Python cannot stop a running thread. Use an async "
@@ -292,7 +293,7 @@ class _Resilience:
             and self.timelimiter is None
             and self.bulkhead is None
         )
-        wrapper = functools.wraps(fn)((self._async_wrapper if is_async else self._sync_wrapper)(fn, only_gate))
+        wrapper = functools.wraps(fn)((self._async_wrapper if async_fn else self._sync_wrapper)(fn, only_gate))
         for use in self.uses:  # what manage.py check reads (referenced_names); fn's own came with wraps
             wrapper.__dict__[use] = True
         return wrapper  # type: ignore[return-value]

@@ -24,10 +24,11 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from asgiref.sync import markcoroutinefunction
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
 from . import stall
+from .core.coroutines import is_async
 from .responses import HANDLED_EXCEPTIONS, bulkhead_retry_after_ns, rejection_response
 
 # bulkhead_retry_after_ns and rejection_response live in responses.py; importable from here as before.
@@ -43,7 +44,7 @@ class ResilienceMiddleware:
     def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
         """Wrap ``get_response``; decide sync or async mode once."""
         self.get_response = get_response
-        self.async_mode = iscoroutinefunction(get_response)
+        self.async_mode = is_async(get_response)
         if self.async_mode:
             markcoroutinefunction(self)
         # Stall detector (async mode): True until the setting says disabled; the loop already watched.

@@ -441,6 +441,31 @@ async def test_async_service_function(r4_clock) -> None:
         await acapture(1)
 
 
+async def test_async_callable_objects_and_partials_get_the_async_wrapper(r4_clock) -> None:
+    # asgiref's iscoroutinefunction, which chose the wrapper before core.coroutines.is_async, took an object with
+    # async __call__ and a partial of an asgiref-marked function for sync: the sync wrapper returned the coroutine
+    # unawaited, outside the limiter's accounting.
+    import functools
+
+    from asgiref.sync import markcoroutinefunction
+
+    class Capture:
+        async def __call__(self, amount: int) -> int:
+            await asyncio.sleep(0)
+            return amount
+
+    def marked(amount: int) -> object:
+        return Capture()(amount)
+
+    for fn in (Capture(), functools.partial(markcoroutinefunction(marked))):
+        registry.invalidate()
+        limited = ratelimit("api")(fn)
+        assert asyncio.iscoroutinefunction(limited)
+        assert [await limited(i) for i in range(10)] == list(range(10))
+        with pytest.raises(RequestNotPermitted):
+            await limited(1)
+
+
 def test_fallback_gets_the_arguments_plus_the_exception(r4_clock) -> None:
     seen = []
 

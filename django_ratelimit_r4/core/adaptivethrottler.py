@@ -21,7 +21,6 @@ from the injected clock, so tests are deterministic.
 from __future__ import annotations
 
 import functools
-import inspect
 import random as _random
 import threading
 from collections.abc import Awaitable, Callable
@@ -30,6 +29,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Validator
+from .coroutines import is_async
 from .exceptions import CallThrottled
 
 __all__ = ["AdaptiveThrottler", "AdaptiveThrottlerConfig", "AdaptiveThrottlerMetrics"]
@@ -106,10 +106,6 @@ class AdaptiveThrottlerMetrics:
             f"accepted={self.number_of_accepted_calls}, rejected={self.number_of_rejected_calls}, "
             f"throttled={self.number_of_throttled_calls})"
         )
-
-
-def _is_async_callable(fn: object) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004
 
 
 class AdaptiveThrottler:
@@ -278,12 +274,12 @@ class AdaptiveThrottler:
 
     def decorate(self, fn: Callable[P, R]) -> Callable[P, R]:
         """Wrap ``fn`` so each call goes through :meth:`acall` (async ``fn``) or :meth:`call`."""
-        if _is_async_callable(fn):
+        if is_async(fn):
             acall = self.acall
 
             @functools.wraps(fn)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                return await acall(fn, *args, **kwargs)  # type: ignore[arg-type]
+                return await acall(fn, *args, **kwargs)
 
             return async_wrapper  # type: ignore[return-value]
         call = self.call

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import inspect
 import threading
 import time
 from collections import deque
@@ -18,6 +17,7 @@ from typing import Any, ParamSpec, TypeVar
 from .adaptivelimit import AdaptiveLimit, AdaptiveLimitConfig, make_limit
 from .clock import SYSTEM_CLOCK, Clock, MonotonicClock
 from .config import Validator
+from .coroutines import is_async
 from .events import Event, EventPublisher
 from .exceptions import BulkheadFull, ConfigurationError
 
@@ -478,7 +478,7 @@ class Bulkhead:
 
     def decorate(self, fn: Callable[P, R]) -> Callable[P, R]:
         """Wrap ``fn`` (sync or ``async def``) so each call runs through :meth:`call` / :meth:`acall`."""
-        if inspect.iscoroutinefunction(fn):
+        if is_async(fn):
 
             @functools.wraps(fn)
             async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:

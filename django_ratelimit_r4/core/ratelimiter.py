@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, ParamSpec, TypeVar, cast
@@ -21,6 +20,7 @@ from .backend import (
 )
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Validator
+from .coroutines import is_async
 from .durations import MAX_PERIOD_NS, format_duration
 from .events import Event, EventPublisher
 from .exceptions import RequestNotPermitted
@@ -513,8 +513,8 @@ class RateLimiter:
 
     def decorate(self, fn: Callable[P, R]) -> Callable[P, R]:
         """Wrap ``fn`` (sync or ``async def``) so each call goes through :meth:`call` / :meth:`acall`."""
-        if inspect.iscoroutinefunction(fn):
-            async_fn = cast("Callable[P, Awaitable[Any]]", fn)
+        if is_async(fn):
+            async_fn = fn
 
             @functools.wraps(fn)
             async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:

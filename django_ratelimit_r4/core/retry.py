@@ -12,6 +12,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Validator
+from .coroutines import is_async
 from .durations import DurationError, format_duration, parse_duration
 from .events import Event, EventPublisher
 from .exceptions import MaxRetriesExceeded
@@ -206,10 +207,6 @@ def _custom_wait(name: str, fn: Callable[[int, Any], Any], attempt: int, outcome
             f"retry {name!r}: interval_function returned {value!r} for attempt {attempt}: {exc}; return a "
             "timedelta or a duration string such as '500ms' (Resilience4j's functions return milliseconds)"
         ) from None
-
-
-def _is_async_callable(fn: object) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004
 
 
 class Retry:
@@ -479,12 +476,12 @@ class Retry:
 
     def decorate(self, fn: Callable[P, R]) -> Callable[P, R]:
         """Wrap ``fn`` so each call goes through :meth:`acall` (async ``fn``) or :meth:`call`."""
-        if _is_async_callable(fn):
+        if is_async(fn):
             acall = self.acall
 
             @functools.wraps(fn)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                return await acall(fn, *args, **kwargs)  # type: ignore[arg-type]
+                return await acall(fn, *args, **kwargs)
 
             return async_wrapper  # type: ignore[return-value]
         call = self.call

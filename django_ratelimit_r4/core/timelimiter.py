@@ -12,6 +12,7 @@ from typing import Any, NoReturn, ParamSpec, TypeVar
 
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Validator
+from .coroutines import is_async
 from .durations import format_duration
 from .events import Event, EventPublisher
 from .exceptions import TimeLimitExceeded
@@ -101,10 +102,6 @@ def _sync_refusal(limiter_name: str, fn: object) -> TypeError:
     )
 
 
-def _is_async_callable(fn: object) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004
-
-
 def _retrieve(task: asyncio.Future[Any]) -> None:
     # A call left running after its timeout has nobody awaiting it: consume its outcome so asyncio
     # does not log "exception was never retrieved".
@@ -148,7 +145,7 @@ class TimeLimiter:
 
     def call(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> NoReturn:
         """Always raises :class:`TypeError`: sync calls cannot be time-limited (see the message)."""
-        if _is_async_callable(fn):
+        if is_async(fn):
             raise TypeError(
                 f"TimeLimiter '{self.name}': {getattr(fn, '__qualname__', fn)!s} is async; "
                 "use 'await time_limiter.acall(fn, ...)'"
@@ -219,7 +216,7 @@ class TimeLimiter:
 
     def decorate(self, fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
         """Wrap an async ``fn`` so each call goes through :meth:`acall`; refuses sync functions."""
-        if not _is_async_callable(fn):
+        if not is_async(fn):
             raise _sync_refusal(self.name, fn)
         acall = self.acall
 

@@ -9,7 +9,6 @@ State objects (:class:`_StateData`) are replaced on every transition; windows co
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
 import random
 import threading
@@ -17,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from ..clock import SYSTEM_CLOCK, Clock
+from ..coroutines import is_async
 from ..durations import MAX_PERIOD_NS, format_duration, parse_duration
 from ..events import Event
 from ..exceptions import CallNotPermitted, IllegalStateTransition
@@ -728,7 +728,7 @@ class CircuitBreaker:
 
     def decorate(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Wrap a function or a coroutine function so that every call goes through the breaker."""
-        if inspect.iscoroutinefunction(fn):
+        if is_async(fn):
 
             @functools.wraps(fn)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
