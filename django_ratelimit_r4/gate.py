@@ -189,9 +189,9 @@ class _Limit:
             if aquota is not None:
                 return await aquota(key)  # type: ignore[no-any-return]
         else:
-            aquota = getattr(self.limiter.backend, "aquota", None)  # type: ignore[union-attr]
-            if aquota is not None:
-                return await aquota()  # type: ignore[no-any-return]
+            remote = self.limiter.remote_backend  # type: ignore[union-attr]
+            if remote is not None:
+                return await remote.aquota()
         return await asyncio.get_running_loop().run_in_executor(None, self.quota, key)
 
 

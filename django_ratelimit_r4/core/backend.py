@@ -21,6 +21,8 @@ __all__ = [
     "SLIDING_WINDOW",
     "BackendFactory",
     "RateLimiterBackend",
+    "RemoteRateLimiterBackend",
+    "as_remote",
     "memory_backends",
     "register_memory_backends",
 ]
@@ -42,9 +44,8 @@ class RateLimiterBackend(Protocol):
     permits reserved (the value is how long the caller must wait before using them, usually 0); ``< 0`` means
     rejected with nothing reserved, and ``-value`` is the wait that was needed (always > 0).
 
-    A backend doing I/O may also define ``async def aacquire(permits, timeout_ns) -> int``,
-    ``async def aacquire_many(backends, permits)`` and ``async def aquota()`` (same results); the async paths of ``RateLimiter`` and
-    ``aacquire_all`` then await them instead of calling the blocking methods on the event loop.
+    Every method is sync: an in-process backend decides in a few integer operations under a lock, which the
+    event loop can afford. A backend doing I/O implements :class:`RemoteRateLimiterBackend` as well.
     """
 
     #: Decisions granted / rejected through :meth:`acquire` and :meth:`acquire_many` since the last reset.
@@ -63,8 +64,7 @@ class RateLimiterBackend(Protocol):
         """``(remaining, reset_ns)`` for the RateLimit header fields, without changing anything.
 
         ``reset_ns`` is the time to the next cycle boundary while permits remain, else the wait for one
-        permit; ``remaining`` may be negative (reservation debt). A backend doing I/O may also define
-        ``async def aquota()`` (same result) for the async paths.
+        permit; ``remaining`` may be negative (reservation debt).
         """
         ...
 
@@ -87,6 +87,45 @@ class RateLimiterBackend(Protocol):
         anywhere and the result is ``(index of the rejecting backend with the largest wait, that wait)``.
         """
         ...
+
+
+@runtime_checkable
+class RemoteRateLimiterBackend(RateLimiterBackend, Protocol):
+    """A backend whose state lives in another process (Redis): each decision is a round trip.
+
+    So it has async twins of the decisions (the async paths of ``RateLimiter``, ``aacquire_all`` and the gate
+    await them instead of blocking the event loop), and decides and reads the quota in one round trip
+    (``acquire_quota``). A limiter asks once, when it is built (:func:`as_remote`), never per call.
+    """
+
+    async def aacquire(self, permits: int, timeout_ns: int) -> int:
+        """:meth:`acquire` without blocking the event loop (same result)."""
+        ...
+
+    async def aquota(self) -> tuple[int, int]:
+        """:meth:`quota` without blocking the event loop (same result)."""
+        ...
+
+    async def aacquire_many(self, backends: Sequence[RateLimiterBackend], permits: int) -> tuple[int, int] | None:
+        """:meth:`acquire_many` without blocking the event loop (same result)."""
+        ...
+
+    def acquire_quota(self, permits: int, timeout_ns: int) -> tuple[int, int, int]:
+        """:meth:`acquire` and :meth:`quota` in one round trip: ``(wait, remaining, reset_ns)``, the quota read
+        right after the decision (a rejection's too)."""
+        ...
+
+    async def aacquire_quota(self, permits: int, timeout_ns: int) -> tuple[int, int, int]:
+        """:meth:`acquire_quota` without blocking the event loop (same result)."""
+        ...
+
+
+def as_remote(backend: RateLimiterBackend) -> RemoteRateLimiterBackend | None:
+    """``backend`` when it implements :class:`RemoteRateLimiterBackend`, else None (an in-process backend).
+
+    A structural check costing microseconds: call it when a limiter is built and keep the answer.
+    """
+    return backend if isinstance(backend, RemoteRateLimiterBackend) else None
 
 
 class BackendFactory(Protocol):

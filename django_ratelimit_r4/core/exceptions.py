@@ -255,9 +255,9 @@ async def arate_limiter_wait_ns(limiter: Any, key: Any = None) -> int:
             remaining, reset_ns = await aquota(key)
             return 0 if remaining >= 1 else int(reset_ns)
     else:
-        aquota = getattr(getattr(limiter, "backend", None), "aquota", None)
-        if aquota is not None:
-            remaining, reset_ns = await aquota()
+        remote = getattr(limiter, "remote_backend", None)  # a RateLimiter's (None in memory, or a pickled copy)
+        if remote is not None:
+            remaining, reset_ns = await remote.aquota()
             return 0 if remaining >= 1 else int(reset_ns)
     return rate_limiter_wait_ns(limiter, key)
 

@@ -16,6 +16,8 @@ from .backend import (
     SLIDING_WINDOW,
     BackendFactory,
     RateLimiterBackend,
+    RemoteRateLimiterBackend,
+    as_remote,
     memory_backends,
 )
 from .clock import SYSTEM_CLOCK, Clock
@@ -305,9 +307,12 @@ class RateLimiter:
         )
         # Bound once: the hot path is one call into the backend and a couple of attribute reads.
         self._acquire = self._backend.acquire
-        # A backend doing I/O (Redis) has an async twin so the async path never blocks the loop; the
-        # in-memory one does not (its decision is a few integer operations under a lock).
-        self._aacquire: Callable[[int, int], Awaitable[int]] | None = getattr(self._backend, "aacquire", None)
+        # A backend doing I/O (Redis) is a RemoteRateLimiterBackend: its async twins keep the async path off the
+        # blocking calls. An in-process one is not (its decision is a few integer operations under a lock).
+        self._remote = as_remote(self._backend)
+        self._aacquire: Callable[[int, int], Awaitable[int]] | None = (
+            self._remote.aacquire if self._remote is not None else None
+        )
         self._timeout_ns: int = int(self.config.timeout_duration)
         self._waiters = Waiters()
 
@@ -315,6 +320,11 @@ class RateLimiter:
     def backend(self) -> RateLimiterBackend:
         """The object holding this limiter's state."""
         return self._backend
+
+    @property
+    def remote_backend(self) -> RemoteRateLimiterBackend | None:
+        """:attr:`backend` when it does I/O (its async twins are awaited by the async paths), else None."""
+        return self._remote
 
     # -- acquiring ------------------------------------------------------------------------------------------
 
@@ -405,16 +415,15 @@ class RateLimiter:
         """:meth:`acquire_or_raise`, returning ``(remaining, reset_ns)`` as ``backend.quota()`` reads them when
         the permits are handed over (right after the decision, or after the wait for a reserved permit).
 
-        A backend with ``acquire_quota(permits, timeout_ns) -> (wait, remaining, reset_ns)`` (Redis) decides
-        and reads them in one round trip, and a rejection carries them in ``RequestNotPermitted.quotas``;
-        any other backend is asked ``quota()`` after the decision.
+        A :class:`~django_ratelimit_r4.core.backend.RemoteRateLimiterBackend` (Redis) decides and reads them in
+        one round trip (``acquire_quota``), and a rejection carries them in ``RequestNotPermitted.quotas``; an
+        in-process backend is asked ``quota()`` after the decision.
         """
-        backend = self._backend
-        both = getattr(backend, "acquire_quota", None)
-        if both is None:
+        backend = self._remote
+        if backend is None:
             self.acquire_or_raise(permits)
-            return backend.quota()
-        wait, remaining, reset_ns = both(permits, self._timeout_ns)
+            return self._backend.quota()
+        wait, remaining, reset_ns = backend.acquire_quota(permits, self._timeout_ns)
         if wait < 0:
             refuse_never_grantable(self, permits, self._timeout_ns)
             if self.events.wants_failed:
@@ -429,13 +438,11 @@ class RateLimiter:
 
     async def aacquire_quota(self, permits: int = 1) -> tuple[int, int]:
         """Async twin of :meth:`acquire_quota` (``aacquire_quota``/``aquota`` of a backend doing I/O)."""
-        backend = self._backend
-        both = getattr(backend, "aacquire_quota", None)
-        if both is None:
+        backend = self._remote
+        if backend is None:
             await self.aacquire_or_raise(permits)
-            aquota = getattr(backend, "aquota", None)
-            return await aquota() if aquota is not None else backend.quota()
-        wait, remaining, reset_ns = await both(permits, self._timeout_ns)
+            return self._backend.quota()
+        wait, remaining, reset_ns = await backend.aacquire_quota(permits, self._timeout_ns)
         if wait < 0:
             refuse_never_grantable(self, permits, self._timeout_ns)
             if self.events.wants_failed:
@@ -443,7 +450,7 @@ class RateLimiter:
             raise RequestNotPermitted(self, -wait, quotas=((remaining, reset_ns),))
         if wait > 0:
             await self._waiters.asleep(self.clock, wait)
-            remaining, reset_ns = await backend.aquota()  # type: ignore[attr-defined]
+            remaining, reset_ns = await backend.aquota()
         if self.events.wants_successful:
             self._publish(SUCCESSFUL_ACQUIRE, permits)
         return remaining, reset_ns
@@ -592,11 +599,11 @@ async def aacquire_all(limiters: Sequence[RateLimiter], permits: int = 1) -> tup
     if not limiters:
         return None
     backends = [limiter._backend for limiter in limiters]
-    amany = getattr(backends[0], "aacquire_many", None)
-    if amany is None:
+    remote = limiters[0]._remote  # all limiters share one backend type
+    if remote is None:
         outcome = backends[0].acquire_many(backends, permits)
     else:
-        outcome = await amany(backends, permits)
+        outcome = await remote.aacquire_many(backends, permits)
     return _all_outcome(limiters, outcome, permits)
 
 
