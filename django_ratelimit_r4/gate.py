@@ -49,7 +49,6 @@ from .headers import (
 )
 from .ip import ClientIPResolver
 from .keyed import KeyedRateLimiter, aacquire_all_keyed, acquire_all_keyed, is_mixed, redis_module_of
-from .keyed_smooth import SmoothKeyedRateLimiter
 from .keys import KeyFunc, compile_key
 from .responses import rejection_response
 
@@ -64,9 +63,15 @@ UNSAFE_METHODS: frozenset[str] = frozenset({"DELETE", "PATCH", "POST", "PUT"})
 _UNCOUNTED_BY_DEFAULT: frozenset[str] = frozenset({"OPTIONS"})
 _METHOD_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")  # RFC 9110 token
 
-#: Backends and keyed stores whose quota is read without I/O: the allowed-request fast paths take them.
+#: Backends whose quota is read without I/O: the allowed-request fast paths take them (keyed: _in_memory).
 _IN_MEMORY_BACKENDS = (MemoryBackend, GcraBackend, SlidingWindowBackend)
-_IN_MEMORY_KEYED = (KeyedRateLimiter, SmoothKeyedRateLimiter)
+
+
+def _in_memory(keyed: Any) -> bool:
+    """True for a keyed limiter whose store decides without I/O (its acquire_quota is the fast path's)."""
+    return isinstance(keyed, KeyedRateLimiter) and not keyed.store.remote
+
+
 _SKIP = object()  # a key function said None: that limit does not apply to this request
 _PK_SALT_PREFIX = b"django-ratelimit-r4:pk:"
 _KEYED_ENTRIES_MAX = 1024  # per plan: the keyed fast path's cached clients, cleared when full
@@ -272,7 +277,7 @@ class _RatePlan:
         # policy string) are built once. With key "ip" and no trusted proxies they are found by the
         # REMOTE_ADDR text itself, so a returning client costs one dict read, no key function call.
         keyed = self.single_keyed
-        fast = keyed if self.draft10 and keyed is not None and type(keyed.keyed) in _IN_MEMORY_KEYED else None
+        fast = keyed if self.draft10 and keyed is not None and _in_memory(keyed.keyed) else None
         self.fast_keyed: _Limit | None = fast
         self.keyed_entries: dict[str, _KeyedEntry] = {}
         self.keyed_by_remote_addr = fast is not None and fast.by_remote_addr

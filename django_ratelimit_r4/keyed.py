@@ -1,13 +1,24 @@
-"""Per-client rate limits: one AtomicRateLimiter state per key, in bounded memory.
+"""Per-client rate limits: one :class:`KeyedRateLimiter` for every store, and the in-memory cycle store.
 
-A :class:`KeyedRateLimiter` gives every distinct key (client IP, user id, API key, ...) its own budget
-of ``limit_for_period`` permits per ``limit_refresh_period``, with the exact decision of the unkeyed
-limiter: :func:`django_ratelimit_r4.backends.base.decide` over two ints ``(cycle, permissions)``.
+A :class:`KeyedRateLimiter` gives every distinct key (client IP, user id, API key, ...) its own budget of
+``limit_for_period`` permits per ``limit_refresh_period``. It is written once, for every store: it owns the
+events, the wait for a reserved permit within ``timeout_duration``, the exceptions
+(``RequestNotPermitted(..., key=)``), the metrics object and the per-key :class:`KeyedRateLimiterView`. Where
+the keys' state lives, and by which algorithm it is decided, is its store's business: a
+:class:`~django_ratelimit_r4.core.backend.KeyedBackend` (key-addressed, like the ``limits`` library's storage).
 
-Memory. A key's state is packed into one int in one ``OrderedDict`` (about 200 bytes per live key
-including the key string; ``benchmarks/bench_keyed.py`` measures it). The store relies on one fact:
-**a key whose lazily refreshed state is full (no debt, all permits) behaves exactly like an absent
-key**, because an absent key is read as ``(cycle 0, limit)``, which refreshes to full. So:
+* :class:`MemoryKeyedStore` (here) -- the cycle algorithm in bounded memory, the default store;
+* :class:`~django_ratelimit_r4.keyed_smooth.SmoothKeyedStore` -- GCRA and the sliding window in memory (built
+  by default for a config with those algorithms);
+* ``backends.redis.RedisKeyedStore`` and its GCRA, sliding-window and lease variants -- one budget per key
+  for the whole cluster (``RedisStore`` builds ``KeyedRateLimiter(..., store=...)`` with them).
+
+The memory cycle store. Its decision is the unkeyed limiter's, exactly:
+:func:`django_ratelimit_r4.backends.base.decide` over two ints ``(cycle, permissions)``. A key's state is
+packed into one int in one ``OrderedDict`` (about 200 bytes per live key including the key string;
+``benchmarks/bench_keyed.py`` measures it). The store relies on one fact: **a key whose lazily refreshed state
+is full (no debt, all permits) behaves exactly like an absent key**, because an absent key is read as
+``(cycle 0, limit)``, which refreshes to full. So:
 
 * a decision that leaves a key full stores nothing (and removes the entry);
 * entries are kept in order of the cycle they were last used in, so the oldest are at the front; each
@@ -20,7 +31,11 @@ All keys share one time anchor (creation, :meth:`~KeyedRateLimiter.reset` or
 :meth:`~KeyedRateLimiter.set_clock`), so their cycles are aligned and the current cycle is cached
 once for all keys (a key used in it is recognised with one subtraction); a new key starts full. One
 lock guards the store and is held only for the dict operations and the integer decision.
-:meth:`~KeyedRateLimiter.acquire_quota` also returns the RateLimit header figures of its decision.
+
+The hot path: this store is the default, and :meth:`KeyedRateLimiter.acquire_quota` (the keyed
+``@ratelimit`` fast path) inlines its common case -- a key used in the current cycle with a permit left
+after the decision -- instead of calling :meth:`MemoryKeyedStore.decide_quota`, which it equals
+(``tests/test_keyed.py`` checks both against ``decide()``). Every other store goes through the protocol.
 """
 
 from __future__ import annotations
@@ -30,9 +45,10 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from itertools import islice
-from typing import Any, Protocol
+from typing import Any
 
 from .backends.base import decide, div_ceil, nanos_to_wait, refresh
+from .core.backend import CYCLE, KeyedBackend
 from .core.clock import SYSTEM_CLOCK, Clock
 from .core.exceptions import RequestNotPermitted
 from .core.ratelimiter import (
@@ -53,13 +69,14 @@ __all__ = [
     "KeyedRateLimiter",
     "KeyedRateLimiterMetrics",
     "KeyedRateLimiterView",
+    "MemoryKeyedStore",
     "aacquire_all_keyed",
     "acquire_all_keyed",
     "is_mixed",
+    "memory_keyed_store",
     "redis_module_of",
 ]
 
-_NS_PER_S = 1_000_000_000
 # (cycle, permissions) packed as cycle << 64 | (permissions + 2**63): one int object per key.
 _SHIFT = 64
 _OFFSET = 1 << 63
@@ -71,44 +88,49 @@ _FRONT_CHECKS = 2  # oldest entries examined per insertion / cycle change: O(1),
 DEFAULT_MAX_KEYS = 100_000
 
 
-class _KeyedStore(Protocol):
-    """What the aggregate metrics read from a keyed store (in memory here, or Redis)."""
+def _check_bounds(max_keys: int, idle_timeout_ns: int | None) -> None:
+    if isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1:
+        raise ValueError(f"max_keys must be an int >= 1, got {max_keys!r}")
+    if idle_timeout_ns is not None and (not isinstance(idle_timeout_ns, int) or idle_timeout_ns < 0):
+        raise ValueError(f"idle_timeout_ns must be None or an int >= 0, got {idle_timeout_ns!r}")
 
-    successful_calls: int
-    failed_calls: int
-    lossy_evictions: int
-    _waiters: Waiters
 
-    def __len__(self) -> int: ...
+def _check_limit(limit: int | None) -> None:
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"limit must be None or an int >= 0, got {limit!r}")
 
 
 class KeyedRateLimiterMetrics:
-    """Aggregate figures of a :class:`KeyedRateLimiter`; plain reads, for exporters at scrape time."""
+    """Aggregate figures of a :class:`KeyedRateLimiter`; plain reads, for exporters at scrape time.
+
+    Calls and waiting callers are counted in this process (a shared store's budgets live elsewhere).
+    """
 
     __slots__ = ("_limiter",)
 
-    def __init__(self, limiter: _KeyedStore) -> None:
+    def __init__(self, limiter: KeyedRateLimiter) -> None:
         self._limiter = limiter
 
     @property
     def successful_calls(self) -> int:
         """Granted decisions, all keys, since the last full reset."""
-        return self._limiter.successful_calls
+        return self._limiter.store.successful_calls
 
     @property
     def failed_calls(self) -> int:
         """Rejected decisions, all keys, since the last full reset."""
-        return self._limiter.failed_calls
+        return self._limiter.store.failed_calls
 
     @property
     def live_keys(self) -> int:
-        """Keys currently holding state (others are full, i.e. as if never seen)."""
-        return len(self._limiter)
+        """Keys currently holding state (others are full, i.e. as if never seen); -1 when the store cannot
+        count them cheaply (Redis: ``state.snapshot()`` reports null with a note, no Prometheus ``keys`` gauge)."""
+        return self._limiter.store.live_keys()
 
     @property
     def lossy_evictions(self) -> int:
         """Keys evicted at ``max_keys`` while holding state (they came back with a fresh budget)."""
-        return self._limiter.lossy_evictions
+        return self._limiter.store.lossy_evictions
 
     @property
     def number_of_waiting_threads(self) -> int:
@@ -122,29 +144,18 @@ class KeyedRateLimiterMetrics:
         )
 
 
-class KeyedRateLimiter:
-    """A rate limiter per key, created on first use, with the instance's ``RateLimiterConfig``.
+class MemoryKeyedStore:
+    """The cycle algorithm's per-key state in bounded memory (a :class:`~.core.backend.KeyedBackend`); see the
+    module doc. The default store of a :class:`KeyedRateLimiter` whose config's algorithm is ``"cycle"``."""
 
-    Follows the primitives' contract (``name``, ``config``, ``clock``, ``metrics``, ``events``,
-    ``reset``, ``set_clock``) with a ``key`` first argument on every decision. ``get(key)`` returns a
-    :class:`KeyedRateLimiterView` that looks like a ``RateLimiter`` for one key.
-    """
-
-    def __new__(cls, name: str, config: RateLimiterConfig | None = None, **kwargs: Any) -> KeyedRateLimiter:
-        """A config with ``algorithm`` ``"gcra"`` or ``"sliding_window"`` builds a
-        :class:`~django_ratelimit_r4.keyed_smooth.SmoothKeyedRateLimiter` (same interface)."""
-        if cls is KeyedRateLimiter and config is not None and config.algorithm != "cycle":
-            from .keyed_smooth import SmoothKeyedRateLimiter
-
-            cls = SmoothKeyedRateLimiter
-        return object.__new__(cls)
+    remote = False
+    rejection_quotas = False
 
     def __init__(
         self,
-        name: str,
-        config: RateLimiterConfig | None = None,
+        config: RateLimiterConfig,
+        clock: Clock,
         *,
-        clock: Clock | None = None,
         max_keys: int = DEFAULT_MAX_KEYS,
         idle_timeout_ns: int | None = None,
     ) -> None:
@@ -154,30 +165,21 @@ class KeyedRateLimiter:
         :param idle_timeout_ns: also drop keys unused for this long even if not full (e.g. a long debt);
             ``None`` drops only full keys early. Precision is one refresh period.
         """
-        if isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1:
-            raise ValueError(f"max_keys must be an int >= 1, got {max_keys!r}")
-        if idle_timeout_ns is not None and (not isinstance(idle_timeout_ns, int) or idle_timeout_ns < 0):
-            raise ValueError(f"idle_timeout_ns must be None or an int >= 0, got {idle_timeout_ns!r}")
-        self.name = name
-        self.config: RateLimiterConfig = config if config is not None else RateLimiterConfig()
-        self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
+        _check_bounds(max_keys, idle_timeout_ns)
+        self.config = config
         self.max_keys = max_keys
-        self.idle_timeout_ns = idle_timeout_ns
-        self.events = RateLimiterEvents()
-        self.metrics = KeyedRateLimiterMetrics(self)
-        self._limit = int(self.config.limit_for_period)
-        self._period = int(self.config.limit_refresh_period)
-        self._timeout_ns = int(self.config.timeout_duration)
+        self._limit = int(config.limit_for_period)
+        self._period = int(config.limit_refresh_period)
         # Keys idle for this many whole cycles are dropped even with state; None = never.
         self._idle_cycles = None if idle_timeout_ns is None else -(-idle_timeout_ns // self._period) + 1
         self._lock = threading.Lock()
-        self._waiters = Waiters()
         self._states: OrderedDict[str, Any] = OrderedDict()
-        self._reset_locked(self.clock)
+        self._reset_locked(clock)
 
-    # -- store internals (caller holds the lock) ----------------------------------------------------------
+    # -- internals (caller holds the lock) ----------------------------------------------------------------
 
     def _reset_locked(self, clock: Clock) -> None:
+        self._clock = clock
         self._now = clock.now_ns
         self._anchor = self._now()
         self._set_cycle(0)
@@ -187,9 +189,9 @@ class KeyedRateLimiter:
         self.lossy_evictions = 0
 
     def _set_cycle(self, cycle: int) -> None:
-        # The current cycle, shared by every key (one anchor), cached for acquire_quota's fast path:
-        # its end on the clock, and the packed value of (cycle, 0 permissions). A key stored in this
-        # cycle has ``packed - _cycle_floor == permissions``; one stored earlier gives less than -2**63.
+        # The current cycle, shared by every key (one anchor), cached for the fast paths: its end on the
+        # clock, and the packed value of (cycle, 0 permissions). A key stored in this cycle has
+        # ``packed - _cycle_floor == permissions``; one stored earlier gives less than -2**63.
         self._cycle_end = self._anchor + (cycle + 1) * self._period
         self._cycle_floor = (cycle << _SHIFT) + _OFFSET
 
@@ -237,7 +239,33 @@ class KeyedRateLimiter:
                 return
             del states[key]
 
-    def _decide(self, key: str, permits: int, timeout_ns: int) -> int:
+    def _decide_quota_locked(
+        self, key: str, packed: int | None, now: int, permits: int, timeout_ns: int
+    ) -> tuple[int, int, int]:
+        """:meth:`decide_quota` under the lock: ``packed`` is ``key``'s entry and ``now`` the time since the
+        anchor, both read under the lock."""
+        if permits < 1:
+            raise ValueError(f"permits must be >= 1, got {permits!r}")
+        if packed is None:
+            cycle, permissions = 0, self._limit
+        else:
+            cycle, permissions = packed >> _SHIFT, (packed & _MASK) - _OFFSET
+        period = self._period
+        current, permissions, wait, granted = decide(
+            cycle, permissions, permits, timeout_ns, now, period, self._limit
+        )
+        if not granted:
+            self.failed_calls += 1
+            return -wait, 0, 0
+        self.successful_calls += 1
+        self._store(key, packed, cycle, current, permissions)
+        if permissions >= 1:
+            return wait, permissions, (current + 1) * period - now
+        return wait, permissions, nanos_to_wait(permissions, 1, current, now, period, self._limit)
+
+    # -- the KeyedBackend protocol ----------------------------------------------------------------------
+
+    def decide(self, key: str, permits: int, timeout_ns: int) -> int:
         """Decide and commit for ``key``: wait ``>= 0`` granted (reserved), ``< 0`` rejected (``-wait``).
 
         ``timeout_ns`` is ``>= 0`` here (peeks go through :meth:`state`).
@@ -292,162 +320,32 @@ class KeyedRateLimiter:
         finally:
             lock.release()
 
-    def _decide_quota_locked(
-        self, key: str, packed: int | None, now: int, permits: int, timeout_ns: int
-    ) -> tuple[int, int, int]:
-        """:meth:`_decide` and :meth:`quota` in one step: ``(wait, remaining, reset_ns)``; caller holds the lock.
+    async def adecide(self, key: str, permits: int, timeout_ns: int) -> int:
+        """:meth:`decide` (integer work under a lock held for a few operations: nothing to await)."""
+        return self.decide(key, permits, timeout_ns)
 
-        ``packed`` is ``key``'s entry and ``now`` the time since the anchor, both read under the lock.
-        ``wait`` is as in :meth:`_decide` (``< 0`` rejected, then the other two are 0). When granted,
-        ``(remaining, reset_ns)`` is what ``quota(key)`` answers at ``now`` right after the decision.
-        """
-        if permits < 1:
-            raise ValueError(f"permits must be >= 1, got {permits!r}")
-        if packed is None:
-            cycle, permissions = 0, self._limit
-        else:
-            cycle, permissions = packed >> _SHIFT, (packed & _MASK) - _OFFSET
-        period = self._period
-        current, permissions, wait, granted = decide(
-            cycle, permissions, permits, timeout_ns, now, period, self._limit
-        )
-        if not granted:
-            self.failed_calls += 1
-            return -wait, 0, 0
-        self.successful_calls += 1
-        self._store(key, packed, cycle, current, permissions)
-        if permissions >= 1:
-            return wait, permissions, (current + 1) * period - now
-        return wait, permissions, nanos_to_wait(permissions, 1, current, now, period, self._limit)
-
-    # -- deciding ---------------------------------------------------------------------------------------
-
-    def acquire_permission(self, key: str, permits: int = 1) -> bool:
-        """Take ``permits`` from ``key``'s budget; True if granted.
-
-        Waits with ``clock.sleep`` only when the wait fits in ``timeout_duration`` (permits reserved
-        first); otherwise returns False at once. From async code use :meth:`aacquire_permission`.
-        """
-        wait = self._decide(key, permits, self._timeout_ns)
-        if wait < 0:
-            refuse_never_grantable(self, permits, self._timeout_ns)
-            if self.events.wants_failed:
-                self._publish(FAILED_ACQUIRE, permits)
-            return False
-        if wait > 0:
-            self._waiters.sleep(self.clock, wait)
-        if self.events.wants_successful:
-            self._publish(SUCCESSFUL_ACQUIRE, permits)
-        return True
-
-    async def aacquire_permission(self, key: str, permits: int = 1) -> bool:
-        """Async twin of :meth:`acquire_permission`; waits with ``await clock.asleep``."""
-        wait = self._decide(key, permits, self._timeout_ns)
-        if wait < 0:
-            refuse_never_grantable(self, permits, self._timeout_ns)
-            if self.events.wants_failed:
-                self._publish(FAILED_ACQUIRE, permits)
-            return False
-        if wait > 0:
-            await self._waiters.asleep(self.clock, wait)
-        if self.events.wants_successful:
-            self._publish(SUCCESSFUL_ACQUIRE, permits)
-        return True
-
-    def acquire_or_raise(self, key: str, permits: int = 1) -> None:
-        """Like :meth:`acquire_permission` but raise :class:`RequestNotPermitted` on rejection.
-
-        The exception's ``wait_ns`` is ``key``'s wait, computed with the decision; ``exc.key`` is the key
-        (for logs; responses never echo it).
-        """
-        wait = self._decide(key, permits, self._timeout_ns)
-        if wait < 0:
-            refuse_never_grantable(self, permits, self._timeout_ns)
-            raise self._rejection(key, permits, -wait)
-        if wait > 0:
-            self._waiters.sleep(self.clock, wait)
-        if self.events.wants_successful:
-            self._publish(SUCCESSFUL_ACQUIRE, permits)
-
-    async def aacquire_or_raise(self, key: str, permits: int = 1) -> None:
-        """Async twin of :meth:`acquire_or_raise`."""
-        wait = self._decide(key, permits, self._timeout_ns)
-        if wait < 0:
-            refuse_never_grantable(self, permits, self._timeout_ns)
-            raise self._rejection(key, permits, -wait)
-        if wait > 0:
-            await self._waiters.asleep(self.clock, wait)
-        if self.events.wants_successful:
-            self._publish(SUCCESSFUL_ACQUIRE, permits)
-
-    def acquire_quota(self, key: str, permits: int = 1) -> tuple[int, int]:
-        """:meth:`acquire_or_raise`, returning ``key``'s ``(remaining, reset_ns)`` as :meth:`quota` reads it
-        when the permits are handed over: right after the decision, or after the wait for a reserved permit.
-
-        One locked step instead of a decision and a second read for the RateLimit header fields; the
-        figures are this decision's own (a concurrent request's permits are not subtracted from them).
-        """
-        lock = self._lock
-        lock.acquire()
-        try:
-            states = self._states
-            packed = states.get(key)
-            now = self._now()
-            end = self._cycle_end
-            if now >= end:
-                self._set_cycle((now - self._anchor) // self._period)
-                end = self._cycle_end
-            # The common case, spelled out: the key was last used in the current cycle (else the
-            # difference is below -2**63) and a permit is left after these, so decide() grants without
-            # a refresh and quota() would answer (left, time to the cycle boundary).
-            permissions = 0 if packed is None else packed - self._cycle_floor
-            if 0 < permits < permissions:
-                states[key] = packed - permits  # type: ignore[operator]
-                self.successful_calls += 1
-                wait, remaining, reset_ns = 0, permissions - permits, end - now
-            else:
-                wait, remaining, reset_ns = self._decide_quota_locked(
-                    key, packed, now - self._anchor, permits, self._timeout_ns
-                )
-        finally:
-            lock.release()
-        if wait:
-            if wait < 0:
-                refuse_never_grantable(self, permits, self._timeout_ns)
-                raise self._rejection(key, permits, -wait)
-            self._waiters.sleep(self.clock, wait)
-            remaining, reset_ns = self.quota(key)
-        if self.events.wants_successful:
-            self._publish(SUCCESSFUL_ACQUIRE, permits)
-        return remaining, reset_ns
-
-    async def aacquire_quota(self, key: str, permits: int = 1) -> tuple[int, int]:
-        """Async twin of :meth:`acquire_quota` (a reserved permit is awaited, never slept for)."""
+    def decide_quota(self, key: str, permits: int, timeout_ns: int) -> tuple[int, int, int]:
+        """``(wait, remaining, reset_ns)``: :meth:`decide`, and when granted what :meth:`quota` answers right
+        after it (a rejection answers ``(-wait, 0, 0)``)."""
         with self._lock:
-            wait, remaining, reset_ns = self._decide_quota_locked(
-                key, self._states.get(key), self._now() - self._anchor, permits, self._timeout_ns
+            return self._decide_quota_locked(
+                key, self._states.get(key), self._now() - self._anchor, permits, timeout_ns
             )
-        if wait:
-            if wait < 0:
-                refuse_never_grantable(self, permits, self._timeout_ns)
-                raise self._rejection(key, permits, -wait)
-            await self._waiters.asleep(self.clock, wait)
-            remaining, reset_ns = self.quota(key)
-        if self.events.wants_successful:
-            self._publish(SUCCESSFUL_ACQUIRE, permits)
-        return remaining, reset_ns
 
-    def reserve_permission(self, key: str, permits: int = 1) -> int:
-        """Reserve without waiting: 0 (use now), ns the caller must wait (reserved), or -1 (rejected)."""
-        wait = self._decide(key, permits, self._timeout_ns)
-        if wait >= 0:
-            if self.events.wants_successful:
-                self._publish(SUCCESSFUL_ACQUIRE, permits)
-            return wait
-        refuse_never_grantable(self, permits, self._timeout_ns)
-        if self.events.wants_failed:
-            self._publish(FAILED_ACQUIRE, permits)
-        return -1
+    async def adecide_quota(self, key: str, permits: int, timeout_ns: int) -> tuple[int, int, int]:
+        """:meth:`decide_quota` (nothing to await)."""
+        return self.decide_quota(key, permits, timeout_ns)
+
+    def drain(self, key: str) -> int:
+        """Set ``key``'s refreshed permissions to 0 (debt kept) and return how many were drained."""
+        with self._lock:
+            cycle, permissions, packed = self._load(key)
+            current, permissions, _, _ = decide(
+                cycle, permissions, 1, -1, self._now() - self._anchor, self._period, self._limit
+            )
+            drained = permissions if permissions > 0 else 0
+            self._store(key, packed, cycle, current, permissions - drained)
+        return drained
 
     def give_back(self, key: str, permits: int, since_ns: int) -> None:
         """Undo a grant of ``permits`` to ``key`` decided at or after ``since_ns`` (a reading of this store's
@@ -465,19 +363,6 @@ class KeyedRateLimiter:
                 return  # full or reset since: nothing of this grant is left to give back
             self._store(key, packed, stored, cycle, min(permissions + permits, self._limit))
             self.successful_calls -= 1
-
-    def drain_permissions(self, key: str) -> int:
-        """Set ``key``'s refreshed permissions to 0 (debt kept) and return how many were drained."""
-        with self._lock:
-            cycle, permissions, packed = self._load(key)
-            current, permissions, _, _ = decide(
-                cycle, permissions, 1, -1, self._now() - self._anchor, self._period, self._limit
-            )
-            drained = permissions if permissions > 0 else 0
-            self._store(key, packed, cycle, current, permissions - drained)
-        if self.events.wants_drained:
-            self._publish(DRAINED, drained)
-        return drained
 
     def state(self, key: str) -> tuple[int, int, int]:
         """``(cycle, available_permissions, nanos_to_wait for 1 permit)`` for ``key``; changes nothing."""
@@ -506,6 +391,10 @@ class KeyedRateLimiter:
             return permissions, (current + 1) * period - now
         return permissions, nanos_to_wait(permissions, 1, current, now, period, self._limit)
 
+    async def aquota(self, key: str) -> tuple[int, int]:
+        """:meth:`quota` (nothing to await)."""
+        return self.quota(key)
+
     def _peek_locked(self, key: str, permits: int) -> tuple[int, int | None, int, int, int]:
         """``(wait, packed, stored cycle, current cycle, refreshed permissions)``; caller holds the lock."""
         cycle, permissions, packed = self._load(key)
@@ -518,12 +407,6 @@ class KeyedRateLimiter:
         """Take ``permits`` for ``key`` after :meth:`_peek_locked` gave ``peek`` with wait 0; caller holds the lock."""
         _, packed, cycle, current, permissions = peek
         self._store(key, packed, cycle, current, permissions - permits)
-
-    def get(self, key: str) -> KeyedRateLimiterView:
-        """A ``RateLimiter``-like view of ``key`` (creates nothing until it is used)."""
-        return KeyedRateLimiterView(self, key)
-
-    # -- management -------------------------------------------------------------------------------------
 
     def purge(self) -> int:
         """Drop every full (or idle-expired) entry now; returns how many. O(live keys); for housekeeping."""
@@ -542,55 +425,335 @@ class KeyedRateLimiter:
             return len(dead)
 
     def reset(self, key: str | None = None) -> None:
-        """Forget ``key`` (it is full again), or with no key return to the freshly built state."""
+        """Forget ``key`` (it is full again), or with no key every key and the counters (time from now)."""
         with self._lock:
             if key is None:
-                self._reset_locked(self.clock)
+                self._reset_locked(self._clock)
             else:
                 self._states.pop(key, None)
 
     def set_clock(self, clock: Clock) -> None:
         """Read time from ``clock`` and reset everything, so cycles start at ``clock``'s current time."""
         with self._lock:
-            self.clock = clock
             self._reset_locked(clock)
+
+    def keys(self, limit: int | None = None) -> list[str]:
+        """The keys holding state, least recently used (by cycle) first: a snapshot copied under the lock
+        (``limit`` caps the copy, and the time the lock is held, at the ``limit`` oldest keys)."""
+        _check_limit(limit)
+        with self._lock:
+            if limit is None or limit >= len(self._states):
+                return list(self._states)
+            return list(islice(self._states, limit))
+
+    def live_keys(self) -> int:
+        """Keys holding state (an entry may be full already: full entries are dropped lazily)."""
+        return len(self._states)
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._states
+
+    def __repr__(self) -> str:
+        return (
+            f"MemoryKeyedStore(limit_for_period={self._limit}, limit_refresh_period_ns={self._period}, "
+            f"live_keys={len(self)}, max_keys={self.max_keys})"
+        )
+
+
+def memory_keyed_store(
+    config: RateLimiterConfig, clock: Clock, *, max_keys: int = DEFAULT_MAX_KEYS, idle_timeout_ns: int | None = None
+) -> KeyedBackend:
+    """The in-memory store of ``config``'s algorithm: :class:`MemoryKeyedStore` for ``"cycle"``, else
+    :class:`~django_ratelimit_r4.keyed_smooth.SmoothKeyedStore` (GCRA, sliding window)."""
+    if config.algorithm == CYCLE:
+        return MemoryKeyedStore(config, clock, max_keys=max_keys, idle_timeout_ns=idle_timeout_ns)
+    from .keyed_smooth import SmoothKeyedStore
+
+    return SmoothKeyedStore(config, clock, max_keys=max_keys, idle_timeout_ns=idle_timeout_ns)
+
+
+class KeyedRateLimiter:
+    """A rate limiter per key, with the instance's ``RateLimiterConfig``; the keys' state lives in ``store``.
+
+    Follows the primitives' contract (``name``, ``config``, ``clock``, ``metrics``, ``events``,
+    ``reset``, ``set_clock``) with a ``key`` first argument on every decision. ``get(key)`` returns a
+    :class:`KeyedRateLimiterView` that looks like a ``RateLimiter`` for one key. One class for every store
+    (see the module doc): the store decides and counts, this class publishes events, waits for reserved
+    permits, raises and answers metrics.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        config: RateLimiterConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        max_keys: int = DEFAULT_MAX_KEYS,
+        idle_timeout_ns: int | None = None,
+        store: KeyedBackend | None = None,
+    ) -> None:
+        """Build a limiter over ``store`` (built on ``clock``), or by default over an empty in-memory store
+        of ``config``'s algorithm (:func:`memory_keyed_store`).
+
+        :param max_keys: live keys an in-memory store keeps at most (>= 1); the least recently used is
+            evicted beyond it.
+        :param idle_timeout_ns: an in-memory store also drops keys unused for this long even if not full
+            (e.g. a long debt); ``None`` drops only full keys early. Precision is one refresh period.
+        """
+        self.name = name
+        self.config: RateLimiterConfig = config if config is not None else RateLimiterConfig()
+        self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
+        if store is None:
+            store = memory_keyed_store(self.config, self.clock, max_keys=max_keys, idle_timeout_ns=idle_timeout_ns)
+        self.max_keys = max_keys
+        self.idle_timeout_ns = idle_timeout_ns
+        self.events = RateLimiterEvents()
+        self.metrics = KeyedRateLimiterMetrics(self)
+        self._timeout_ns = int(self.config.timeout_duration)
+        self._waiters = Waiters()
+        #: Where the keys' state lives (a :class:`~django_ratelimit_r4.core.backend.KeyedBackend`).
+        self.store: KeyedBackend = store
+        # The store's decisions, bound once (the hot paths call them directly).
+        self._decide = store.decide
+        self._adecide = store.adecide
+        self._decide_quota = store.decide_quota
+        self._adecide_quota = store.adecide_quota
+        #: The default store, whose common case acquire_quota inlines; None for any other store.
+        self._fast: MemoryKeyedStore | None = store if type(store) is MemoryKeyedStore else None
+
+    @property
+    def successful_calls(self) -> int:
+        """Granted decisions, all keys, since the last full reset (the store counts them)."""
+        return self.store.successful_calls
+
+    @property
+    def failed_calls(self) -> int:
+        """Rejected decisions, all keys, since the last full reset (the store counts them)."""
+        return self.store.failed_calls
+
+    @property
+    def lossy_evictions(self) -> int:
+        """Keys the store lost with state at ``max_keys``."""
+        return self.store.lossy_evictions
+
+    # -- deciding ---------------------------------------------------------------------------------------
+
+    def acquire_permission(self, key: str, permits: int = 1) -> bool:
+        """Take ``permits`` from ``key``'s budget; True if granted.
+
+        Waits with ``clock.sleep`` only when the wait fits in ``timeout_duration`` (permits reserved
+        first); otherwise returns False at once. From async code use :meth:`aacquire_permission`.
+        """
+        wait = self._decide(key, permits, self._timeout_ns)
+        if wait < 0:
+            refuse_never_grantable(self, permits, self._timeout_ns)
+            if self.events.wants_failed:
+                self._publish(FAILED_ACQUIRE, permits)
+            return False
+        if wait > 0:
+            self._waiters.sleep(self.clock, wait)
+        if self.events.wants_successful:
+            self._publish(SUCCESSFUL_ACQUIRE, permits)
+        return True
+
+    async def aacquire_permission(self, key: str, permits: int = 1) -> bool:
+        """Async twin of :meth:`acquire_permission`; waits with ``await clock.asleep``, never blocks the loop."""
+        wait = await self._adecide(key, permits, self._timeout_ns)
+        if wait < 0:
+            refuse_never_grantable(self, permits, self._timeout_ns)
+            if self.events.wants_failed:
+                self._publish(FAILED_ACQUIRE, permits)
+            return False
+        if wait > 0:
+            await self._waiters.asleep(self.clock, wait)
+        if self.events.wants_successful:
+            self._publish(SUCCESSFUL_ACQUIRE, permits)
+        return True
+
+    def acquire_or_raise(self, key: str, permits: int = 1) -> None:
+        """Like :meth:`acquire_permission` but raise :class:`RequestNotPermitted` on rejection.
+
+        The exception's ``wait_ns`` is ``key``'s wait, computed with the decision; ``exc.key`` is the key
+        (for logs; responses never echo it).
+        """
+        wait = self._decide(key, permits, self._timeout_ns)
+        if wait < 0:
+            refuse_never_grantable(self, permits, self._timeout_ns)
+            raise self._rejection(key, permits, -wait)
+        if wait > 0:
+            self._waiters.sleep(self.clock, wait)
+        if self.events.wants_successful:
+            self._publish(SUCCESSFUL_ACQUIRE, permits)
+
+    async def aacquire_or_raise(self, key: str, permits: int = 1) -> None:
+        """Async twin of :meth:`acquire_or_raise`."""
+        wait = await self._adecide(key, permits, self._timeout_ns)
+        if wait < 0:
+            refuse_never_grantable(self, permits, self._timeout_ns)
+            raise self._rejection(key, permits, -wait)
+        if wait > 0:
+            await self._waiters.asleep(self.clock, wait)
+        if self.events.wants_successful:
+            self._publish(SUCCESSFUL_ACQUIRE, permits)
+
+    def acquire_quota(self, key: str, permits: int = 1) -> tuple[int, int]:
+        """:meth:`acquire_or_raise`, returning ``key``'s ``(remaining, reset_ns)`` as :meth:`quota` reads it
+        when the permits are handed over: right after the decision, or after the wait for a reserved permit.
+
+        One step instead of a decision and a second read for the RateLimit header fields (one round trip on
+        a shared store); the figures are this decision's own (a concurrent request's permits are not
+        subtracted from them). A store with :attr:`~.core.backend.KeyedBackend.rejection_quotas` gives a
+        rejection its figures too (``RequestNotPermitted.quotas``).
+        """
+        fast = self._fast
+        if fast is not None:
+            # The default store's common case, inlined (see the module doc): the key was last used in the
+            # current cycle (else the difference is below -2**63) and a permit is left after these, so
+            # decide() grants without a refresh and quota() would answer (left, time to the cycle boundary).
+            lock = fast._lock
+            lock.acquire()
+            try:
+                states = fast._states
+                packed = states.get(key)
+                now = fast._now()
+                end = fast._cycle_end
+                if now >= end:
+                    fast._set_cycle((now - fast._anchor) // fast._period)
+                    end = fast._cycle_end
+                permissions = 0 if packed is None else packed - fast._cycle_floor
+                if 0 < permits < permissions:
+                    states[key] = packed - permits  # type: ignore[operator]
+                    fast.successful_calls += 1
+                    wait, remaining, reset_ns = 0, permissions - permits, end - now
+                else:
+                    wait, remaining, reset_ns = fast._decide_quota_locked(
+                        key, packed, now - fast._anchor, permits, self._timeout_ns
+                    )
+            finally:
+                lock.release()
+        else:
+            wait, remaining, reset_ns = self._decide_quota(key, permits, self._timeout_ns)
+        if wait:
+            if wait < 0:
+                refuse_never_grantable(self, permits, self._timeout_ns)
+                raise self._rejection(
+                    key, permits, -wait, ((remaining, reset_ns),) if self.store.rejection_quotas else None
+                )
+            self._waiters.sleep(self.clock, wait)
+            remaining, reset_ns = self.store.quota(key)
+        if self.events.wants_successful:
+            self._publish(SUCCESSFUL_ACQUIRE, permits)
+        return remaining, reset_ns
+
+    async def aacquire_quota(self, key: str, permits: int = 1) -> tuple[int, int]:
+        """Async twin of :meth:`acquire_quota` (a reserved permit is awaited, never slept for)."""
+        wait, remaining, reset_ns = await self._adecide_quota(key, permits, self._timeout_ns)
+        if wait:
+            if wait < 0:
+                refuse_never_grantable(self, permits, self._timeout_ns)
+                raise self._rejection(
+                    key, permits, -wait, ((remaining, reset_ns),) if self.store.rejection_quotas else None
+                )
+            await self._waiters.asleep(self.clock, wait)
+            remaining, reset_ns = await self.store.aquota(key)
+        if self.events.wants_successful:
+            self._publish(SUCCESSFUL_ACQUIRE, permits)
+        return remaining, reset_ns
+
+    def reserve_permission(self, key: str, permits: int = 1) -> int:
+        """Reserve without waiting: 0 (use now), ns the caller must wait (reserved), or -1 (rejected)."""
+        wait = self._decide(key, permits, self._timeout_ns)
+        if wait >= 0:
+            if self.events.wants_successful:
+                self._publish(SUCCESSFUL_ACQUIRE, permits)
+            return wait
+        refuse_never_grantable(self, permits, self._timeout_ns)
+        if self.events.wants_failed:
+            self._publish(FAILED_ACQUIRE, permits)
+        return -1
+
+    def give_back(self, key: str, permits: int, since_ns: int) -> None:
+        """Undo a grant of ``permits`` to ``key`` decided at or after ``since_ns`` (in-memory stores only: the
+        mixed all-or-nothing decision gives its in-memory permits back when Redis rejects)."""
+        self.store.give_back(key, permits, since_ns)  # type: ignore[attr-defined]
+
+    def drain_permissions(self, key: str) -> int:
+        """Set ``key``'s refreshed permissions to 0 (debt kept) and return how many were drained (0 when a
+        shared store cannot be reached)."""
+        drained = self.store.drain(key)
+        if self.events.wants_drained:
+            self._publish(DRAINED, drained)
+        return drained
+
+    def state(self, key: str) -> tuple[int, int, int]:
+        """``(cycle, available_permissions, nanos_to_wait for 1 permit)`` for ``key``; changes nothing."""
+        return self.store.state(key)
+
+    def quota(self, key: str) -> tuple[int, int]:
+        """``(remaining, reset_ns)`` for ``key`` now, for RateLimit headers; changes nothing.
+
+        ``remaining`` may be negative (reservation debt). ``reset_ns`` is the time to the next cycle
+        boundary while permits remain, else the wait for one permit.
+        """
+        return self.store.quota(key)
+
+    async def aquota(self, key: str) -> tuple[int, int]:
+        """Async twin of :meth:`quota` (one round trip on a shared store, never blocking the loop)."""
+        return await self.store.aquota(key)
+
+    def get(self, key: str) -> KeyedRateLimiterView:
+        """A ``RateLimiter``-like view of ``key`` (creates nothing until it is used)."""
+        return KeyedRateLimiterView(self, key)
+
+    # -- management -------------------------------------------------------------------------------------
+
+    def purge(self) -> int:
+        """Drop every full (or idle-expired) entry now; returns how many. O(live keys); for housekeeping."""
+        return self.store.purge()
+
+    def reset(self, key: str | None = None) -> None:
+        """Forget ``key`` (it is full again), or with no key return to the freshly built state."""
+        self.store.reset(key)
+
+    def set_clock(self, clock: Clock) -> None:
+        """Read time from ``clock`` and reset everything, so cycles start at ``clock``'s current time."""
+        self.clock = clock
+        self.store.set_clock(clock)
 
     def keys(self, limit: int | None = None) -> list[str]:
         """The keys holding state, least recently used (by cycle) first: a snapshot copied under the lock.
 
         ``limit`` caps the copy (and the time the lock is held) at the ``limit`` oldest keys; ``None``
         copies them all. A key may still be listed after it has refilled: full entries are dropped
-        lazily (see :meth:`purge`). Use it for operator listings, not per request: it is O(keys).
+        lazily (see :meth:`purge`). Use it for operator listings, not per request: it is O(keys). A store
+        that keeps only digests of the keys (Redis) lists none.
         """
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-            raise ValueError(f"limit must be None or an int >= 0, got {limit!r}")
-        with self._lock:
-            if limit is None or limit >= len(self._states):
-                return list(self._states)
-            return list(islice(self._states, limit))
+        return self.store.keys(limit)
 
     def __len__(self) -> int:
         """Number of keys holding state."""
-        return len(self._states)
+        return len(self.store)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._states
+        return key in self.store
 
     # -- internals --------------------------------------------------------------------------------------
 
-    def _rejection(self, key: str, permits: int, wait_ns: int) -> RequestNotPermitted:
+    def _rejection(
+        self, key: str, permits: int, wait_ns: int, quotas: tuple[tuple[int, int], ...] | None = None
+    ) -> RequestNotPermitted:
         if self.events.wants_failed:
             self._publish(FAILED_ACQUIRE, permits)
-        return RequestNotPermitted(self, wait_ns, key=key)  # type: ignore[arg-type]
+        return RequestNotPermitted(self, wait_ns, key=key, quotas=quotas)  # type: ignore[arg-type]
 
     def _publish(self, event_type: str, permits: int) -> None:
         self.events.publish(RateLimiterEvent(event_type, self.name, number_of_permits=permits))
 
     def __repr__(self) -> str:
-        return (
-            f"KeyedRateLimiter({self.name!r}, limit_for_period={self._limit}, "
-            f"limit_refresh_period_ns={self._period}, live_keys={len(self)}, max_keys={self.max_keys})"
-        )
+        return f"KeyedRateLimiter({self.name!r}, store={self.store!r})"
 
 
 class KeyMetrics:
@@ -892,32 +1055,32 @@ def _acquire_memory(
     ``publish_granted=False`` leaves the SUCCESSFUL_ACQUIRE events to the caller (a mixed decision publishes
     them only once Redis granted too).
     """
-    keyed: list[tuple[int, KeyedRateLimiter, str]] = []
+    keyed: list[tuple[int, Any, str]] = []  # (index, the limiter's in-memory store, key)
     plain: list[tuple[int, RateLimiter]] = []
     for index, (limiter, key) in enumerate(entries):
         if isinstance(limiter, KeyedRateLimiter):
             if key is None:
                 raise ValueError(f"keyed rate limiter {limiter.name!r} needs a key")
-            keyed.append((index, limiter, key))
+            keyed.append((index, limiter.store, key))
         else:
             plain.append((index, limiter))
-    if len({(id(lim), key) for _, lim, key in keyed}) != len(keyed):
+    if len({(id(store), key) for _, store, key in keyed}) != len(keyed):
         raise ValueError("the same (rate limiter, key) appears more than once")
-    stores = sorted({id(lim): lim for _, lim, _ in keyed}.values(), key=id)
+    stores = sorted({id(store): store for _, store, _ in keyed}.values(), key=id)
     worst: tuple[int, int] | None = None
-    rejected: list[KeyedRateLimiter] = []
-    held: list[KeyedRateLimiter] = []
+    held: list[Any] = []
+    rejected = False
     try:
         for store in stores:
             store._lock.acquire()
             held.append(store)
         peeks = []
-        for index, lim, key in keyed:
-            peek = lim._peek_locked(key, permits)
+        for index, store, key in keyed:
+            peek = store._peek_locked(key, permits)
             peeks.append(peek)
             if peek[0] > 0:
-                lim.failed_calls += 1
-                rejected.append(lim)
+                store.failed_calls += 1
+                rejected = True
                 if worst is None or peek[0] > worst[1]:
                     worst = (index, peek[0])
         if worst is None:
@@ -928,9 +1091,9 @@ def _acquire_memory(
             if outcome is not None:
                 worst = (plain[outcome[0]][0], outcome[1])
             else:
-                for (_, lim, key), peek in zip(keyed, peeks, strict=True):
-                    lim.successful_calls += 1
-                    lim._commit_peek_locked(key, peek, permits)
+                for (_, store, key), peek in zip(keyed, peeks, strict=True):
+                    store.successful_calls += 1
+                    store._commit_peek_locked(key, peek, permits)
     finally:
         for store in reversed(held):
             store._lock.release()

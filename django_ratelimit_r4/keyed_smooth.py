@@ -1,8 +1,8 @@
-"""Per-client GCRA and sliding-window limits in bounded memory (``algorithm`` ``"gcra"`` / ``"sliding_window"``).
+"""Per-client GCRA and sliding-window state in bounded memory (``algorithm`` ``"gcra"`` / ``"sliding_window"``).
 
-:class:`SmoothKeyedRateLimiter` is what ``KeyedRateLimiter(name, config)`` builds when the config's algorithm
-is not ``"cycle"``: the same interface and store policy as :class:`~django_ratelimit_r4.keyed.KeyedRateLimiter`
-(an ``OrderedDict`` of live keys, a key whose state is full is absent, the oldest entries swept two at a time,
+:class:`SmoothKeyedStore` is the store ``KeyedRateLimiter(name, config)`` builds when the config's algorithm is
+not ``"cycle"``: a :class:`~django_ratelimit_r4.core.backend.KeyedBackend` with the store policy of
+:class:`~django_ratelimit_r4.keyed.MemoryKeyedStore` (an ``OrderedDict`` of live keys, a key whose state is full is absent, the oldest entries swept two at a time,
 the least recently used evicted at ``max_keys`` and counted in ``lossy_evictions``), with the decisions of
 :mod:`django_ratelimit_r4.backends.algorithms` over absolute clock time.
 
@@ -20,23 +20,18 @@ from typing import Any
 
 from .backends.algorithms import GCRA, gcra_available, gcra_decide, gcra_quota
 from .core.clock import Clock
-from .core.ratelimiter import (
-    DRAINED,
-    SUCCESSFUL_ACQUIRE,
-    RateLimiterConfig,
-    refuse_never_grantable,
-)
-from .keyed import _FRONT_CHECKS, KeyedRateLimiter
+from .core.ratelimiter import RateLimiterConfig
+from .keyed import _FRONT_CHECKS, MemoryKeyedStore
 
-__all__ = ["SmoothKeyedRateLimiter"]
+__all__ = ["SmoothKeyedStore"]
 
 
-class SmoothKeyedRateLimiter(KeyedRateLimiter):
-    """A :class:`~django_ratelimit_r4.keyed.KeyedRateLimiter` whose keys run GCRA or the sliding window."""
+class SmoothKeyedStore(MemoryKeyedStore):
+    """A :class:`~django_ratelimit_r4.keyed.MemoryKeyedStore` whose keys run GCRA or the sliding window."""
 
-    def __init__(self, name: str, config: RateLimiterConfig | None = None, *, clock: Clock | None = None, **kw: Any) -> None:
-        """See :class:`~django_ratelimit_r4.keyed.KeyedRateLimiter`; ``config.algorithm`` is not ``"cycle"``."""
-        super().__init__(name, config, clock=clock, **kw)
+    def __init__(self, config: RateLimiterConfig, clock: Clock, **kw: Any) -> None:
+        """See :class:`~django_ratelimit_r4.keyed.MemoryKeyedStore`; ``config.algorithm`` is not ``"cycle"``."""
+        super().__init__(config, clock, **kw)
         self._gcra = self.config.algorithm == GCRA
         self._burst = self._limit if self.config.burst is None else int(self.config.burst)
         # A one-permit request conforms when ``tat + _one_early <= now * limit`` (GCRA, scaled by the limit).
@@ -112,9 +107,9 @@ class SmoothKeyedRateLimiter(KeyedRateLimiter):
                 return
             del states[key]
 
-    # -- the parent's entry points --------------------------------------------------------------------------
+    # -- the KeyedBackend protocol ---------------------------------------------------------------------------
 
-    def _decide(self, key: str, permits: int, timeout_ns: int) -> int:
+    def decide(self, key: str, permits: int, timeout_ns: int) -> int:
         """Decide and commit for ``key``: wait ``>= 0`` granted (reserved), ``< 0`` rejected (``-wait``)."""
         if permits == 1:
             lock = self._lock
@@ -186,23 +181,12 @@ class SmoothKeyedRateLimiter(KeyedRateLimiter):
         remaining, reset_ns = self._quota_of(self._states.get(key), now)
         return wait, remaining, reset_ns
 
-    def acquire_quota(self, key: str, permits: int = 1) -> tuple[int, int]:
-        """See :meth:`KeyedRateLimiter.acquire_quota`."""
+    def decide_quota(self, key: str, permits: int, timeout_ns: int) -> tuple[int, int, int]:
+        """See :meth:`MemoryKeyedStore.decide_quota <django_ratelimit_r4.keyed.MemoryKeyedStore.decide_quota>`."""
         with self._lock:
-            wait, remaining, reset_ns = self._decide_quota_locked(
-                key, self._states.get(key), 0, permits, self._timeout_ns
-            )
-        if wait:
-            if wait < 0:
-                refuse_never_grantable(self, permits, self._timeout_ns)
-                raise self._rejection(key, permits, -wait)
-            self._waiters.sleep(self.clock, wait)
-            remaining, reset_ns = self.quota(key)
-        if self.events.wants_successful:
-            self._publish(SUCCESSFUL_ACQUIRE, permits)
-        return remaining, reset_ns
+            return self._decide_quota_locked(key, self._states.get(key), 0, permits, timeout_ns)
 
-    def drain_permissions(self, key: str) -> int:
+    def drain(self, key: str) -> int:
         """Take every permit ``key`` has now (pending reservations stay) and return how many."""
         with self._lock:
             now = self._now()
@@ -210,8 +194,6 @@ class SmoothKeyedRateLimiter(KeyedRateLimiter):
             drained = max(0, self._available(state, now))
             if drained:
                 self._take(key, state, now, drained, 0)
-        if self.events.wants_drained:
-            self._publish(DRAINED, drained)
         return drained
 
     def state(self, key: str) -> tuple[int, int, int]:
@@ -280,7 +262,7 @@ class SmoothKeyedRateLimiter(KeyedRateLimiter):
 
     def __repr__(self) -> str:
         return (
-            f"KeyedRateLimiter({self.name!r}, algorithm={self.config.algorithm!r}, limit_for_period={self._limit}, "
+            f"SmoothKeyedStore(algorithm={self.config.algorithm!r}, limit_for_period={self._limit}, "
             f"limit_refresh_period_ns={self._period}, live_keys={len(self)}, max_keys={self.max_keys})"
         )
 

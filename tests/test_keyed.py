@@ -173,7 +173,7 @@ class TestMemoryBound:
         assert len(limiter) <= 3  # each insertion drops up to two full entries from the front
         for key in "ghij":
             limiter.acquire_permission(key)
-        assert set(limiter._states) == set("efghij")
+        assert set(limiter.store._states) == set("efghij")
 
     def test_lru_eviction_at_max_keys(self):
         limiter, clock = make(limit=2, max_keys=3)
@@ -183,7 +183,7 @@ class TestMemoryBound:
         limiter.acquire_permission("c")
         limiter.acquire_permission("a")  # a used again in the new cycle: moves to the back
         limiter.acquire_permission("d")  # evicts b (oldest by last use), not a
-        assert set(limiter._states) == {"a", "c", "d"}
+        assert set(limiter.store._states) == {"a", "c", "d"}
         assert limiter.lossy_evictions == 1
         assert limiter.metrics.lossy_evictions == 1
 
@@ -368,5 +368,5 @@ def test_insertions_and_evictions_under_threads(trial, fast_switching):
     assert errors == []
     assert len(limiter) <= 64
     assert limiter.successful_calls + limiter.failed_calls == threads * 400
-    cycles = [packed >> 64 for packed in limiter._states.values()]
+    cycles = [packed >> 64 for packed in limiter.store._states.values()]
     assert cycles == sorted(cycles)  # the store stays ordered by cycle of last use

@@ -19,7 +19,7 @@ from django_ratelimit_r4.core.clock import FakeClock
 from django_ratelimit_r4.core.exceptions import RequestNotPermitted
 from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig
 from django_ratelimit_r4.keyed import KeyedRateLimiter, acquire_all_keyed
-from django_ratelimit_r4.keyed_smooth import SmoothKeyedRateLimiter
+from django_ratelimit_r4.keyed_smooth import SmoothKeyedStore
 
 from . import views
 
@@ -47,7 +47,7 @@ def config(algorithm: str, limit: int = 3, period: str = "1s", **kw: Any) -> Rat
 def test_each_key_decides_like_an_unkeyed_backend(algorithm: str, limit: int, steps: list) -> None:
     clock = FakeClock()
     keyed = KeyedRateLimiter("k", config(algorithm, limit, burst=max(1, limit - 1) if algorithm == "gcra" else None), clock=clock)
-    assert isinstance(keyed, SmoothKeyedRateLimiter)
+    assert isinstance(keyed.store, SmoothKeyedStore)
     backends: dict[str, Any] = {}
     for key, step, permits, timeout in steps:
         clock.advance_ns(step)

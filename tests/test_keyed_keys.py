@@ -72,12 +72,12 @@ class TestKeys:
         limiter, _ = make()
         limiter.acquire_permission("a")
         got: list[list[str]] = []
-        with limiter._lock:  # a decision in progress
+        with limiter.store._lock:  # a decision in progress
             reader = threading.Thread(target=lambda: got.append(limiter.keys()))
             reader.start()
             reader.join(0.2)
             assert reader.is_alive() and got == []  # waits for the decision instead of racing it
-            limiter._states["late"] = limiter._states["a"]
+            limiter.store._states["late"] = limiter.store._states["a"]
         reader.join(5)
         assert got == [["a", "late"]]
 
@@ -114,7 +114,7 @@ class TestKeys:
         assert errors == [] and len(snapshots) == reads
         for snap in snapshots:
             assert len(snap) == len(set(snap)) <= 64
-        assert sorted(limiter.keys()) == sorted(limiter._states)
+        assert sorted(limiter.keys()) == sorted(limiter.store._states)
 
 
 # ------------------------------------------------------------------------- state snapshot uses keys()

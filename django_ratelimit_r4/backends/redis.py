@@ -68,7 +68,7 @@ from ..core.ratelimiter import (
     refuse_never_grantable,
 )
 from ..core.waiting import Waiters
-from ..keyed import KeyedRateLimiter, KeyedRateLimiterMetrics
+from ..keyed import KeyedRateLimiterMetrics, memory_keyed_store
 from .base import MAX_NS_PERIOD, MAX_PERIOD_NS, BackendFactory, RateLimiterBackend, redis_period_error
 from .memory import MemoryBackend
 
@@ -1259,7 +1259,7 @@ class _Clocked:
             return self._fault_wait
         if isinstance(local, self._local_type):
             return local.acquire(permits, timeout_ns)  # type: ignore[no-any-return]
-        return local._decide(state_key, permits, timeout_ns)  # type: ignore[no-any-return]
+        return local.decide(state_key, permits, timeout_ns)  # type: ignore[no-any-return]
 
     def _drain_at(self, state_key: str) -> int:
         """Drain ``state_key``'s refreshed permissions to 0 (debt kept); how many were drained, 0 on a fault."""
@@ -1889,7 +1889,7 @@ class RedisKeyedRateLimiterMetrics(KeyedRateLimiterMetrics):
     callers are counted in this process; the budgets themselves live in Redis."""
 
     __slots__ = ()
-    _limiter: RedisKeyedRateLimiter
+    _limiter: RedisKeyedRateLimiter  # type: ignore[assignment]
 
     @property
     def live_keys(self) -> int:
@@ -1947,7 +1947,7 @@ class RedisKeyedRateLimiter(_Clocked):
         self.max_keys = max_keys
         self.idle_timeout_ns = idle_timeout_ns
         self.events = RateLimiterEvents()
-        self.metrics = RedisKeyedRateLimiterMetrics(self)
+        self.metrics = RedisKeyedRateLimiterMetrics(self)  # type: ignore[arg-type]
         self._limit = int(self.config.limit_for_period)
         self._use_period(int(self.config.limit_refresh_period))
         self._timeout_ns = int(self.config.timeout_duration)
@@ -1964,6 +1964,7 @@ class RedisKeyedRateLimiter(_Clocked):
         # For code written against KeyedRateLimiter's internals (state listings): nothing is held locally.
         self._lock = threading.Lock()
         self._states: dict[str, int] = {}
+        self.store = self  # what KeyedRateLimiterMetrics reads the counters from
         self._waiters = Waiters()
         self.successful_calls = 0
         self.failed_calls = 0
@@ -1971,8 +1972,8 @@ class RedisKeyedRateLimiter(_Clocked):
         self.faults = 0
         self._fault_wait = 0 if fault_policy == "open" else -FAULT_RETRY_AFTER_NS
         if fault_policy == "local":
-            self._local = KeyedRateLimiter(
-                name, self.config, clock=self.clock, max_keys=max_keys, idle_timeout_ns=idle_timeout_ns
+            self._local = memory_keyed_store(
+                self.config, self.clock, max_keys=max_keys, idle_timeout_ns=idle_timeout_ns
             )
         self._use_clock(self.clock)
         if self._now is not None:
@@ -2365,7 +2366,7 @@ def _fault_many_reply(members: list[_Member], permits: int) -> Any:
             wait = (
                 local.acquire(permits, 0)
                 if isinstance(local, MemoryBackend)
-                else local._decide(member.state, permits, 0)
+                else local.decide(member.state, permits, 0)
             )
         if wait < 0:
             for earlier, state_key, since_ns in taken:

@@ -20,6 +20,7 @@ __all__ = [
     "MAX_SLIDING_WINDOW_LIMIT",
     "SLIDING_WINDOW",
     "BackendFactory",
+    "KeyedBackend",
     "RateLimiterBackend",
     "RemoteRateLimiterBackend",
     "as_remote",
@@ -126,6 +127,98 @@ def as_remote(backend: RateLimiterBackend) -> RemoteRateLimiterBackend | None:
     A structural check costing microseconds: call it when a limiter is built and keep the answer.
     """
     return backend if isinstance(backend, RemoteRateLimiterBackend) else None
+
+
+@runtime_checkable
+class KeyedBackend(Protocol):
+    """Where a keyed rate limiter's per-key state lives: addressed by client key, like the ``limits`` library's
+    storage (the algorithm is the store's, everything around a decision is the limiter's).
+
+    One :class:`~django_ratelimit_r4.keyed.KeyedRateLimiter` drives every store: it owns the events, the wait for
+    a reserved permit (within ``timeout_duration``), the exceptions (``RequestNotPermitted(..., key=)``), the
+    metrics object and the per-key view. A store decides, counts and forgets. Implemented in memory
+    (``keyed.MemoryKeyedStore`` for the cycle algorithm, ``keyed_smooth.SmoothKeyedStore`` for GCRA and the
+    sliding window) and in Redis (``backends.redis.RedisKeyedStore`` and its GCRA, sliding-window and lease
+    variants).
+
+    A decision returns one int as :meth:`RateLimiterBackend.acquire` does: ``>= 0`` granted with the permits
+    reserved (the wait before using them), ``< 0`` rejected with nothing reserved (``-value`` the wait needed).
+    The counters are kept by the store, in the step that decides (under its lock, or its counter lock after a
+    round trip), so concurrent decisions never lose a count. Every async method has the same result as its
+    sync twin; a store doing I/O awaits it there (``redis.asyncio``), an in-process store answers inline.
+    """
+
+    #: True when the state lives outside this process (a decision may do I/O): the request paths then use
+    #: the async methods on the event loop and skip the in-process fast paths.
+    remote: bool
+    #: True when :meth:`decide_quota` also reads the figures after a rejection (then carried by the
+    #: exception as ``quotas``); False when a rejection answers ``(wait, 0, 0)``.
+    rejection_quotas: bool
+    #: Decisions granted / rejected since the last full reset, keys lost with state at the store's bound.
+    successful_calls: int
+    failed_calls: int
+    lossy_evictions: int
+
+    def decide(self, key: str, permits: int, timeout_ns: int) -> int:
+        """Decide for ``key`` and, when the wait fits in ``timeout_ns``, reserve ``permits`` (see the class doc)."""
+        ...
+
+    async def adecide(self, key: str, permits: int, timeout_ns: int) -> int:
+        """Async twin of :meth:`decide`."""
+        ...
+
+    def decide_quota(self, key: str, permits: int, timeout_ns: int) -> tuple[int, int, int]:
+        """:meth:`decide` and :meth:`quota` in one step: ``(wait, remaining, reset_ns)``, the figures of ``key``
+        right after the decision (after a rejection only when :attr:`rejection_quotas`)."""
+        ...
+
+    async def adecide_quota(self, key: str, permits: int, timeout_ns: int) -> tuple[int, int, int]:
+        """Async twin of :meth:`decide_quota`."""
+        ...
+
+    def state(self, key: str) -> tuple[int, int, int]:
+        """``(cycle, available_permissions, nanos_to_wait for one permit)`` of ``key`` now; changes nothing."""
+        ...
+
+    def quota(self, key: str) -> tuple[int, int]:
+        """``(remaining, reset_ns)`` of ``key`` for the RateLimit fields (see :meth:`RateLimiterBackend.quota`)."""
+        ...
+
+    async def aquota(self, key: str) -> tuple[int, int]:
+        """Async twin of :meth:`quota`."""
+        ...
+
+    def drain(self, key: str) -> int:
+        """Set ``key``'s refreshed permissions to 0 (pending reservations stay); how many were removed."""
+        ...
+
+    def reset(self, key: str | None = None) -> None:
+        """Forget ``key`` (full again), or with None every key and the counters."""
+        ...
+
+    def set_clock(self, clock: Clock) -> None:
+        """Read time from ``clock`` and forget everything (:meth:`reset`), time counted from its current time."""
+        ...
+
+    def purge(self) -> int:
+        """Drop the entries that carry no information now; how many (0 for a store that expires them itself)."""
+        ...
+
+    def keys(self, limit: int | None = None) -> list[str]:
+        """Keys holding state, oldest first, at most ``limit`` (``[]`` for a store that keeps only digests)."""
+        ...
+
+    def live_keys(self) -> int:
+        """Keys holding state now, or -1 when the store cannot count them cheaply."""
+        ...
+
+    def __len__(self) -> int:
+        """Keys holding state (a store that cannot count them cheaply scans: for housekeeping only)."""
+        ...
+
+    def __contains__(self, key: object) -> bool:
+        """True when ``key`` holds state."""
+        ...
 
 
 class BackendFactory(Protocol):

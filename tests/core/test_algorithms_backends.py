@@ -248,4 +248,4 @@ def test_keyed_limits_with_smooth_unkeyed_ones() -> None:
     clock.advance_ns(50 * MS)
     assert acquire_all_keyed([(keyed, "b"), (gcra, None)]) == (1, 50 * MS)
     assert "b" not in keyed  # all-or-nothing: nothing was taken for key b
-    assert type(KeyedRateLimiter("g", RateLimiterConfig(algorithm="gcra"))).__name__ == "SmoothKeyedRateLimiter"
+    assert type(KeyedRateLimiter("g", RateLimiterConfig(algorithm="gcra")).store).__name__ == "SmoothKeyedStore"
