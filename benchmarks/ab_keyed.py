@@ -1,9 +1,10 @@
 """Compare two checkouts on the keyed rate limiter's decisions, interleaved, in thread CPU time.
 
-    python benchmarks/ab_keyed.py /path/to/before /path/to/after [alternations] [redis://127.0.0.1:6379/15]
+    python benchmarks/ab_keyed.py /path/to/before /path/to/after [alternations]
 
-Not collected by ``run.py`` (no ``bench_`` prefix). Like :mod:`ab_paths`: each alternation runs one process per
-checkout (before, then after) that times every case in-process; the best of all runs counts. The memory cases are
+Not collected by ``run.py`` (no ``bench_`` prefix). :mod:`ab_paths`'s driver with these cases: each alternation
+runs one process per checkout (before, then after) that times every case in-process; the best of all runs
+counts. Redis: ``R4_AB_REDIS_URL`` (default ``redis://127.0.0.1:6379/15``). The memory cases are
 the keyed ``@ratelimit`` fast path (``acquire_quota``) and the plain decisions, granted and denied; the Redis cases
 (skipped when no Redis answers) are one keyed decision each, a round trip, timed in this thread's CPU time (the
 client's share: what the keyed limiter's code costs; the server's time is not in it). Used for issue 9's
@@ -12,13 +13,16 @@ client's share: what the keyed limiter's code costs; the server's time is not in
 
 from __future__ import annotations
 
-import subprocess
+import os
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ab_paths
+
 CASES = r'''
-import sys, time, timeit, uuid
-root, url = sys.argv[1], sys.argv[2]
+import os, sys, time, timeit, uuid
+root, url = sys.argv[1], os.environ.get("R4_AB_REDIS_URL", "redis://127.0.0.1:6379/15")
 sys.path.insert(0, root)
 import django_ratelimit_r4
 assert django_ratelimit_r4.__file__.startswith(root), django_ratelimit_r4.__file__
@@ -78,28 +82,7 @@ for name, ns in best.items():
 '''
 
 
-def main(argv: list[str]) -> int:
-    before, after = (str(Path(p).resolve()) for p in argv[:2])
-    alternations = int(argv[2]) if len(argv) > 2 else 6
-    url = argv[3] if len(argv) > 3 else "redis://127.0.0.1:6379/15"
-    best: dict[tuple[str, str], float] = {}
-    order: list[str] = []
-    for _ in range(alternations):
-        for side, root in (("before", before), ("after", after)):
-            out = subprocess.run(
-                [sys.executable, "-c", CASES, root, url], capture_output=True, text=True, check=True
-            ).stdout
-            for line in out.splitlines():
-                name, ns = line.rsplit("|", 1)
-                if name not in order:
-                    order.append(name)
-                best[(side, name)] = min(best.get((side, name), float("inf")), float(ns))
-    print(f"{'case':54} {'before':>8} {'after':>8} {'after/before':>12}")
-    for name in order:
-        b, a = best[("before", name)], best[("after", name)]
-        print(f"{name:54} {b:8.0f} {a:8.0f} {a / b:12.2f}")
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    ab_paths.CASES = CASES
+    os.environ.setdefault("R4_AB_REDIS_URL", "redis://127.0.0.1:6379/15")
+    raise SystemExit(ab_paths.main(sys.argv[1:]))

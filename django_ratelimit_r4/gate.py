@@ -187,16 +187,14 @@ class _Limit:
         return self.limiter.backend.quota()  # type: ignore[union-attr]
 
     async def aquota(self, key: Any) -> tuple[int, int]:
-        """:meth:`quota` without blocking the loop: the Redis limiters' ``aquota()`` (redis.asyncio), else
+        """:meth:`quota` without blocking the loop: a keyed limiter's ``aquota()`` (every ``KeyedBackend`` store
+        declares it: Redis awaits redis.asyncio, memory answers inline), a remote backend's ``aquota()``, else
         ``quota()`` on a worker thread (a third-party backend with only the sync protocol)."""
         if self.keyed is not None:
-            aquota = getattr(self.keyed, "aquota", None)
-            if aquota is not None:
-                return await aquota(key)  # type: ignore[no-any-return]
-        else:
-            remote = self.limiter.remote_backend  # type: ignore[union-attr]
-            if remote is not None:
-                return await remote.aquota()
+            return await self.keyed.aquota(key)
+        remote = self.limiter.remote_backend  # type: ignore[union-attr]
+        if remote is not None:
+            return await remote.aquota()
         return await asyncio.get_running_loop().run_in_executor(None, self.quota, key)
 
 

@@ -747,7 +747,10 @@ class KeyedRateLimiter:
     ) -> RequestNotPermitted:
         if self.events.wants_failed:
             self._publish(FAILED_ACQUIRE, permits)
-        return RequestNotPermitted(self, wait_ns, key=key, quotas=quotas)  # type: ignore[arg-type]
+        exc = RequestNotPermitted(self, wait_ns, key=key)  # type: ignore[arg-type]
+        if quotas is not None:  # a shared store read the figures with the decision
+            exc.quotas = quotas
+        return exc
 
     def _publish(self, event_type: str, permits: int) -> None:
         self.events.publish(RateLimiterEvent(event_type, self.name, number_of_permits=permits))
@@ -883,8 +886,8 @@ def _remote_flags(entries: Sequence[tuple[Any, Any]]) -> tuple[Any | None, list[
     module = sys.modules.get(_REDIS_MODULE)
     if module is None:
         return None, [False] * len(entries)
-    remote = (module.RedisBackend, module.RedisKeyedRateLimiter)
-    holders = [lim.backend if isinstance(lim, RateLimiter) else lim for lim, _ in entries]
+    remote = (module.RedisBackend, module.RedisKeyedStore)
+    holders = [lim.backend if isinstance(lim, RateLimiter) else lim.store for lim, _ in entries]
     flags = [isinstance(holder, remote) for holder in holders]
     if not any(flags):
         return None, flags
@@ -974,7 +977,7 @@ def acquire_all_keyed(
     unkeyed limiters decided, atomically, by their backend's ``acquire_many``; the keys are committed
     if that grants too. Events are published after every lock is released.
 
-    Redis-backed entries (``RedisKeyedRateLimiter``, or a ``RateLimiter`` on a ``RedisBackend``) are
+    Redis-backed entries (a keyed limiter on a ``RedisKeyedStore``, or a ``RateLimiter`` on a ``RedisBackend``) are
     handed to :func:`django_ratelimit_r4.backends.redis.acquire_all_keyed` (one atomic script, same
     result). When some entries are in memory and others in Redis (backends chosen per instance), the
     in-memory ones are decided first (all-or-nothing, under their locks, no I/O), then the Redis ones in

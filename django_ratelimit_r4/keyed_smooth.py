@@ -165,26 +165,22 @@ class SmoothKeyedStore(MemoryKeyedStore):
             self.failed_calls += 1
             return -wait
 
-    def _decide_quota_locked(
-        self, key: str, packed: Any, now: int, permits: int, timeout_ns: int
-    ) -> tuple[int, int, int]:
-        """``(wait, remaining, reset_ns)`` as in the parent; ``now`` is ignored (absolute time is read)."""
+    def decide_quota(self, key: str, permits: int, timeout_ns: int) -> tuple[int, int, int]:
+        """See :meth:`MemoryKeyedStore.decide_quota <django_ratelimit_r4.keyed.MemoryKeyedStore.decide_quota>`
+        (written out under the lock: this is the keyed ``@ratelimit`` path of these algorithms)."""
         if permits < 1:
             raise ValueError(f"permits must be >= 1, got {permits!r}")
-        now = self._now()
-        wait = self._wait(packed, now, permits)
-        if not (self._grantable(permits) and (wait == 0 or (timeout_ns and timeout_ns >= wait))):
-            self.failed_calls += 1
-            return -wait, 0, 0
-        self._take(key, packed, now, permits, wait)
-        self.successful_calls += 1
-        remaining, reset_ns = self._quota_of(self._states.get(key), now)
-        return wait, remaining, reset_ns
-
-    def decide_quota(self, key: str, permits: int, timeout_ns: int) -> tuple[int, int, int]:
-        """See :meth:`MemoryKeyedStore.decide_quota <django_ratelimit_r4.keyed.MemoryKeyedStore.decide_quota>`."""
         with self._lock:
-            return self._decide_quota_locked(key, self._states.get(key), 0, permits, timeout_ns)
+            now = self._now()
+            state = self._states.get(key)
+            wait = self._wait(state, now, permits)
+            if not (self._grantable(permits) and (wait == 0 or (timeout_ns and timeout_ns >= wait))):
+                self.failed_calls += 1
+                return -wait, 0, 0
+            self._take(key, state, now, permits, wait)
+            self.successful_calls += 1
+            remaining, reset_ns = self._quota_of(self._states.get(key), now)
+            return wait, remaining, reset_ns
 
     def drain(self, key: str) -> int:
         """Take every permit ``key`` has now (pending reservations stay) and return how many."""

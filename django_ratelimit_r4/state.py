@@ -148,10 +148,11 @@ def _ratelimiter_state(limiter: Any, keyed: Any, include_keys: bool) -> dict[str
         "failed_calls": metrics.failed_calls,
         "keyed": None,
     }
-    health = _backend_health(limiter.backend, keyed)
+    store = keyed.store if keyed is not None else None  # the keyed limiter's store (memory or Redis)
+    health = _backend_health(limiter.backend, store)
     if health is not None:
         state["backend"] = health
-    lease = _lease(limiter.backend, keyed)
+    lease = _lease(limiter.backend, store)
     if lease is not None:
         state["lease"] = lease
     if keyed is not None:

@@ -11,8 +11,9 @@ Public names:
 
 * :class:`RedisBackend` -- a :class:`~.base.RateLimiterBackend` for one (unkeyed) ``RateLimiter``; build it
   through :func:`redis_backend` (a :class:`~.base.BackendFactory`).
-* :class:`RedisKeyedRateLimiter` -- :class:`~django_ratelimit_r4.keyed.KeyedRateLimiter`'s interface, one
-  budget per client key, shared cluster-wide.
+* :class:`RedisKeyedStore` -- a :class:`~django_ratelimit_r4.core.backend.KeyedBackend`: one budget per client
+  key, shared cluster-wide, decided through the one :class:`~django_ratelimit_r4.keyed.KeyedRateLimiter`
+  (:class:`RedisKeyedRateLimiter` is the name of such a limiter built directly).
 * :func:`acquire_all_keyed` / :func:`aacquire_all_keyed` -- all-or-nothing over ``(limiter, key|None)``
   entries, like :func:`django_ratelimit_r4.keyed.acquire_all_keyed`, in one round trip.
 * :class:`RedisConnection` / :func:`connection` -- the per-process clients of one URL (after fork too).
@@ -45,7 +46,7 @@ import time
 import weakref
 from collections.abc import Mapping, Sequence
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar
 from urllib.parse import quote, unquote, urlsplit
 
 import redis
@@ -56,24 +57,16 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, RedisError
 
 from ..core.clock import SYSTEM_CLOCK, Clock, MonotonicClock
-from ..core.exceptions import RequestNotPermitted
 from ..core.ratelimiter import (
-    DRAINED,
     FAILED_ACQUIRE,
     SUCCESSFUL_ACQUIRE,
     RateLimiter,
     RateLimiterConfig,
-    RateLimiterEvent,
-    RateLimiterEvents,
     refuse_never_grantable,
 )
-from ..core.waiting import Waiters
-from ..keyed import KeyedRateLimiterMetrics, memory_keyed_store
+from ..keyed import DEFAULT_MAX_KEYS, KeyedRateLimiter, _check_limit, memory_keyed_store
 from .base import MAX_NS_PERIOD, MAX_PERIOD_NS, BackendFactory, RateLimiterBackend, redis_period_error
 from .memory import MemoryBackend
-
-if TYPE_CHECKING:
-    from ..keyed import KeyedRateLimiterView
 
 __all__ = [
     "CLUSTER_CLOCK_SKEW_US",
@@ -96,6 +89,7 @@ __all__ = [
     "RedisBackend",
     "RedisConnection",
     "RedisKeyedRateLimiter",
+    "RedisKeyedStore",
     "aacquire_all_keyed",
     "acquire_all_keyed",
     "client_key_digest",
@@ -1497,7 +1491,7 @@ def _many_members(leader: _Clocked, entries: Sequence[tuple[Any, str | None]], p
             raise TypeError(f"cannot combine {script.label} and cycle Redis limiters in one all-or-nothing decision")
         if isinstance(target, RedisBackend):
             members.append(_Member(target, target.state_key))
-        elif isinstance(target, RedisKeyedRateLimiter):
+        elif isinstance(target, RedisKeyedStore):
             if key is None:
                 raise ValueError(f"keyed rate limiter {target.name!r} needs a key")
             members.append(_Member(target, target._state_key(key)))
@@ -1884,44 +1878,21 @@ def redis_backend(
 # --------------------------------------------------------------------------------------------- keyed limiter
 
 
-class RedisKeyedRateLimiterMetrics(KeyedRateLimiterMetrics):
-    """Aggregate figures of a :class:`RedisKeyedRateLimiter` (plain reads, no Redis call). Calls and waiting
-    callers are counted in this process; the budgets themselves live in Redis."""
+class RedisKeyedStore(_Clocked):
+    """Every client key's state in Redis: a :class:`~django_ratelimit_r4.core.backend.KeyedBackend` that a
+    :class:`~django_ratelimit_r4.keyed.KeyedRateLimiter` decides through (one budget per client key for the
+    whole cluster); the limiter owns events, waiting, exceptions and metrics, this store decides and counts.
 
-    __slots__ = ()
-    _limiter: RedisKeyedRateLimiter  # type: ignore[assignment]
-
-    @property
-    def live_keys(self) -> int:
-        """Always -1 (unknown): counting keys in Redis is O(keys); use ``len(limiter)`` for housekeeping.
-
-        ``state.snapshot()`` reports it as ``null`` with a note; the Prometheus ``keys`` gauge is not exported.
-        """
-        return -1
-
-    @property
-    def faults(self) -> int:
-        """Decisions made by the fault policy because Redis failed or was cooling down."""
-        return self._limiter.faults
-
-    def __repr__(self) -> str:
-        return (
-            f"RedisKeyedRateLimiterMetrics(successful_calls={self.successful_calls}, "
-            f"failed_calls={self.failed_calls}, faults={self.faults})"
-        )
-
-
-class RedisKeyedRateLimiter(_Clocked):
-    """:class:`~django_ratelimit_r4.keyed.KeyedRateLimiter`'s interface with every key's state in Redis.
-
-    One budget per client key for the whole cluster. Keys: ``<prefix>:rlk:<name>:anchor`` (cycle 0 of every
-    key; never expires) and ``<prefix>:rlk:<name>:k:<blake2b(key)>`` (``cycle permissions``; deleted when
-    full, else expires when it would be full, so idle clients cost nothing). Client keys are hashed: a key
-    cannot reach another's Redis key and no client data is stored. ``max_keys`` / ``idle_timeout_ns`` are
-    accepted for interface compatibility and unused (expiry bounds memory). ``len()`` scans Redis (O(keys)),
-    ``metrics.live_keys`` is -1 (unknown) and :meth:`keys` is always empty (only digests are stored).
+    Keys: ``<prefix>:rlk:<name>:anchor`` (cycle 0 of every key; never expires) and
+    ``<prefix>:rlk:<name>:k:<blake2b(key)>`` (``cycle permissions``; deleted when full, else expires when it
+    would be full, so idle clients cost nothing). Client keys are hashed: a key cannot reach another's Redis
+    key and no client data is stored. ``max_keys`` / ``idle_timeout_ns`` bound only the "local" fault
+    policy's in-process store (expiry bounds Redis). ``len()`` scans Redis (O(keys)), :meth:`live_keys` is -1
+    (unknown) and :meth:`keys` is always empty (only digests are stored). Calls are counted in this process.
     """
 
+    remote = True
+    rejection_quotas = True
     #: Redis keys are never evicted with state by this library (they expire once full again).
     lossy_evictions = 0
 
@@ -1934,7 +1905,7 @@ class RedisKeyedRateLimiter(_Clocked):
         url: str,
         prefix: str = DEFAULT_PREFIX,
         fault_policy: str = "open",
-        max_keys: int = 100_000,
+        max_keys: int = DEFAULT_MAX_KEYS,
         idle_timeout_ns: int | None = None,
         connection_options: Mapping[str, Any] | None = None,
     ) -> None:
@@ -1942,15 +1913,10 @@ class RedisKeyedRateLimiter(_Clocked):
             raise ValueError(f"fault_policy must be 'open', 'closed' or 'local', got {fault_policy!r}")
         self.name = name
         self.config: RateLimiterConfig = config if config is not None else RateLimiterConfig()
-        self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
+        clock = clock if clock is not None else SYSTEM_CLOCK
         self.fault_policy = fault_policy
-        self.max_keys = max_keys
-        self.idle_timeout_ns = idle_timeout_ns
-        self.events = RateLimiterEvents()
-        self.metrics = RedisKeyedRateLimiterMetrics(self)  # type: ignore[arg-type]
         self._limit = int(self.config.limit_for_period)
         self._use_period(int(self.config.limit_refresh_period))
-        self._timeout_ns = int(self.config.timeout_duration)
         self._url = url
         self._conn = connection(url, connection_options)
         self._prefix = prefix
@@ -1961,21 +1927,15 @@ class RedisKeyedRateLimiter(_Clocked):
         if self._conn.cluster:
             self._phases = {}
         self._counter_lock = threading.Lock()
-        # For code written against KeyedRateLimiter's internals (state listings): nothing is held locally.
-        self._lock = threading.Lock()
-        self._states: dict[str, int] = {}
-        self.store = self  # what KeyedRateLimiterMetrics reads the counters from
-        self._waiters = Waiters()
         self.successful_calls = 0
         self.failed_calls = 0
-        self.lossy_evictions = 0
         self.faults = 0
         self._fault_wait = 0 if fault_policy == "open" else -FAULT_RETRY_AFTER_NS
         if fault_policy == "local":
             self._local = memory_keyed_store(
-                self.config, self.clock, max_keys=max_keys, idle_timeout_ns=idle_timeout_ns
+                self.config, clock, max_keys=max_keys, idle_timeout_ns=idle_timeout_ns
             )
-        self._use_clock(self.clock)
+        self._use_clock(clock)
         if self._now is not None:
             self.reset()
 
@@ -1989,115 +1949,29 @@ class RedisKeyedRateLimiter(_Clocked):
     def _shard_anchor(self, shard: str) -> str:
         return key_base(self._prefix, "rlk", self.name, shard) + ":anchor"
 
-    # -- deciding -------------------------------------------------------------------------------------
+    # -- the KeyedBackend protocol: one round trip each ------------------------------------------------
 
-    def _decide(self, key: object, permits: int, timeout_ns: int) -> int:
-        """One round trip: wait ``>= 0`` granted (reserved), ``< 0`` rejected (``-wait``)."""
+    def decide(self, key: str, permits: int, timeout_ns: int) -> int:
+        """One round trip: wait ``>= 0`` granted (reserved), ``< 0`` rejected (``-wait``); on a fault, the
+        policy's decision."""
         return self._acquire_at(self._state_key(key), permits, timeout_ns)
 
-    async def _adecide(self, key: object, permits: int, timeout_ns: int) -> int:
-        """Async twin of :meth:`_decide` on ``redis.asyncio``."""
+    async def adecide(self, key: str, permits: int, timeout_ns: int) -> int:
+        """Async twin of :meth:`decide` on ``redis.asyncio``: never blocks the event loop."""
         return await self._aacquire_at(self._state_key(key), permits, timeout_ns)
 
-    def acquire_permission(self, key: str, permits: int = 1) -> bool:
-        """Take ``permits`` from ``key``'s cluster-wide budget; True if granted (waits within the timeout)."""
-        wait = self._decide(key, permits, self._timeout_ns)
-        if wait < 0:
-            refuse_never_grantable(self, permits, self._timeout_ns)
-            if self.events.wants_failed:
-                self._publish(FAILED_ACQUIRE, permits)
-            return False
-        if wait > 0:
-            self._waiters.sleep(self.clock, wait)
-        if self.events.wants_successful:
-            self._publish(SUCCESSFUL_ACQUIRE, permits)
-        return True
+    def decide_quota(self, key: str, permits: int, timeout_ns: int) -> tuple[int, int, int]:
+        """``(wait, remaining, reset_ns)``: the decision and ``key``'s figures after it in the same round trip
+        (after a rejection too: the exception carries them)."""
+        return self._acquire_quota_at(self._state_key(key), permits, timeout_ns)
 
-    async def aacquire_permission(self, key: str, permits: int = 1) -> bool:
-        """Async twin of :meth:`acquire_permission`; never blocks the event loop."""
-        wait = await self._adecide(key, permits, self._timeout_ns)
-        if wait < 0:
-            refuse_never_grantable(self, permits, self._timeout_ns)
-            if self.events.wants_failed:
-                self._publish(FAILED_ACQUIRE, permits)
-            return False
-        if wait > 0:
-            await self._waiters.asleep(self.clock, wait)
-        if self.events.wants_successful:
-            self._publish(SUCCESSFUL_ACQUIRE, permits)
-        return True
+    async def adecide_quota(self, key: str, permits: int, timeout_ns: int) -> tuple[int, int, int]:
+        """Async twin of :meth:`decide_quota` on ``redis.asyncio``."""
+        return await self._aacquire_quota_at(self._state_key(key), permits, timeout_ns)
 
-    def acquire_or_raise(self, key: str, permits: int = 1) -> None:
-        """Like :meth:`acquire_permission` but raise :class:`RequestNotPermitted` (``wait_ns``, ``key``)."""
-        wait = self._decide(key, permits, self._timeout_ns)
-        if wait < 0:
-            refuse_never_grantable(self, permits, self._timeout_ns)
-            raise self._rejection(key, permits, -wait)
-        if wait > 0:
-            self._waiters.sleep(self.clock, wait)
-        if self.events.wants_successful:
-            self._publish(SUCCESSFUL_ACQUIRE, permits)
-
-    async def aacquire_or_raise(self, key: str, permits: int = 1) -> None:
-        """Async twin of :meth:`acquire_or_raise`."""
-        wait = await self._adecide(key, permits, self._timeout_ns)
-        if wait < 0:
-            refuse_never_grantable(self, permits, self._timeout_ns)
-            raise self._rejection(key, permits, -wait)
-        if wait > 0:
-            await self._waiters.asleep(self.clock, wait)
-        if self.events.wants_successful:
-            self._publish(SUCCESSFUL_ACQUIRE, permits)
-
-    def acquire_quota(self, key: str, permits: int = 1) -> tuple[int, int]:
-        """:meth:`acquire_or_raise` returning ``key``'s ``(remaining, reset_ns)`` as :meth:`quota` reads them
-        when the permits are handed over, like ``KeyedRateLimiter.acquire_quota``: the decision's own round
-        trip reads them (a reserved permit, waited for, reads them again). A rejection carries them in
-        ``RequestNotPermitted.quotas``."""
-        wait, remaining, reset_ns = self._acquire_quota_at(self._state_key(key), permits, self._timeout_ns)
-        if wait < 0:
-            refuse_never_grantable(self, permits, self._timeout_ns)
-            raise self._rejection(key, permits, -wait, ((remaining, reset_ns),))
-        if wait > 0:
-            self._waiters.sleep(self.clock, wait)
-            remaining, reset_ns = self.quota(key)
-        if self.events.wants_successful:
-            self._publish(SUCCESSFUL_ACQUIRE, permits)
-        return remaining, reset_ns
-
-    async def aacquire_quota(self, key: str, permits: int = 1) -> tuple[int, int]:
-        """Async twin of :meth:`acquire_quota` on ``redis.asyncio``; never blocks the event loop."""
-        wait, remaining, reset_ns = await self._aacquire_quota_at(
-            self._state_key(key), permits, self._timeout_ns
-        )
-        if wait < 0:
-            refuse_never_grantable(self, permits, self._timeout_ns)
-            raise self._rejection(key, permits, -wait, ((remaining, reset_ns),))
-        if wait > 0:
-            await self._waiters.asleep(self.clock, wait)
-            remaining, reset_ns = await self.aquota(key)
-        if self.events.wants_successful:
-            self._publish(SUCCESSFUL_ACQUIRE, permits)
-        return remaining, reset_ns
-
-    def reserve_permission(self, key: str, permits: int = 1) -> int:
-        """Reserve without waiting: 0 (use now), ns to wait before use (reserved), or -1 (rejected)."""
-        wait = self._decide(key, permits, self._timeout_ns)
-        if wait >= 0:
-            if self.events.wants_successful:
-                self._publish(SUCCESSFUL_ACQUIRE, permits)
-            return wait
-        refuse_never_grantable(self, permits, self._timeout_ns)
-        if self.events.wants_failed:
-            self._publish(FAILED_ACQUIRE, permits)
-        return -1
-
-    def drain_permissions(self, key: str) -> int:
-        """Set ``key``'s refreshed permissions to 0 (debt kept); returns how many were drained (0 on a fault)."""
-        drained = self._drain_at(self._state_key(key))
-        if self.events.wants_drained:
-            self._publish(DRAINED, drained)
-        return drained
+    def drain(self, key: str) -> int:
+        """Set ``key``'s refreshed permissions to 0 (debt kept); how many were drained (0 on a fault)."""
+        return self._drain_at(self._state_key(key))
 
     def state(self, key: str) -> tuple[int, int, int]:
         """``(cycle, available_permissions, nanos_to_wait for 1 permit)`` for ``key``; writes nothing."""
@@ -2110,14 +1984,6 @@ class RedisKeyedRateLimiter(_Clocked):
     async def aquota(self, key: str) -> tuple[int, int]:
         """Async twin of :meth:`quota` on ``redis.asyncio``: same result, one round trip, never blocks the loop."""
         return _quota(await self._astate_at(self._state_key(key)))
-
-    def get(self, key: str) -> KeyedRateLimiterView:
-        """A ``RateLimiter``-like view of ``key`` (creates nothing until used)."""
-        from ..keyed import KeyedRateLimiterView
-
-        return KeyedRateLimiterView(self, key)  # type: ignore[arg-type]
-
-    # -- management -----------------------------------------------------------------------------------
 
     def _scan_keys(self) -> list[bytes]:
         # The prefix is the operator's (redis_key_prefix): escaped, so "a*" cannot match another app's keys.
@@ -2134,13 +2000,16 @@ class RedisKeyedRateLimiter(_Clocked):
     def keys(self, limit: int | None = None) -> list[str]:
         """Always ``[]``: Redis holds only BLAKE2b digests of client keys, which cannot be turned back into keys.
 
-        Same signature as :meth:`KeyedRateLimiter.keys <django_ratelimit_r4.keyed.KeyedRateLimiter.keys>`
-        (``limit`` is validated the same way), so operator listings (``state.snapshot(include_keys=True)``)
-        work on both stores; here they list no key. Use :meth:`state` / ``key in limiter`` for a known key.
+        ``limit`` is validated as the in-memory stores do, so operator listings
+        (``state.snapshot(include_keys=True)``) work on both; here they list no key. Use :meth:`state` /
+        ``key in limiter`` for a known key.
         """
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-            raise ValueError(f"limit must be None or an int >= 0, got {limit!r}")
+        _check_limit(limit)
         return []
+
+    def live_keys(self) -> int:
+        """Always -1 (unknown): counting keys in Redis is O(keys); ``len()`` scans, for housekeeping."""
+        return -1
 
     def reset(self, key: str | None = None) -> None:
         """Forget ``key`` (full again), or with no key every key of this limiter (cluster-wide) and the
@@ -2174,7 +2043,6 @@ class RedisKeyedRateLimiter(_Clocked):
 
     def set_clock(self, clock: Clock) -> None:
         """Read time from ``clock`` (see the module doc for the two time modes) and reset everything."""
-        self.clock = clock
         self._use_clock(clock)
         if self._local is not None:
             self._local.set_clock(clock)
@@ -2193,23 +2061,38 @@ class RedisKeyedRateLimiter(_Clocked):
         except _FAULTS:
             return False
 
-    # -- internals ------------------------------------------------------------------------------------
-
-    def _rejection(
-        self, key: str, permits: int, wait_ns: int, quotas: tuple[tuple[int, int], ...] | None = None
-    ) -> RequestNotPermitted:
-        if self.events.wants_failed:
-            self._publish(FAILED_ACQUIRE, permits)
-        return RequestNotPermitted(self, wait_ns, key=key, quotas=quotas)  # type: ignore[arg-type]
-
-    def _publish(self, event_type: str, permits: int) -> None:
-        self.events.publish(RateLimiterEvent(event_type, self.name, number_of_permits=permits))
-
     def __repr__(self) -> str:
         return (
-            f"RedisKeyedRateLimiter({self.name!r}, limit_for_period={self._limit}, "
+            f"{type(self).__name__}({self.name!r}, limit_for_period={self._limit}, "
             f"limit_refresh_period_ns={self._period}, url={_redact(self._url)!r})"
         )
+
+
+class RedisKeyedRateLimiter(KeyedRateLimiter):
+    """A :class:`~django_ratelimit_r4.keyed.KeyedRateLimiter` on a :class:`RedisKeyedStore`: the name kept for
+    code that builds one directly (``RedisKeyedRateLimiter(name, config, url=...)``). It only builds the store
+    (:attr:`store_type`, from the keyword arguments after ``idle_timeout_ns``); everything else is
+    ``KeyedRateLimiter``'s. ``RedisStore`` builds a plain ``KeyedRateLimiter(..., store=...)``.
+    """
+
+    #: The store this name builds (the GCRA, sliding-window and lease names set theirs).
+    store_type: ClassVar[type[Any]] = RedisKeyedStore
+
+    def __init__(
+        self,
+        name: str,
+        config: RateLimiterConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        max_keys: int = DEFAULT_MAX_KEYS,
+        idle_timeout_ns: int | None = None,
+        **store_options: Any,
+    ) -> None:
+        clock = clock if clock is not None else SYSTEM_CLOCK
+        store = self.store_type(
+            name, config, clock=clock, max_keys=max_keys, idle_timeout_ns=idle_timeout_ns, **store_options
+        )
+        super().__init__(name, config, clock=clock, max_keys=max_keys, idle_timeout_ns=idle_timeout_ns, store=store)
 
 
 # ------------------------------------------------------------------------------------- mixed all-or-nothing
@@ -2225,7 +2108,7 @@ def _entries_members(
         if isinstance(limiter, RateLimiter):
             targets.append((limiter.backend, None))
         else:
-            targets.append((limiter, key))
+            targets.append((limiter.store, key))
     leader = targets[0][0]
     if not isinstance(leader, _Clocked):
         raise TypeError(f"cannot combine {type(leader).__name__} with Redis limiters in one decision")
@@ -2252,13 +2135,13 @@ def _is_scripted(entries: Sequence[tuple[Any, str | None]]) -> bool:
     """True when the first entry's algorithm has a script of its own (GCRA, sliding window: see
     :mod:`.redis_scripted`, which decides such entries together)."""
     first = entries[0][0]
-    return getattr(first.backend if isinstance(first, RateLimiter) else first, "_script", None) is not None
+    return getattr(first.backend if isinstance(first, RateLimiter) else first.store, "_script", None) is not None
 
 
 def acquire_all_keyed(
-    entries: Sequence[tuple[RateLimiter | RedisKeyedRateLimiter, str | None]], permits: int = 1
+    entries: Sequence[tuple[RateLimiter | KeyedRateLimiter, str | None]], permits: int = 1
 ) -> tuple[int, int] | None:
-    """All-or-nothing over Redis-backed ``(RateLimiter, None)`` and ``(RedisKeyedRateLimiter, key)`` entries.
+    """All-or-nothing over Redis-backed ``(RateLimiter, None)`` and ``(KeyedRateLimiter, key)`` entries.
 
     Same contract as :func:`django_ratelimit_r4.keyed.acquire_all_keyed` (timeout 0; None when all granted,
     else ``(index of the rejecting entry with the largest wait, that wait)`` with nothing consumed), decided
@@ -2276,7 +2159,7 @@ def acquire_all_keyed(
 
 
 async def aacquire_all_keyed(
-    entries: Sequence[tuple[RateLimiter | RedisKeyedRateLimiter, str | None]], permits: int = 1
+    entries: Sequence[tuple[RateLimiter | KeyedRateLimiter, str | None]], permits: int = 1
 ) -> tuple[int, int] | None:
     """Async twin of :func:`acquire_all_keyed` on ``redis.asyncio``."""
     if not entries:
@@ -2301,7 +2184,7 @@ def _quotas_outcome(
 
 
 def acquire_all_quotas(
-    entries: Sequence[tuple[RateLimiter | RedisKeyedRateLimiter, str | None]], permits: int = 1
+    entries: Sequence[tuple[RateLimiter | KeyedRateLimiter, str | None]], permits: int = 1
 ) -> tuple[tuple[int, int] | None, list[tuple[int, int]]]:
     """:func:`acquire_all_keyed` whose one round trip also reads every entry's RateLimit figures after the
     decision: ``(outcome, [(remaining, reset_ns), ...])`` in entry order (``quota()``'s values, read at once)."""
@@ -2313,7 +2196,7 @@ def acquire_all_quotas(
 
 
 async def aacquire_all_quotas(
-    entries: Sequence[tuple[RateLimiter | RedisKeyedRateLimiter, str | None]], permits: int = 1
+    entries: Sequence[tuple[RateLimiter | KeyedRateLimiter, str | None]], permits: int = 1
 ) -> tuple[tuple[int, int] | None, list[tuple[int, int]]]:
     """Async twin of :func:`acquire_all_quotas` on ``redis.asyncio``."""
     if entries and _is_scripted(entries):  # GCRA or sliding-window limiters: their algorithm's script
@@ -2426,16 +2309,16 @@ class RedisStore:
         max_keys: int,
         idle_timeout_ns: int | None,
         on_error: str | None,
-    ) -> RedisKeyedRateLimiter:
-        """A :class:`RedisKeyedRateLimiter` (GCRA's, the sliding window's, for their ``algorithm``) on this store's connection,
-        with ``on_error``'s fault policy."""
-        cls: Any = RedisKeyedRateLimiter
+    ) -> KeyedRateLimiter:
+        """A :class:`~django_ratelimit_r4.keyed.KeyedRateLimiter` on a :class:`RedisKeyedStore` (GCRA's, the
+        sliding window's, for their ``algorithm``) on this store's connection, with ``on_error``'s fault policy."""
+        cls: Any = RedisKeyedStore
         algorithm = getattr(config, "algorithm", "cycle")
         if algorithm == "gcra":
-            from .redis_gcra import RedisGcraKeyedRateLimiter as cls
+            from .redis_gcra import RedisGcraKeyedStore as cls
         elif algorithm == "sliding_window":
-            from .redis_sliding import RedisSlidingKeyedRateLimiter as cls
-        return self._keyed(  # type: ignore[no-any-return]
+            from .redis_sliding import RedisSlidingKeyedStore as cls
+        return self._keyed(
             cls, name, config, clock=clock, max_keys=max_keys, idle_timeout_ns=idle_timeout_ns, on_error=on_error
         )
 
@@ -2450,10 +2333,10 @@ class RedisStore:
         idle_timeout_ns: int | None,
         on_error: str | None,
         **extra: Any,
-    ) -> Any:
-        # A keyed limiter of class ``cls`` on this store's connection, with on_error's fault policy and
-        # ``extra`` keyword arguments (a lease).
-        return cls(
+    ) -> KeyedRateLimiter:
+        # A keyed limiter on a store of class ``cls`` on this store's connection, with on_error's fault policy
+        # and ``extra`` keyword arguments (a lease).
+        store = cls(
             name,
             config,
             clock=clock,
@@ -2464,6 +2347,9 @@ class RedisStore:
             idle_timeout_ns=idle_timeout_ns,
             connection_options=self.connection_options,
             **extra,
+        )
+        return KeyedRateLimiter(
+            name, config, clock=clock, max_keys=max_keys, idle_timeout_ns=idle_timeout_ns, store=store
         )
 
     def bulkhead(

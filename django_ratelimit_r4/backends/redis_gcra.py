@@ -6,8 +6,8 @@ seconds plus units of ``1/scale`` ns, so every value it forms is an exact intege
 
 * :class:`RedisGcraBackend` -- a :class:`~.redis.RedisBackend` (same keys, fault policies, connection) whose
   decisions are GCRA; built by :func:`~.redis.redis_backend`'s factory for a GCRA config.
-* :class:`RedisGcraKeyedRateLimiter` -- the same for :class:`~.redis.RedisKeyedRateLimiter` (one budget per
-  client key, cluster-wide).
+* :class:`RedisGcraKeyedStore` -- the same for :class:`~.redis.RedisKeyedStore` (one budget per client key,
+  cluster-wide; :class:`RedisGcraKeyedRateLimiter` is a ``KeyedRateLimiter`` on it, built directly).
 
 Time: the same two modes as the cycle limiters -- Redis server ``TIME`` (every call carries the deadline of
 :meth:`~.redis.RedisConnection.deadline`; run after it, the script changes nothing and answers ``LATE``), or
@@ -25,7 +25,7 @@ from typing import Any
 from ..core.clock import Clock
 from . import redis_scripted as scripted
 from .memory import GcraBackend
-from .redis import RedisBackend, RedisKeyedRateLimiter
+from .redis import RedisBackend, RedisKeyedRateLimiter, RedisKeyedStore
 
 __all__ = [
     "GCRA",
@@ -33,6 +33,7 @@ __all__ = [
     "GCRA_SCRIPT_SHA",
     "RedisGcraBackend",
     "RedisGcraKeyedRateLimiter",
+    "RedisGcraKeyedStore",
     "agcra_acquire_all",
     "gcra_acquire_all",
 ]
@@ -115,8 +116,8 @@ class RedisGcraBackend(_Gcra, RedisBackend):
         return f"RedisGcraBackend(name={self.name!r}, limit={self._limit}, period_ns={self._period}, burst={self._burst})"
 
 
-class RedisGcraKeyedRateLimiter(_Gcra, RedisKeyedRateLimiter):
-    """A :class:`~.redis.RedisKeyedRateLimiter` deciding by GCRA for every client key (``config.burst``)."""
+class RedisGcraKeyedStore(_Gcra, RedisKeyedStore):
+    """A :class:`~.redis.RedisKeyedStore` deciding by GCRA for every client key (``config.burst``)."""
 
     def __init__(self, name: str, config: Any = None, **kw: Any) -> None:
         burst = None if config is None else config.burst
@@ -126,9 +127,13 @@ class RedisGcraKeyedRateLimiter(_Gcra, RedisKeyedRateLimiter):
         self._gcra_rate()
 
     def __repr__(self) -> str:
-        return (
-            f"RedisGcraKeyedRateLimiter({self.name!r}, limit_for_period={self._limit}, burst={self._burst})"
-        )
+        return f"RedisGcraKeyedStore({self.name!r}, limit_for_period={self._limit}, burst={self._burst})"
+
+
+class RedisGcraKeyedRateLimiter(RedisKeyedRateLimiter):
+    """A :class:`~django_ratelimit_r4.keyed.KeyedRateLimiter` on a :class:`RedisGcraKeyedStore` (built directly)."""
+
+    store_type = RedisGcraKeyedStore
 
 
 def gcra_acquire_all(leader: Any, members: list[tuple[Any, str]], permits: int, op: bytes = b"m") -> Any:

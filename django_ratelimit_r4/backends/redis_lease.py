@@ -60,6 +60,7 @@ from .redis import (
     RedisBackend,
     RedisConnection,
     RedisKeyedRateLimiter,
+    RedisKeyedStore,
     _factory_of,
     _Late,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "LeaseStats",
     "RedisLeaseBackend",
     "RedisLeaseKeyedRateLimiter",
+    "RedisLeaseKeyedStore",
     "lease_backend_factory",
     "lease_keyed_rate_limiter",
     "redis_lease_backend",
@@ -437,8 +439,8 @@ class RedisLeaseBackend(_Leasing, RedisBackend):
         return f"RedisLeaseBackend(name={self.name!r}, limit={self._limit}, lease={self.lease})"
 
 
-class RedisLeaseKeyedRateLimiter(_Leasing, RedisKeyedRateLimiter):
-    """A :class:`~.redis.RedisKeyedRateLimiter` leasing per client key (at most :data:`LEASE_MAX_KEYS` or
+class RedisLeaseKeyedStore(_Leasing, RedisKeyedStore):
+    """A :class:`~.redis.RedisKeyedStore` leasing per client key (at most :data:`LEASE_MAX_KEYS` or
     ``max_keys`` leases held in this process; the least recently used is dropped)."""
 
     def __init__(self, name: str, config: RateLimiterConfig | None = None, *, lease: int, **kw: Any) -> None:
@@ -446,13 +448,20 @@ class RedisLeaseKeyedRateLimiter(_Leasing, RedisKeyedRateLimiter):
         super().__init__(name, config, **kw)
 
     def reset(self, key: str | None = None) -> None:
-        """As :meth:`RedisKeyedRateLimiter.reset <.redis.RedisKeyedRateLimiter.reset>`, dropping this
-        process's leases of ``key`` (of every key with None)."""
+        """As :meth:`RedisKeyedStore.reset <.redis.RedisKeyedStore.reset>`, dropping this process's leases of
+        ``key`` (of every key with None)."""
         self._drop_leases(None if key is None else self._state_key(key))
         super().reset(key)
 
     def __repr__(self) -> str:
-        return f"RedisLeaseKeyedRateLimiter({self.name!r}, limit_for_period={self._limit}, lease={self.lease})"
+        return f"RedisLeaseKeyedStore({self.name!r}, limit_for_period={self._limit}, lease={self.lease})"
+
+
+class RedisLeaseKeyedRateLimiter(RedisKeyedRateLimiter):
+    """A :class:`~django_ratelimit_r4.keyed.KeyedRateLimiter` on a :class:`RedisLeaseKeyedStore` (built
+    directly; ``lease=`` is the store's)."""
+
+    store_type = RedisLeaseKeyedStore
 
 
 def redis_lease_backend(
@@ -504,10 +513,11 @@ def lease_keyed_rate_limiter(
     idle_timeout_ns: int | None,
     on_error: str | None,
     lease: int,
-) -> RedisLeaseKeyedRateLimiter:
-    """A :class:`RedisLeaseKeyedRateLimiter` on ``store`` (the registry's hook for a keyed ``lease``)."""
-    return store._keyed(  # type: ignore[no-any-return]
-        RedisLeaseKeyedRateLimiter,
+) -> Any:
+    """A ``KeyedRateLimiter`` on a :class:`RedisLeaseKeyedStore` of ``store`` (the registry's hook for a keyed
+    ``lease``)."""
+    return store._keyed(
+        RedisLeaseKeyedStore,
         name,
         config,
         clock=clock,

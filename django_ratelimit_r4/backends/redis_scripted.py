@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Any, ClassVar
 
-from .redis import _FAULTS, RedisConnection, RedisKeyedRateLimiter, _entries_outcome, _Late, require_one_slot
+from ..core.ratelimiter import RateLimiter
+from .redis import _FAULTS, RedisConnection, RedisKeyedStore, _entries_outcome, _Late, require_one_slot
 
 __all__ = ["Script", "ScriptedLimiter", "aacquire_all", "acquire_all", "aentries", "aentries_quotas", "entries",
            "entries_quotas", "members_of"]
@@ -72,9 +73,9 @@ def _as_tuple(reply: Any) -> Any:
 
 
 class ScriptedLimiter:
-    """Mixed in first over a Redis cycle limiter (:class:`~.redis.RedisBackend` or
-    :class:`~.redis.RedisKeyedRateLimiter`): decisions go to the algorithm's own script; counters, fault
-    policies, keys and waiting stay the cycle limiter's."""
+    """Mixed in first over a Redis cycle limiter (:class:`~.redis.RedisBackend`) or keyed store
+    (:class:`~.redis.RedisKeyedStore`): decisions go to the algorithm's own script; counters, fault policies
+    and keys stay the cycle one's (waiting is the limiter's)."""
 
     _script: ClassVar[Script]
     #: The in-process limiter of the same algorithm that the "local" fault policy builds (unkeyed); the cycle
@@ -236,14 +237,14 @@ def members_of(entries: Sequence[tuple[Any, str | None]]) -> tuple[list[Any], li
     script = None
     for limiter, key in entries:
         owners.append(limiter)
-        target = getattr(limiter, "backend", limiter)
+        target: Any = limiter.backend if isinstance(limiter, RateLimiter) else limiter.store
         if script is None:
             script = target._script
         if getattr(target, "_script", None) is not script:
             raise TypeError(
                 f"cannot combine {type(target).__name__} with {script.label} Redis limiters in one decision"
             )
-        if isinstance(target, RedisKeyedRateLimiter):
+        if isinstance(target, RedisKeyedStore):
             if key is None:
                 raise ValueError(f"keyed rate limiter {target.name!r} needs a key")
             members.append((target, target._state_key(key)))

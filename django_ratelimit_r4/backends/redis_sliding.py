@@ -10,7 +10,8 @@ has left the window.
 
 * :class:`RedisSlidingBackend` -- a :class:`~.redis.RedisBackend` (same keys, fault policies, connection)
   deciding by the sliding log; built by :func:`~.redis.redis_backend`'s factory for a sliding-window config.
-* :class:`RedisSlidingKeyedRateLimiter` -- the same for :class:`~.redis.RedisKeyedRateLimiter`.
+* :class:`RedisSlidingKeyedStore` -- the same for :class:`~.redis.RedisKeyedStore` (:class:`RedisSlidingKeyedRateLimiter`
+  is a ``KeyedRateLimiter`` on it, built directly).
 
 Time: the same two modes as the other Redis limiters -- Redis server ``TIME`` (every call carries the deadline
 of :meth:`~.redis.RedisConnection.deadline`; run after it, the script changes nothing and answers ``LATE``),
@@ -28,7 +29,7 @@ from typing import Any
 from ..core.clock import Clock
 from . import redis_scripted as scripted
 from .memory import SlidingWindowBackend
-from .redis import RedisBackend, RedisKeyedRateLimiter
+from .redis import RedisBackend, RedisKeyedRateLimiter, RedisKeyedStore
 
 __all__ = [
     "SLIDING",
@@ -36,6 +37,7 @@ __all__ = [
     "SLIDING_SCRIPT_SHA",
     "RedisSlidingBackend",
     "RedisSlidingKeyedRateLimiter",
+    "RedisSlidingKeyedStore",
     "asliding_acquire_all",
     "sliding_acquire_all",
 ]
@@ -96,15 +98,21 @@ class RedisSlidingBackend(_Sliding, RedisBackend):
         return f"RedisSlidingBackend(name={self.name!r}, limit={self._limit}, period_ns={self._period})"
 
 
-class RedisSlidingKeyedRateLimiter(_Sliding, RedisKeyedRateLimiter):
-    """A :class:`~.redis.RedisKeyedRateLimiter` keeping an exact sliding log per client key."""
+class RedisSlidingKeyedStore(_Sliding, RedisKeyedStore):
+    """A :class:`~.redis.RedisKeyedStore` keeping an exact sliding log per client key."""
 
     def __init__(self, name: str, config: Any = None, **kw: Any) -> None:
         super().__init__(name, config, **kw)
         self._sliding_rate()
 
     def __repr__(self) -> str:
-        return f"RedisSlidingKeyedRateLimiter({self.name!r}, limit_for_period={self._limit})"
+        return f"RedisSlidingKeyedStore({self.name!r}, limit_for_period={self._limit})"
+
+
+class RedisSlidingKeyedRateLimiter(RedisKeyedRateLimiter):
+    """A :class:`~django_ratelimit_r4.keyed.KeyedRateLimiter` on a :class:`RedisSlidingKeyedStore` (built directly)."""
+
+    store_type = RedisSlidingKeyedStore
 
 
 # ------------------------------------------------------------------------------------------ all-or-nothing

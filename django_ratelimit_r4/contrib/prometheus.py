@@ -424,7 +424,8 @@ def _read(out: _Reading) -> None:
                 gauge((RL_KEYS, (name,), live))
         gauge((RL_WAITING, (name,), waiting))
         degraded = None
-        for owner, source in (("shared", rl.backend), ("keyed", k)):
+        keyed_store = k.store if k is not None else None
+        for owner, source in (("shared", rl.backend), ("keyed", keyed_store)):
             read_health = getattr(source, "backend_health", None)
             if read_health is not None:  # a remote backend (Redis): plain reads, no round trip
                 health = read_health()
@@ -432,7 +433,7 @@ def _read(out: _Reading) -> None:
                 degraded = bool(degraded) or health["degraded"]
         if degraded is not None:
             gauge((RL_BACKEND_DEGRADED, (name,), 1.0 if degraded else 0.0))
-        for owner, source in (("shared", rl.backend), ("keyed", k)):
+        for owner, source in (("shared", rl.backend), ("keyed", keyed_store)):
             read_lease = getattr(source, "lease_snapshot", None)
             if read_lease is not None:  # permit leases: this process's plain counters, no round trip
                 lease = read_lease()

@@ -244,15 +244,16 @@ def rate_limiter_wait_ns(limiter: Any, key: Any = None) -> int:
 
 
 async def arate_limiter_wait_ns(limiter: Any, key: Any = None) -> int:
-    """:func:`rate_limiter_wait_ns` without blocking the event loop: a limiter with an async ``aquota``
-    (Redis) is awaited; an in-memory one is a few integer operations under a lock, read directly."""
+    """:func:`rate_limiter_wait_ns` without blocking the event loop: a remote store or backend (Redis) is awaited
+    (``aquota``, declared by their protocols); an in-memory one is a few integer operations under a lock, read
+    directly."""
     parent = getattr(limiter, "parent", None)
     if parent is not None and key is None:  # a client's view: that key in its store
         limiter, key = parent, getattr(limiter, "key", None)
     if key is not None:
-        aquota = getattr(limiter, "aquota", None)
-        if aquota is not None:
-            remaining, reset_ns = await aquota(key)
+        store = getattr(limiter, "store", None)  # a keyed limiter's KeyedBackend (core.backend)
+        if store is not None and store.remote:
+            remaining, reset_ns = await store.aquota(key)
             return 0 if remaining >= 1 else int(reset_ns)
     else:
         remote = getattr(limiter, "remote_backend", None)  # a RateLimiter's (None in memory, or a pickled copy)

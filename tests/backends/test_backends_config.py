@@ -97,7 +97,7 @@ def test_each_instance_gets_the_backend_it_names(redis_url: str, prefix: str) ->
         assert isinstance(remote, rb.RedisBackend)
         assert remote.state_key == f"{prefix}:rl:{{global}}:state"  # OPTIONS key_prefix
         assert remote.fault_policy == "local"  # on_backend_error's default on redis
-        assert isinstance(registry.get_keyed_rate_limiter("per_ip"), rb.RedisKeyedRateLimiter)
+        assert isinstance(registry.get_keyed_rate_limiter("per_ip").store, rb.RedisKeyedStore)
         assert registry.instance_options("ratelimiters", "global")["on_backend_error"] == "local"
         assert registry.instance_options("ratelimiters", "pool")["on_backend_error"] is None
 
@@ -351,7 +351,7 @@ def test_on_backend_error_holds_without_500_or_hang_and_recovers(
         health = backend.backend_health()  # type: ignore[union-attr]
         assert health["degraded"] is True and health["fault_policy"] == rb_policy(policy)
         assert backend.faults == 180  # type: ignore[union-attr]
-        assert keyed.faults == 5  # type: ignore[attr-defined]
+        assert keyed.store.faults == 5  # type: ignore[attr-defined]
         # Recovery is automatic: once Redis answers, it decides again (the fault counter stops growing).
         _restore(server, how)
         deadline = time.monotonic() + 15

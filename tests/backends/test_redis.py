@@ -156,7 +156,7 @@ def test_keyed_script_matches_memory_backends_exactly(redis_url: str, prefix: st
             assert keyed.drain_permissions(f"client-{key}") == memory[key].drain()
         for k in range(3):
             assert keyed.state(f"client-{k}") == memory[k].state()
-    assert keyed.faults == 0
+    assert keyed.store.faults == 0
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -472,7 +472,7 @@ def test_states_expire_once_full_and_idle_clients_cost_nothing(redis_url: str, p
     config = RateLimiterConfig(limit_for_period=2, limit_refresh_period="80ms", timeout_duration="1s")
     keyed = rb.RedisKeyedRateLimiter("exp", config, url=redis_url, prefix=prefix)
     assert keyed.acquire_permission("client")
-    state_key = keyed._state_key("client")
+    state_key = keyed.store._state_key("client")
     assert 0 < raw.pttl(state_key) <= 81
     assert keyed.reserve_permission("client", 5) > 0  # debt of 4: full again 3 cycles later
     assert 160 < raw.pttl(state_key) <= 241
@@ -481,7 +481,7 @@ def test_states_expire_once_full_and_idle_clients_cost_nothing(redis_url: str, p
     while raw.exists(state_key) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert not raw.exists(state_key)
-    assert raw.exists(keyed.anchor_key) and raw.pttl(keyed.anchor_key) == -1
+    assert raw.exists(keyed.store.anchor_key) and raw.pttl(keyed.store.anchor_key) == -1
     assert keyed.state("client")[1] == 2  # an expired key reads as full
 
 
@@ -592,7 +592,7 @@ async def test_async_path_uses_redis_asyncio_and_never_blocks_the_loop(
     assert blocking == [], blocking
     assert sum(results) == 30
     assert sum(keyed_results) == 6
-    assert rl.backend.faults == 0 and keyed.faults == 0  # type: ignore[attr-defined]
+    assert rl.backend.faults == 0 and keyed.store.faults == 0  # type: ignore[attr-defined]
 
 
 async def test_async_client_per_event_loop(redis_url: str) -> None:
@@ -625,7 +625,7 @@ def test_registry_builds_redis_limiters_driven_by_r4_clock(
     rl = registry.get_rate_limiter("api")
     keyed = registry.get_keyed_rate_limiter("api")
     assert isinstance(rl.backend, rb.RedisBackend) and rl.backend.fault_policy == "closed"  # type: ignore[union-attr]
-    assert isinstance(keyed, rb.RedisKeyedRateLimiter) and keyed.clock is r4_clock
+    assert isinstance(keyed.store, rb.RedisKeyedStore) and keyed.clock is r4_clock
     assert rl.backend.anchor_key.startswith(prefix + ":rl:{api}")  # type: ignore[union-attr]
     for _ in range(2):
         rl.acquire_or_raise()  # type: ignore[union-attr]

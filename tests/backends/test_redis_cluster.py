@@ -86,12 +86,12 @@ def test_every_script_touches_one_slot_and_keyed_clients_spread(redis_cluster: L
     keyed = rb.RedisKeyedRateLimiter("per_ip", _config(3), url=redis_cluster.url, prefix=prefix, connection_options=CLUSTER)
     slots = set()
     for i in range(400):
-        state = keyed._state_key(f"198.51.100.{i}")
-        anchor = keyed._phase_of(state).anchor_key
+        state = keyed.store._state_key(f"198.51.100.{i}")
+        anchor = keyed.store._phase_of(state).anchor_key
         assert _slot(state) == _slot(anchor)  # one script, one slot
         slots.add(_slot(state))
     assert len(slots) > 150  # ~256 shards: no hot slot
-    nodes = {keyed._conn.sync.get_node_from_key(keyed._state_key(f"198.51.100.{i}")).name for i in range(400)}
+    nodes = {keyed.store._conn.sync.get_node_from_key(keyed.store._state_key(f"198.51.100.{i}")).name for i in range(400)}
     assert len(nodes) == 3  # every primary takes part
     # The same layout helper names a plain server's keys: one tag per limiter there.
     assert rb.key_base("r4", "rlk", "a:b") == "r4:rlk:{a%3Ab}"
@@ -265,7 +265,7 @@ def _aged(*limiters: Any, keys: tuple[str, ...] = ()) -> None:
     permits back only when its take and the give-back fall in one cycle, seen with a margin of
     CLUSTER_CLOCK_SKEW_US, so right after a cycle begins it under-admits instead (see docs/redis.md)."""
     for limiter in limiters:
-        target = getattr(limiter, "backend", limiter)
+        target = limiter.backend if hasattr(limiter, "backend") else limiter.store
         conn = target._connection()
         seconds, micros = conn.sync.time()
         anchors = [target.anchor_key] if not keys else [target._phase_of(target._state_key(k)).anchor_key for k in keys]
@@ -353,7 +353,7 @@ def test_async_split_decisions(redis_cluster: LocalCluster) -> None:
         outcome, quotas = await rb.aacquire_all_quotas([(tight, None), (keyed, "x"), (wider, None)])
         assert outcome is not None and outcome[0] == 0
         assert quotas[1][0] == 4 and quotas[2][0] == 2  # the keyed and wider permits came back
-        await keyed._conn.aclose()
+        await keyed.store._conn.aclose()
 
     asyncio.run(run())
     assert wide.backend.state()[1] == 1 and wider.backend.state()[1] == 2 and keyed.state("x")[1] == 4
@@ -466,5 +466,5 @@ def test_settings_name_a_cluster_backend(redis_cluster: LocalCluster) -> None:
         assert api.backend._connection().cluster
         assert [api.acquire_permission() for _ in range(3)] == [True, True, False]
         keyed = registry.get_keyed_rate_limiter("per_ip")
-        assert keyed._phases is not None
+        assert keyed.store._phases is not None
         assert keyed.acquire_permission("198.51.100.1") and not keyed.acquire_permission("198.51.100.1")

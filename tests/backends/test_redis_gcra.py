@@ -302,7 +302,7 @@ def test_http_gcra_on_redis_headers_from_the_state(redis_url: str, prefix: str, 
     }
     with override_settings(RATELIMIT_R4=value):
         assert isinstance(get_rate_limiter("smooth").backend, rg.RedisGcraBackend)
-        assert isinstance(registry.get_keyed_rate_limiter("smooth_ip"), rg.RedisGcraKeyedRateLimiter)
+        assert isinstance(registry.get_keyed_rate_limiter("smooth_ip").store, rg.RedisGcraKeyedStore)
         client = Client()
         first = client.get("/smooth/")
         assert first.status_code == 200

@@ -176,7 +176,7 @@ def on_redis(redis_url: str, prefix: str, r4_clock: Any) -> Iterator[Any]:
     with override_settings(RATELIMIT_R4=r4_settings(redis_url, prefix)):
         _build_all()
         assert isinstance(get_rate_limiter("api").backend, rb.RedisBackend)
-        assert isinstance(registry.get_keyed_rate_limiter("per_ip"), rb.RedisKeyedRateLimiter)
+        assert isinstance(registry.get_keyed_rate_limiter("per_ip").store, rb.RedisKeyedStore)
         yield r4_clock
 
 

@@ -364,13 +364,13 @@ def test_keyed_leases_per_client_key_in_a_bounded_table(redis_url: str, prefix: 
     k = rl.RedisLeaseKeyedRateLimiter("k", cfg, lease=4, clock=clock, url=redis_url, prefix=prefix, max_keys=3)
     other = rl.RedisLeaseKeyedRateLimiter("k", cfg, lease=4, clock=clock, url=redis_url, prefix=prefix)
     assert sum(k.acquire_permission("alice") for _ in range(12)) == 10
-    assert k.lease_stats.round_trips == 3 + 2
+    assert k.store.lease_stats.round_trips == 3 + 2
     assert other.acquire_permission("bob")
     assert not other.acquire_permission("alice")  # one budget per key for every process
     for key in ("c1", "c2", "c3", "c4"):
         assert k.acquire_permission(key)
-    assert len(k._leases) == 3  # bounded: the least recently used lease was dropped
-    assert k.lease_stats.dropped_permits == 3
+    assert len(k.store._leases) == 3  # bounded: the least recently used lease was dropped
+    assert k.store.lease_stats.dropped_permits == 3
     assert k.quota("c4") == (9, 60 * S)  # 6 shared + 3 held
     assert k.acquire_quota("c4") == (8, 60 * S)
     k.reset("c4")
@@ -395,7 +395,7 @@ def test_the_lease_option_builds_leased_limiters(redis_url: str, prefix: str, se
     assert sum(limiter.acquire_permission() for _ in range(25)) == 20
     assert limiter.backend.lease_stats.round_trips <= 12
     keyed = registry.get_keyed_rate_limiter(name)
-    assert isinstance(keyed, rl.RedisLeaseKeyedRateLimiter) and keyed.lease == 5
+    assert isinstance(keyed.store, rl.RedisLeaseKeyedStore) and keyed.store.lease == 5
     assert keyed.acquire_permission("a")
 
 
@@ -412,7 +412,7 @@ def _cluster_worker(url: str, prefix: str, limit: int, lease: int, keys: list[st
     barrier.wait(60)
     unkeyed = sum(b.acquire(1, 0) >= 0 for _ in range(limit))
     keyed = {key: sum(k.acquire_permission(key) for _ in range(limit)) for key in keys}
-    out.put((unkeyed, keyed, b.faults + k.faults))
+    out.put((unkeyed, keyed, b.faults + k.store.faults))
 
 
 def test_exact_across_4_processes_on_a_redis_cluster(redis_cluster: Any) -> None:

@@ -445,7 +445,7 @@ def _settings(redis_url: str, prefix: str) -> dict[str, Any]:
 def test_http_sliding_on_redis_headers_from_the_state(redis_url: str, prefix: str, r4_clock: Any) -> None:
     with override_settings(RATELIMIT_R4=_settings(redis_url, prefix)):
         assert isinstance(get_rate_limiter("smooth").backend, rs.RedisSlidingBackend)
-        assert isinstance(registry.get_keyed_rate_limiter("smooth_ip"), rs.RedisSlidingKeyedRateLimiter)
+        assert isinstance(registry.get_keyed_rate_limiter("smooth_ip").store, rs.RedisSlidingKeyedStore)
         client = Client()
         first = client.get("/smooth/")
         assert first.status_code == 200
@@ -521,7 +521,7 @@ def test_fault_policy_local_decides_by_the_sliding_window_in_process() -> None:
     assert rl.acquire_permission()
     keyed = rs.RedisSlidingKeyedRateLimiter("down", config, clock=clock, url=UNREACHABLE, fault_policy="local")
     assert [keyed.acquire_permission("x") for _ in range(3)] == [True, True, False]
-    assert rs.sliding_acquire_all(keyed, [(keyed, keyed._state_key("y"))], 1) is None
+    assert rs.sliding_acquire_all(keyed.store, [(keyed.store, keyed.store._state_key("y"))], 1) is None
     closed = rs.RedisSlidingKeyedRateLimiter(
         "down2", config, clock=clock, url=UNREACHABLE, fault_policy="closed"
     )

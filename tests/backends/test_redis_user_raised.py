@@ -70,7 +70,7 @@ def on_redis(redis_url: str, prefix: str, r4_clock: Any) -> Iterator[Any]:
     with override_settings(RATELIMIT_R4=r4_settings(redis_url, prefix), MIDDLEWARE=WITH_MIDDLEWARE):
         for name in ("sustained", "shared"):  # built (and reset in Redis) off any event loop
             assert isinstance(get_rate_limiter(name).backend, rb.RedisBackend)
-        assert isinstance(registry.get_keyed_rate_limiter("sustained"), rb.RedisKeyedRateLimiter)
+        assert isinstance(registry.get_keyed_rate_limiter("sustained").store, rb.RedisKeyedStore)
         yield r4_clock
 
 
