@@ -1,11 +1,12 @@
 """GCRA and the sliding window on Redis against one bare round trip (issue 13), measured in one run.
 
 Target: a ``gcra`` or ``sliding_window`` decision on Redis is ONE round trip (an ``EVALSHA`` of its own script),
-so it should cost at most 1.10x a ``PING`` on the same connection pool. Rows: unkeyed allowed and denied, keyed,
+so it should cost at most 1.10x one bare ``EVALSHA`` of a trivial script (``return 1``) on the same client
+(``bench_redis.bare_evalsha``). Rows: unkeyed allowed and denied, keyed,
 the decision with the RateLimit header figures (what ``@ratelimit`` runs), an all-or-nothing decision over 3
-limits, and the async path against an async ``PING``; the cycle limiter's row for context. Informational rows
+limits, and the async path against an async bare ``EVALSHA``; the cycle limiter's row for context. Informational rows
 put the peers' Redis limiters beside them (limits' moving window and sliding-window counter, pyrate-limiter's
-GCRA and sliding log), each against the same ``PING``, when they are installed (the ``bench`` extra).
+GCRA and sliding log), each against the same bare ``EVALSHA``, when they are installed (the ``bench`` extra).
 
 Run: ``python benchmarks/bench_redis_algorithms.py`` (needs Redis at ``R4_REDIS_URL``, default
 redis://127.0.0.1:6379/15; keys go under a random ``r4bench:`` prefix and are deleted afterwards). Subject and
@@ -30,11 +31,11 @@ import redis
 try:  # python -m benchmarks.bench_redis_algorithms
     from ._timing import best_pair as _best_pair
     from ._timing import print_rows
-    from .bench_redis import _abest_pair
+    from .bench_redis import _abest_pair, abare_evalsha, bare_evalsha
 except ImportError:  # benchmarks/run.py, or run as a script
     from _timing import best_pair as _best_pair  # type: ignore[no-redef]
     from _timing import print_rows
-    from bench_redis import _abest_pair  # type: ignore[no-redef]
+    from bench_redis import _abest_pair, abare_evalsha, bare_evalsha  # type: ignore[no-redef]
 
 from django_ratelimit_r4.backends.redis import (
     RedisKeyedRateLimiter,
@@ -124,7 +125,7 @@ def run(number: int = NUMBER, repeat: int = REPEAT) -> list[dict[str, Any]]:
         )
 
     conn = connection(URL)
-    ping = conn.sync.ping
+    bare = bare_evalsha(conn.sync)
     factory = redis_backend(URL, prefix=prefix)
 
     def config(algorithm: str, limit: int) -> RateLimiterConfig:
@@ -155,15 +156,15 @@ def run(number: int = NUMBER, repeat: int = REPEAT) -> list[dict[str, Any]]:
         ]
         for name, fn, target in cases:
             label = f"redis {algorithm} {name}" if target else f"info: redis {algorithm} {name}"
-            add(label, *_best_pair(fn, ping, number, repeat), target)
+            add(label, *_best_pair(fn, bare, number, repeat), target)
 
         async def async_row() -> None:
-            aping = conn.aio().ping
-            await aping()
+            abare = await abare_evalsha(conn.aio())
+            await abare()
             await allowed.aacquire_permission()
             add(
                 f"redis {algorithm} aacquire_permission (redis.asyncio)",
-                *await _abest_pair(allowed.aacquire_permission, aping, number, repeat),
+                *await _abest_pair(allowed.aacquire_permission, abare, number, repeat),
                 TARGET_RATIO,
             )
 
@@ -173,10 +174,10 @@ def run(number: int = NUMBER, repeat: int = REPEAT) -> list[dict[str, Any]]:
         for algorithm in ("gcra", "sliding_window"):
             rows_of(algorithm)
         cycle = limiter("cycle-allowed", "cycle", 10**12)
-        add("info: redis cycle acquire_permission allowed", *_best_pair(cycle.acquire_permission, ping, number, repeat), None)
+        add("info: redis cycle acquire_permission allowed", *_best_pair(cycle.acquire_permission, bare, number, repeat), None)
         for name, fn in _peers(URL, prefix):
             fn()
-            add(name, *_best_pair(fn, ping, number, repeat), None)
+            add(name, *_best_pair(fn, bare, number, repeat), None)
     finally:
         client = redis.Redis.from_url(URL)
         keys = list(client.scan_iter(match=prefix + ":*", count=1000))
@@ -188,7 +189,7 @@ def run(number: int = NUMBER, repeat: int = REPEAT) -> list[dict[str, Any]]:
 
 def main() -> int:
     """Print the rows; exit status 1 if a targeted row misses its target."""
-    return print_rows(run(), baseline_label="PING ns")
+    return print_rows(run(), baseline_label="EVALSHA ns")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,106 @@
+"""RedisConnection's per-call work around the round trip (issue 9: a decision within 1.10x one bare EVALSHA).
+
+``_pack_evalsha`` writes exactly the bytes redis-py's own packer writes; ``_take``/``_give`` take pooled
+connections without redis-py's per-call bookkeeping but keep its checks: the pool's bound, a connection the
+server closed (a restart, ``CLIENT KILL``) reopened before use instead of failing the decision.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+redis = pytest.importorskip("redis")
+rb = pytest.importorskip("django_ratelimit_r4.backends.redis")
+
+from redis.connection import PythonRespSerializer  # noqa: E402
+
+from django_ratelimit_r4.core.clock import SYSTEM_CLOCK  # noqa: E402
+from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig  # noqa: E402
+
+
+def _redis_py_packed(*args: Any) -> bytes:
+    packer = PythonRespSerializer(6000, redis.connection.Encoder("utf-8", "strict", False).encode)
+    return b"".join(packer.pack(*args))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["r4:rl:{a}:anchor", "r4:rl:{a}:state", b"a", b"1796173925 877938000", 1796173925877938, 0, 10**12, -5, b""],
+        ["préfixe:é", "\u00e9\u4e2d", b"\x00\xff" * 4000, 2**70, -(2**70), 0],
+    ],
+)
+def test_pack_evalsha_writes_what_redis_py_writes(args: list[Any]) -> None:
+    sha = rb.SCRIPT_SHA
+    for numkeys in (0, 2, 11):
+        assert rb._pack_evalsha(sha, numkeys, args, True) == _redis_py_packed("EVALSHA", sha, numkeys, *args)
+
+
+def test_pack_evalsha_leaves_other_types_and_encodings_to_redis_py() -> None:
+    assert rb._pack_evalsha(rb.SCRIPT_SHA, 0, [1.5], True) is None
+    assert rb._pack_evalsha(rb.SCRIPT_SHA, 0, [True], True) is None
+    assert rb._pack_evalsha(rb.SCRIPT_SHA, 0, ["x"], False) is None
+    latin = rb.RedisConnection("redis://127.0.0.1:1/0", options={"encoding": "latin-1"})
+    assert latin._utf8 is False
+    assert rb.RedisConnection("redis://127.0.0.1:1/0")._utf8 is True
+
+
+def _limiter(url: str, prefix: str, name: str = "lean") -> RateLimiter:
+    config = RateLimiterConfig(limit_for_period=3, limit_refresh_period="1h")
+    return RateLimiter(name, config, clock=SYSTEM_CLOCK, backend=rb.redis_backend(url, prefix=prefix))
+
+
+def test_a_connection_the_server_closed_is_reopened_not_a_fault(redis_server: Any) -> None:
+    url = redis_server.url
+    limiter = _limiter(url, "r4")
+    conn = rb.connection(url)
+    assert conn._lean is not None  # the lean path is the one under test
+    assert limiter.acquire_permission()
+    admin = redis.Redis.from_url(url)
+    try:
+        for client in admin.client_list():  # the pooled connection of this process
+            if client["id"] != str(admin.client_id()):
+                admin.client_kill_filter(_id=client["id"])
+    finally:
+        admin.close()
+    assert limiter.acquire_permission()
+    redis_server.stop()
+    redis_server.start()  # the same port, empty: a full budget again
+    assert limiter.acquire_permission()
+    backend: Any = limiter.backend
+    assert backend.faults == 0
+    assert conn.server_faults == 0
+
+
+def test_the_pool_bound_holds_on_the_lean_path(redis_server: Any) -> None:
+    url = redis_server.url + "?max_connections=2&timeout=0.05"
+    prefix = "r4"
+    conn = rb.connection(url)
+    pool = conn.sync.connection_pool
+    first, second = conn._take(pool), conn._take(pool)
+    try:
+        with pytest.raises(redis.exceptions.ConnectionError, match="No connection available"):
+            conn._take(pool)
+    finally:
+        conn._give(pool, first)
+        conn._give(pool, second)
+    # Both slots are usable again, by 8 threads at once sharing the 2 connections.
+    limiter = _limiter(url, prefix, "bound")
+    results: list[bool] = []
+    barrier = threading.Barrier(8)
+
+    def run() -> None:
+        barrier.wait()
+        results.append(limiter.acquire_permission())
+
+    threads = [threading.Thread(target=run) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [False] * 5 + [True] * 3
+    assert len(pool._connections) <= 2
