@@ -8,13 +8,24 @@ the local-memory cache) over the same bare ``APIView``.
 Each request goes through ``WSGIHandler`` (request object, URL resolution, signals, response) with a
 copy of one WSGI environ. Every timing is the best of several interleaved repeats, so the deltas come
 from one run on one machine. Run: ``python benchmarks/bench_django.py`` or ``python benchmarks/run.py django``.
+
+``python benchmarks/bench_django.py --peers`` (issue 9) puts a full request through ``WSGIHandler`` side by side
+with the peers, allowed and denied, in memory and on Redis (``R4_REDIS_URL``, default redis://127.0.0.1:6379/15):
+ours (``@ratelimit`` unkeyed and keyed by ip; DRF ``APIView`` + ``RateLimiterThrottle`` keyed by ip) against DRF's
+own ``AnonRateThrottle`` (per ip) on the local-memory cache and on django-redis, with one bare ``EVALSHA`` of a
+trivial script on the same Redis as the round-trip reference. Each row's cost is its request minus the bare
+request of its kind (function view or ``APIView``), all callers interleaved. Targets: ours below the peer on every
+path; on Redis, decorated request <= bare view + 1.10x one round trip. Needs the ``redis`` extra and
+django-redis (``pip install django-redis``; its rows are skipped without it).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import timeit
 import types
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -51,6 +62,47 @@ BENCH_R4: dict[str, Any] = {
 }
 
 
+REDIS_URL = os.environ.get("R4_REDIS_URL", "redis://127.0.0.1:6379/15")
+#: Keys of the --peers run (ours and django-redis's) go under this prefix and are deleted afterwards.
+PEERS_PREFIX = f"r4bench:{uuid.uuid4().hex[:8]}"
+PEER_IP_TARGET = 1.10
+
+# --peers: the same instances in memory and on a Redis backend; keyed ones per client ip, as DRF's AnonRateThrottle.
+PEERS_R4: dict[str, Any] = {
+    "backends": {
+        "shared": {"BACKEND": "redis", "LOCATION": REDIS_URL, "OPTIONS": {"key_prefix": PEERS_PREFIX}},
+    },
+    "ratelimiters": {
+        "instances": {
+            f"peer_{where}_{shape}_{outcome}": {
+                "limit_for_period": 1_000_000_000 if outcome == "open" else 1,
+                "limit_refresh_period": "1h",
+                **({"key": "ip"} if shape == "keyed" else {}),
+                **({"backend": "shared"} if where == "redis" else {}),
+            }
+            for where in ("memory", "redis")
+            for shape in ("unkeyed", "keyed")
+            for outcome in ("open", "closed")
+        }
+    },
+}
+
+
+def _django_redis() -> bool:
+    try:
+        import django_redis  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _caches() -> dict[str, Any]:
+    caches: dict[str, Any] = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    if _django_redis():
+        caches["redis"] = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": REDIS_URL, "KEY_PREFIX": PEERS_PREFIX}
+    return caches
+
+
 def _configure() -> None:
     if not settings.configured:
         settings.configure(
@@ -66,7 +118,7 @@ def _configure() -> None:
                 "django_ratelimit_r4",
             ],
             DATABASES={},
-            CACHES={"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}},
+            CACHES=_caches(),
             LOGGING_CONFIG=None,
             REST_FRAMEWORK={"DEFAULT_AUTHENTICATION_CLASSES": [], "DEFAULT_PERMISSION_CLASSES": []},
             RATELIMIT_R4=BENCH_R4,
@@ -136,6 +188,64 @@ VIEWS: dict[str, Callable[..., Any]] = {
     "drf-r4": DrfR4.as_view(),
     "drf-simple": DrfSimple.as_view(),
 }
+
+# --peers views: (row name, view, expected status, baseline view name).
+PEER_VIEWS: dict[str, tuple[str, Callable[..., Any], int, str]] = {}
+
+
+def _peer_views() -> None:
+    import redis
+    from django.core.cache import caches
+
+    try:
+        from .bench_redis import bare_evalsha
+    except ImportError:
+        from bench_redis import bare_evalsha  # type: ignore[no-redef]
+
+    # The round trip's reference: the bare view plus one bare EVALSHA of a trivial script, on a redis-py client
+    # of its own. A round trip inside a request costs more than one in a tight loop (the server has gone idle
+    # while the request ran), so the Redis rows count round trips against this one.
+    evalsha = bare_evalsha(redis.Redis.from_url(REDIS_URL))
+
+    def round_trip(request: HttpRequest) -> HttpResponse:
+        evalsha()
+        return HttpResponse("ok")
+
+    VIEWS["bare-rt"] = round_trip
+
+    def function_view(instance: str) -> Callable[..., Any]:
+        @ratelimit(instance)
+        def view(request: HttpRequest) -> HttpResponse:
+            return HttpResponse("ok")
+
+        return view
+
+    for where in ("memory", "redis"):
+        for outcome, status in (("open", 200), ("closed", 429)):
+            word = "allowed" if outcome == "open" else "denied"
+            for shape in ("unkeyed", "keyed"):
+                instance = f"peer_{where}_{shape}_{outcome}"
+                PEER_VIEWS[f"dec-{where}-{shape}-{word}"] = (
+                    f"ours @ratelimit {shape}, {where}, {word}", function_view(instance), status, "bare"
+                )
+            drf_r4 = type(f"DrfR4_{where}_{outcome}", (DrfBare,), {
+                "throttle_classes": [RateLimiterThrottle], "rate_limiter": f"peer_{where}_keyed_{outcome}",
+            })
+            PEER_VIEWS[f"drf-r4-{where}-{word}"] = (
+                f"ours DRF RateLimiterThrottle per ip, {where}, {word}", drf_r4.as_view(), status, "drf-bare"
+            )
+            if where == "redis" and not _django_redis():
+                continue
+            cache_name = "default" if where == "memory" else "redis"
+            throttle = type(f"Anon_{where}_{outcome}", (AnonRateThrottle,), {
+                "rate": "1000000000/hour" if outcome == "open" else "1/hour", "cache": caches[cache_name],
+                "scope": f"peer-{where}-{outcome}",
+            })
+            drf_own = type(f"DrfOwn_{where}_{outcome}", (DrfBare,), {"throttle_classes": [throttle]})
+            cache_label = "LocMemCache" if where == "memory" else "django-redis"
+            PEER_VIEWS[f"drf-own-{where}-{word}"] = (
+                f"DRF AnonRateThrottle, {cache_label}, {word}", drf_own.as_view(), status, "drf-bare"
+            )
 urlpatterns = [path(f"{name}/", view) for name, view in VIEWS.items()]
 
 
@@ -144,7 +254,8 @@ def _urlconf(name: str) -> str:
     same resolution cost (first pattern) instead of paying for its position in a shared list."""
     module_name = f"{__name__}_urls_{name.replace('-', '_')}"
     module = types.ModuleType(module_name)
-    module.urlpatterns = [path(f"{name}/", VIEWS[name])]  # type: ignore[attr-defined]
+    view = VIEWS[name] if name in VIEWS else PEER_VIEWS[name][1]
+    module.urlpatterns = [path(f"{name}/", view)]  # type: ignore[attr-defined]
     sys.modules[module_name] = module
     return module_name
 
@@ -310,6 +421,107 @@ def _open_breaker(number: int, repeat: int) -> tuple[float, float]:
             best[i] = min(best[i], timer.timeit(number) / number * 1e9)
     return best[0], best[1]
 
+
+def run_peers(number: int = 500, repeat: int = 9) -> list[dict[str, Any]]:
+    """The --peers table: rows ``{name, ns_per_op, baseline_ns, delta_ns, round_trips, peer, target, met}``."""
+    import logging
+
+    import redis
+    from django.test.utils import override_settings
+
+    try:
+        from .bench_redis import bare_evalsha
+    except ImportError:
+        from bench_redis import bare_evalsha  # type: ignore[no-redef]
+
+    request_logger = logging.getLogger("django.request")
+    old_level = request_logger.level
+    request_logger.setLevel(logging.ERROR)
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        with override_settings(ROOT_URLCONF=__name__, MIDDLEWARE=[], RATELIMIT_R4=PEERS_R4):
+            _peer_views()
+            names = ["bare", "bare-rt", "drf-bare", *PEER_VIEWS]
+            callers = {name: _caller(name, override_settings) for name in names}
+            for name, call in callers.items():  # warm up; exhaust the denied limits
+                with call.urlconf:  # type: ignore[attr-defined]
+                    for _ in range(20):
+                        response = call()
+                expected = PEER_VIEWS[name][2] if name in PEER_VIEWS else 200
+                assert response.status_code == expected, (name, response.status_code, expected)
+            evalsha = bare_evalsha(client)
+            timer = timeit.Timer("f()", globals={"f": evalsha})
+            best = dict.fromkeys(callers, float("inf"))
+            best_rt = float("inf")
+            for _ in range(repeat):
+                best_rt = min(best_rt, timer.timeit(number) / number * 1e9)
+                for name, fn in callers.items():
+                    with fn.urlconf:  # type: ignore[attr-defined]
+                        for _ in range(5):
+                            fn()
+                        elapsed = timeit.Timer("f()", globals={"f": fn}).timeit(number)
+                    best[name] = min(best[name], elapsed / number * 1e9)
+                best_rt = min(best_rt, timer.timeit(number) / number * 1e9)
+    finally:
+        request_logger.setLevel(old_level)
+        keys = list(client.scan_iter(match=f"*{PEERS_PREFIX}*", count=1000))
+        if keys:
+            client.delete(*keys)
+        client.close()
+    loop_rt = best_rt
+    best_rt = best["bare-rt"] - best["bare"]
+    rows: list[dict[str, Any]] = [
+        {"name": "info: bare EVALSHA in a tight loop", "ns_per_op": loop_rt, "baseline_ns": None, "delta_ns": None,
+         "round_trips": loop_rt / best_rt, "peer": None, "target": "", "met": None},
+        {"name": "django view + one bare EVALSHA (1 RT)", "ns_per_op": best["bare-rt"], "baseline_ns": best["bare"],
+         "delta_ns": best_rt, "round_trips": 1.0, "peer": None, "target": "", "met": None},
+        {"name": "django view, bare", "ns_per_op": best["bare"], "baseline_ns": None, "delta_ns": None,
+         "round_trips": None, "peer": None, "target": "", "met": None},
+        {"name": "DRF APIView, no throttle", "ns_per_op": best["drf-bare"], "baseline_ns": None, "delta_ns": None,
+         "round_trips": None, "peer": None, "target": "", "met": None},
+    ]
+    for name, (label, _, _, base_name) in PEER_VIEWS.items():
+        ns, base = best[name], best[base_name]
+        delta = ns - base
+        where = "redis" if "-redis-" in name else "memory"
+        word = name.rsplit("-", 1)[1]
+        peer = f"drf-own-{where}-{word}"
+        row: dict[str, Any] = {
+            "name": label, "ns_per_op": ns, "baseline_ns": base, "delta_ns": delta,
+            "round_trips": delta / best_rt if where == "redis" else None, "peer": None, "target": "", "met": None,
+        }
+        if not name.startswith("drf-own") and peer in best:
+            peer_delta = best[peer] - best["drf-bare"]
+            row["peer"] = peer_delta
+            ok = delta < peer_delta
+            row["target"] = "< peer"
+            if where == "redis":
+                ok = ok and delta <= PEER_IP_TARGET * best_rt
+                row["target"] = f"< peer, <= {PEER_IP_TARGET} RT"
+            row["met"] = ok
+        rows.append(row)
+    return rows
+
+
+def print_peers(rows: list[dict[str, Any]]) -> int:
+    """Print the --peers table; 1 if a targeted row missed."""
+    print(f"{'request through WSGIHandler':52} {'us/req':>8} {'+us':>8} {'x RT':>6} {'peer +us':>9}  target")
+    missed = False
+    for row in rows:
+        cells = [
+            f"{row['ns_per_op'] / 1000:8.1f}",
+            "" if row["delta_ns"] is None else f"{row['delta_ns'] / 1000:+8.1f}",
+            "" if row["round_trips"] is None else f"{row['round_trips']:6.2f}",
+            "" if row["peer"] is None else f"{row['peer'] / 1000:+9.1f}",
+        ]
+        met = "" if row["met"] is None else ("ok" if row["met"] else "MISSED")
+        missed = missed or row["met"] is False
+        print(f"{row['name']:52} {cells[0]:>8} {cells[1]:>8} {cells[2]:>6} {cells[3]:>9}  {row['target']} {met}")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__" and "--peers" in sys.argv:
+    raise SystemExit(print_peers(run_peers()))
 
 if __name__ == "__main__":
     print(f"{'benchmark':46} {'ns/op':>9} {'baseline':>9} {'ratio':>6} {'delta':>9}  target")
