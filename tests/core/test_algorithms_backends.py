@@ -249,3 +249,42 @@ def test_keyed_limits_with_smooth_unkeyed_ones() -> None:
     assert acquire_all_keyed([(keyed, "b"), (gcra, None)]) == (1, 50 * MS)
     assert "b" not in keyed  # all-or-nothing: nothing was taken for key b
     assert type(KeyedRateLimiter("g", RateLimiterConfig(algorithm="gcra")).store).__name__ == "SmoothKeyedStore"
+
+
+ring_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("acquire"), st.integers(min_value=1, max_value=14), st.sampled_from([0, 0, 1, 500, 4_000])),
+        st.tuples(st.just("advance"), st.integers(min_value=0, max_value=3_000), st.just(0)),
+        st.tuples(st.just("drain"), st.just(0), st.just(0)),
+        st.tuples(st.just("give_back"), st.integers(min_value=1, max_value=14), st.just(0)),
+        st.tuples(st.just("change_limit"), st.integers(min_value=1, max_value=12), st.just(0)),
+    ),
+    max_size=80,
+)
+
+
+@SETTINGS
+@given(st.integers(min_value=1, max_value=12), st.integers(min_value=1, max_value=5_000), ring_ops)
+def test_sliding_backend_keeps_its_newest_time_and_successors_with_the_ring(
+    limit: int, period: int, ops: list
+) -> None:
+    """The one-permit fast path reads ``_newest`` and ``_next`` instead of the ring's index arithmetic: after
+    every operation that writes the ring (grants, reservations, drain, give-back, a new limit) they agree."""
+    clock = FakeClock()
+    backend = SlidingWindowBackend("s", limit, period, clock)
+    granted_at = clock.now_ns()
+    for op, n, timeout in ops:
+        if op == "acquire":
+            granted_at = clock.now_ns()
+            backend.acquire(n, timeout)
+        elif op == "advance":
+            clock.advance_ns(n)
+        elif op == "drain":
+            backend.drain()
+        elif op == "give_back":
+            backend.give_back(n, granted_at)
+        else:
+            backend.change_limit(n)
+        ring, head = backend._ring, backend._head
+        assert backend._newest == ring[head - 1]
+        assert backend._next == [*range(1, len(ring)), 0]
