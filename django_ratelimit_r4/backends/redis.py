@@ -42,6 +42,7 @@ import logging
 import math
 import os
 import queue
+import select
 import threading
 import time
 import weakref
@@ -163,6 +164,9 @@ SCRIPT_SHA = hashlib.sha1(SCRIPT.encode("utf-8")).hexdigest()
 
 
 _EVALSHA_HEADS: dict[tuple[str, int], bytes] = {}
+# select.poll where the platform has it (not on Windows): RedisConnection._take's cheap readability test.
+_poll: Any = getattr(select, "poll", None)
+_POLL_EVENTS = getattr(select, "POLLIN", 1) | getattr(select, "POLLPRI", 2)
 
 
 def _pack_evalsha(sha: str, numkeys: int, args: Sequence[Any], utf8: bool) -> bytes | None:
@@ -554,20 +558,36 @@ class RedisConnection:
             pool.pool.put_nowait(None)
             return pool.get_connection()
         try:
-            if conn._sock is None:
+            sock = conn._sock
+            if sock is None:
                 conn.connect()
-            try:
-                if conn.can_read() and lean:
-                    raise redis.exceptions.ConnectionError("Connection has data")
-            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
-                conn.disconnect()
-                conn.connect()
-                if conn.can_read() and lean:
-                    raise redis.exceptions.ConnectionError("Connection not ready") from None
+            elif _poll is not None:
+                # redis-py's check (can_read: a non-blocking recv between two settimeout calls) costs about
+                # 2.6 µs; one poll says whether there is anything to look at (data, EOF, an error): about
+                # 0.7 µs. Only then does redis-py's own check run.
+                poller = _poll()
+                poller.register(sock, _POLL_EVENTS)
+                if poller.poll(0):
+                    self._check_readable(conn, lean)
+            else:
+                self._check_readable(conn, lean)
         except BaseException:
             self._give(pool, conn)
             raise
         return conn
+
+    @staticmethod
+    def _check_readable(conn: Any, lean: bool) -> None:
+        """redis-py's check of a pooled connection before use: a socket the server closed is reopened; one
+        holding unread data is refused when ``lean`` (as ``get_connection`` does)."""
+        try:
+            if conn.can_read() and lean:
+                raise redis.exceptions.ConnectionError("Connection has data")
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
+            conn.disconnect()
+            conn.connect()
+            if conn.can_read() and lean:
+                raise redis.exceptions.ConnectionError("Connection not ready") from None
 
     def _give(self, pool: Any, conn: Any) -> None:
         """``pool.release(conn)`` for a connection :meth:`_take` took (the lean way when it took it so)."""
