@@ -56,6 +56,7 @@ _ops = st.lists(
 )
 
 
+@pytest.mark.parametrize("inlined", [True, False], ids=["inlined fast path", "KeyedBackend.decide_quota"])
 @settings(max_examples=150, deadline=None)
 @given(
     ops=_ops,
@@ -63,8 +64,12 @@ _ops = st.lists(
     timeout_ms=st.sampled_from([0, 500, 3000]),
     max_keys=st.sampled_from([2, 10]),
 )
-def test_acquire_quota_equals_acquire_then_quota(ops, limit, timeout_ms, max_keys):
+def test_acquire_quota_equals_acquire_then_quota(inlined, ops, limit, timeout_ms, max_keys):
+    """Both ways the default store decides acquire_quota: the common case inlined in the limiter, and the
+    store's own ``decide_quota`` (what every other store answers through), against a decision then quota()."""
     subject, clock_s, reference, clock_r = pair(limit, timeout_ms, max_keys)
+    if not inlined:
+        subject._fast = None
     for op in ops:
         if op[0] == "advance":
             clock_s.advance_ns(op[1] * 1_000_000)

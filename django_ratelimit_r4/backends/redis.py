@@ -2195,7 +2195,7 @@ class RedisKeyedStore(_Clocked):
 class RedisKeyedRateLimiter(KeyedRateLimiter):
     """A :class:`~django_ratelimit_r4.keyed.KeyedRateLimiter` on a :class:`RedisKeyedStore`: the name kept for
     code that builds one directly (``RedisKeyedRateLimiter(name, config, url=...)``). It only builds the store
-    (:attr:`store_type`, from the keyword arguments after ``idle_timeout_ns``); everything else is
+    (:attr:`store_type`, from the keyword arguments; ``max_keys`` / ``idle_timeout_ns`` go to both); everything else is
     ``KeyedRateLimiter``'s. ``RedisStore`` builds a plain ``KeyedRateLimiter(..., store=...)``.
     """
 
@@ -2203,20 +2203,12 @@ class RedisKeyedRateLimiter(KeyedRateLimiter):
     store_type: ClassVar[type[Any]] = RedisKeyedStore
 
     def __init__(
-        self,
-        name: str,
-        config: RateLimiterConfig | None = None,
-        *,
-        clock: Clock | None = None,
-        max_keys: int = DEFAULT_MAX_KEYS,
-        idle_timeout_ns: int | None = None,
-        **store_options: Any,
+        self, name: str, config: RateLimiterConfig | None = None, *, clock: Clock | None = None, **options: Any
     ) -> None:
         clock = clock if clock is not None else SYSTEM_CLOCK
-        store = self.store_type(
-            name, config, clock=clock, max_keys=max_keys, idle_timeout_ns=idle_timeout_ns, **store_options
-        )
-        super().__init__(name, config, clock=clock, max_keys=max_keys, idle_timeout_ns=idle_timeout_ns, store=store)
+        bounds = {k: options.pop(k) for k in ("max_keys", "idle_timeout_ns") if k in options}
+        store = self.store_type(name, config, clock=clock, **bounds, **options)
+        super().__init__(name, config, clock=clock, store=store, **bounds)
 
 
 # ------------------------------------------------------------------------------------- mixed all-or-nothing
