@@ -34,9 +34,11 @@ __all__ = [
     "gcra_available",
     "gcra_bound",
     "gcra_decide",
+    "gcra_give_back",
     "gcra_quota",
     "sliding_available",
     "sliding_decide",
+    "sliding_give_back",
     "sliding_initial",
     "sliding_quota",
 ]
@@ -84,6 +86,25 @@ def gcra_quota(tat: int, now_ns: int, period_ns: int, limit: int, burst: int) ->
     return remaining, gcra_decide(tat, 1, -1, now_ns, period_ns, limit, burst)[1]
 
 
+def gcra_give_back(tat: int, permits: int, granted_tat: int, now_ns: int, period_ns: int, limit: int) -> int:
+    """``tat`` after undoing a grant of ``permits`` that left ``granted_tat`` (another part of an all-or-nothing
+    decision rejected), at ``now_ns``; other decisions may have come in between.
+
+    Of the grant, only what is still ahead of ``now`` can be owed back: ``back = min(permits * period,
+    granted_tat - now)`` (scaled, at least 0), and ``tat`` moves back by that, no earlier than now (full).
+    Never more permissive than had the grant not happened, whatever came in between: with the later grants
+    ``m_j`` at ``t_j <= now``, the tat without the grant is at most ``max(tat - permits * period, now + sum
+    m_j)``, and ``sum m_j <= tat - granted_tat``. Exact (the state without the grant) when nothing came in
+    between; when the limiter was full again at a decision in between, that decision absorbed the grant and
+    nothing (or less) comes back.
+    """
+    now = now_ns * limit
+    if tat <= now:
+        return tat  # full again: nothing of the grant is left
+    back = min(permits * period_ns, granted_tat - now)
+    return max(tat - back, now) if back > 0 else tat
+
+
 def gcra_bound(window_ns: int, period_ns: int, limit: int, burst: int) -> int:
     """Most permits GCRA hands over in any half-open window of ``window_ns`` (see the module doc)."""
     return burst + -(-window_ns * limit // period_ns) - 1
@@ -118,6 +139,31 @@ def sliding_decide(
     if timeout_ns >= wait:
         return times[permits:] + (at,) * permits, wait, True
     return times, wait, False
+
+
+def sliding_give_back(
+    times: tuple[int, ...], permits: int, granted_at: int, now_ns: int, period_ns: int
+) -> tuple[int, ...]:
+    """``times`` after undoing a grant of ``permits`` with timeout 0 decided (so logged) at ``granted_at``
+    (another part of an all-or-nothing decision rejected), at ``now_ns``; other decisions may have come in
+    between.
+
+    ``permits`` times equal to ``granted_at`` leave the log (which ones does not matter: equal) and free slots
+    (older than every window from ``now``) take their places at its old end. The slots the grant overwrote
+    held times outside every later window, so freeing them loses nothing: exact. Nothing is given back when a
+    time ``period_ns`` or more after ``granted_at`` was logged since: later grants may have overwritten the
+    grant's times (never more permissive than without the grant).
+    """
+    limit = len(times)
+    if permits > limit or times[-1] >= granted_at + period_ns:
+        return times
+    first = 0
+    while first < limit and times[first] < granted_at:
+        first += 1
+    if first + permits > limit or times[first + permits - 1] != granted_at:
+        return times
+    free = min(times[0], now_ns - period_ns)
+    return (free,) * permits + times[:first] + times[first + permits :]
 
 
 def sliding_available(times: tuple[int, ...], now_ns: int, period_ns: int) -> int:

@@ -100,8 +100,8 @@ __all__ = [
     "key_base",
     "redis_backend",
     "redis_period_error",
-    "require_one_slot",
     "sentinel_settings",
+    "several_slots",
     "shard_of",
 ]
 
@@ -658,33 +658,42 @@ class RedisConnection:
             self.answered()
         return reply, started, unknown
 
-    def run_scripts(self, sha: str, source: str, calls: Sequence[_ScriptCall]) -> list[tuple[Any, int, bool]]:
-        """Several scripts at once, for a decision whose keys live in several cluster slots: every call is sent
+    def run_scripts(
+        self,
+        sha: str,
+        source: str,
+        calls: Sequence[_ScriptCall],
+        scripts: Sequence[tuple[str, str]] | None = None,
+    ) -> list[tuple[Any, int, bool]]:
+        """Several scripts at once, for a decision split over cluster slots or algorithms: every call is sent
         before any reply is read (calls to one node share one pooled connection, pipelined; nodes are taken
         in name order, so two callers never wait on each other), so they cost one round trip, not one each.
 
-        ``calls``: ``(numkeys, args, deadline_at, tokens)`` as :meth:`run_script`'s. Returns, per call,
-        ``(reply, monotonic ns when sent, deadline unknown)`` where a failed call's reply is its exception
-        (a fault of one node does not hide the others' replies).
+        ``calls``: ``(numkeys, args, deadline_at, tokens)`` as :meth:`run_script`'s; ``scripts``: each call's
+        ``(sha, source)`` when they differ (else ``sha``, ``source`` for all). Returns, per call, ``(reply,
+        monotonic ns when sent, deadline unknown)`` where a failed call's reply is its exception (a fault of
+        one node does not hide the others' replies).
         """
-        if not self.cluster or len(calls) == 1:
-            out: list[tuple[Any, int, bool]] = []
-            for numkeys, args, at, tokens in calls:
-                try:
-                    out.append(self.run_script(sha, source, numkeys, args, at, tokens))
-                except _FAULTS as exc:
-                    out.append((exc, time.monotonic_ns(), False))
-            return out
-        client = self.sync
-        if self._stale_topology:
-            self._stale_topology = False
-            client.nodes_manager.initialize()
+        scripts = scripts or [(sha, source)] * len(calls)
+        if len(calls) == 1:
+            numkeys, args, at, tokens = calls[0]
+            try:
+                return [self.run_script(*scripts[0], numkeys, args, at, tokens)]
+            except _FAULTS as exc:
+                return [(exc, time.monotonic_ns(), False)]
         by_node: dict[str, list[int]] = {}
         pools: dict[str, Any] = {}
-        for index, (_, args, _, _) in enumerate(calls):
-            node = client.get_node_from_key(args[0])
-            by_node.setdefault(node.name, []).append(index)
-            pools[node.name] = node.redis_connection.connection_pool
+        client = self.sync
+        if self.cluster:
+            if self._stale_topology:
+                self._stale_topology = False
+                client.nodes_manager.initialize()
+            for index, (_, args, _, _) in enumerate(calls):
+                node = client.get_node_from_key(args[0])
+                by_node.setdefault(node.name, []).append(index)
+                pools[node.name] = node.redis_connection.connection_pool
+        else:
+            by_node[""], pools[""] = list(range(len(calls))), client.connection_pool
         results: list[list[Any]] = [[None, 0, False] for _ in calls]
         again: list[int] = []  # NOSCRIPT or a redirection: nothing ran, sent once more on its own
         held: list[tuple[str, Any, Any]] = []
@@ -697,7 +706,7 @@ class RedisConnection:
                         numkeys, args, at, tokens = calls[index]
                         started = time.monotonic_ns()
                         results[index][1:] = [started, self._stamp(args, at, tokens, started)]
-                        conn.send_command("EVALSHA", sha, numkeys, *args)
+                        conn.send_command("EVALSHA", scripts[index][0], numkeys, *args)
                 except _FAULTS as exc:
                     conn.disconnect()
                     for index in by_node[name]:
@@ -709,13 +718,13 @@ class RedisConnection:
                     try:
                         results[index][0] = conn.read_response()
                     except (NoScriptError, *_REDIRECTS) as exc:
-                        if isinstance(exc, redis.exceptions.MovedError):
+                        if isinstance(exc, redis.exceptions.MovedError) and self.cluster:
                             client.nodes_manager.move_slot(exc)
                         again.append(index)
                     except redis.exceptions.ResponseError as exc:
                         results[index][0] = exc  # an error reply: the connection is still in step
                     except _FAULTS as exc:
-                        self._stale_topology = True
+                        self._stale_topology = self.cluster
                         conn.disconnect()
                         for rest in by_node[name]:
                             if results[rest][0] is None and rest not in again:
@@ -731,7 +740,7 @@ class RedisConnection:
         for index in again:
             numkeys, args, at, tokens = calls[index]
             try:
-                results[index][:] = self.run_script(sha, source, numkeys, args, at, tokens)
+                results[index][:] = self.run_script(*scripts[index], numkeys, args, at, tokens)
             except _FAULTS as exc:
                 results[index][0] = exc
         if any(not isinstance(r[0], BaseException) for r in results):
@@ -741,17 +750,23 @@ class RedisConnection:
         return [(r[0], r[1], r[2]) for r in results]
 
     async def arun_scripts(
-        self, sha: str, source: str, calls: Sequence[_ScriptCall]
+        self,
+        sha: str,
+        source: str,
+        calls: Sequence[_ScriptCall],
+        scripts: Sequence[tuple[str, str]] | None = None,
     ) -> list[tuple[Any, int, bool]]:
         """Async twin of :meth:`run_scripts`: the calls run concurrently on this loop's client."""
+        scripts = scripts or [(sha, source)] * len(calls)
 
-        async def one(numkeys: int, args: list[Any], at: int | None, tokens: Sequence[int]) -> Any:
+        async def one(script: tuple[str, str], call: _ScriptCall) -> Any:
+            numkeys, args, at, tokens = call
             try:
-                return await self.arun_script(sha, source, numkeys, args, at, tokens)
+                return await self.arun_script(script[0], script[1], numkeys, args, at, tokens)
             except _FAULTS as exc:
                 return (exc, time.monotonic_ns(), False)
 
-        return list(await asyncio.gather(*(one(*call) for call in calls)))
+        return list(await asyncio.gather(*(one(script, call) for script, call in zip(scripts, calls, strict=True))))
 
     async def arun_script(
         self,
@@ -1593,36 +1608,49 @@ def _quota(state4: tuple[int, int, int, int]) -> tuple[int, int]:
 
 
 class _Member:
-    """One entry of an all-or-nothing decision: the limiter deciding it (its counters), its phase (anchor
-    cache: the limiter, or its shard's) and its two Redis keys."""
+    """One entry of an all-or-nothing decision: the limiter deciding it (its counters), its algorithm's
+    :class:`~.redis_scripted.Script` (None: a cycle limiter), and its Redis keys: a cycle limiter's phase
+    (anchor cache: the limiter, or its shard's) and anchor, and the state."""
 
-    __slots__ = ("anchor", "counter", "phase", "state")
+    __slots__ = ("anchor", "counter", "phase", "script", "state")
 
     def __init__(self, counter: Any, state: str) -> None:
         self.counter = counter
-        self.phase = phase = counter._phase_of(state)
-        self.anchor = phase.anchor_key
+        self.script = script = getattr(counter, "_script", None)
+        if script is None:
+            self.phase = phase = counter._phase_of(state)
+            self.anchor = phase.anchor_key
+        else:  # GCRA, sliding window: one key, no anchor
+            self.phase = self.anchor = None
         self.state = state
 
 
 def _many_members(leader: _Clocked, entries: Sequence[tuple[Any, str | None]], permits: int) -> list[_Member]:
     if permits < 1:
         raise ValueError(f"permits must be >= 1, got {permits!r}")
-    members: list[_Member] = []
+    pairs: list[tuple[Any, str]] = []
     for target, key in entries:
-        script = getattr(target, "_script", None)  # GCRA, sliding window: they decide together in their own
-        if script is not None:
-            raise TypeError(f"cannot combine {script.label} and cycle Redis limiters in one all-or-nothing decision")
         if isinstance(target, RedisBackend):
-            members.append(_Member(target, target.state_key))
+            pairs.append((target, target.state_key))
         elif isinstance(target, RedisKeyedStore):
             if key is None:
                 raise ValueError(f"keyed rate limiter {target.name!r} needs a key")
-            members.append(_Member(target, target._state_key(key)))
+            pairs.append((target, target._state_key(key)))
         else:
             raise TypeError(f"cannot combine {type(target).__name__} with Redis limiters in one decision")
-        if target._connection() is not leader._connection():
+    return _pair_members(leader, pairs)
+
+
+def _pair_members(leader: _Clocked, pairs: Sequence[tuple[Any, str]]) -> list[_Member]:
+    """``(limiter, its Redis state key)`` pairs as members of one decision (any algorithms, one Redis)."""
+    conn = leader._connection()
+    members: list[_Member] = []
+    for target, state in pairs:
+        if not isinstance(target, _Clocked):
+            raise TypeError(f"cannot combine {type(target).__name__} with Redis limiters in one decision")
+        if target._connection() is not conn:
             raise ValueError("all Redis limiters of one decision must use the same Redis (URL and OPTIONS)")
+        members.append(_Member(target, state))
     if len({m.state for m in members}) != len(members):
         raise ValueError("the same rate limiter (and key) appears more than once")
     return members
@@ -1686,7 +1714,7 @@ def _sync_many(leader: _Clocked, members: list[_Member], permits: int, op: bytes
         return _fault_reply(members, permits, op)
     replies = conn.replies
     try:
-        groups = _slot_groups(conn, members)
+        groups = _groups(conn, members)
         if groups is not None:
             return _split_many(conn, leader, members, groups, permits, op)
         return _many_call(conn, leader, members, permits, op)
@@ -1702,7 +1730,7 @@ async def _async_many(leader: _Clocked, members: list[_Member], permits: int, op
         return _fault_reply(members, permits, op)
     replies = conn.replies
     try:
-        groups = _slot_groups(conn, members)
+        groups = _groups(conn, members)
         if groups is not None:
             return await _asplit_many(conn, leader, members, groups, permits, op)
         return await _amany_call(conn, leader, members, permits, op)
@@ -1711,10 +1739,12 @@ async def _async_many(leader: _Clocked, members: list[_Member], permits: int, op
         return _fault_reply(members, permits, op)
 
 
-# ------------------------------------------------------------------- all-or-nothing over several cluster slots
+# ------------------------------- all-or-nothing over several algorithms (scripts) or several cluster slots
 #
-# Redis runs a script on one slot only. A decision over limits in several slots is split: one "m"/"M" call per
-# slot, all sent at once (one round trip). Each call is all-or-nothing in its slot. When every slot granted, the
+# Redis runs a script on one slot only, and each algorithm has a script of its own (cycle: SCRIPT; GCRA,
+# sliding window: redis_scripted.Script). A decision over limits of several algorithms, or in several slots, is
+# split: one "m"/"M" call per (algorithm, slot) group, all sent at once (pipelined on one connection per node:
+# one round trip). Each call is all-or-nothing in its group. When every slot granted, the
 # decision is granted. When one rejected (or failed), the slots that granted get their permits back with one
 # "g" call each, again all at once: "g" makes each state exactly what it would be had the permits never been
 # taken, so no limit ever admits more than it allows; between the two round trips other callers may be
@@ -1724,45 +1754,53 @@ async def _async_many(leader: _Clocked, members: list[_Member], permits: int, op
 # at most that decision's permits, until the cycle ends (logged when a "g" fails).
 
 
-def require_one_slot(conn: RedisConnection, keys: Sequence[Any], algorithm: str) -> None:
-    """Refuse (``ValueError``) an all-or-nothing decision of ``algorithm`` over keys in several cluster slots.
-
-    Only the cycle limiters' decisions are split over slots, with their exact give-back (see above); a GCRA
-    take cannot be given back exactly once other decisions moved its arrival time on, and the sliding window
-    has no give-back yet, so those decide all-or-nothing in one slot only (one limiter, or one keyed limiter
-    and one key).
-    """
-    if conn.cluster and len({conn.sync.keyslot(key) for key in keys}) > 1:
-        raise ValueError(
-            f"an all-or-nothing decision over {algorithm} limiters on a Redis Cluster needs all of their keys in "
-            "one slot (one unkeyed limiter, or one keyed limiter and one key); use algorithm 'cycle' for "
-            "multi-limit decisions on a cluster"
-        )
+def several_slots(conn: RedisConnection, keys: Sequence[Any]) -> bool:
+    """True when ``keys`` live in several cluster slots: one script cannot decide them, :func:`mixed_many` does
+    (one call per slot, sent at once, and a give-back when one rejects)."""
+    return bool(conn.cluster) and len({conn.sync.keyslot(key) for key in keys}) > 1
 
 
-def _slot_groups(conn: RedisConnection, members: list[_Member]) -> list[list[int]] | None:
-    """Member indexes grouped by cluster slot (first-seen order), or None when they share one slot (or this is
-    one server): the usual single call."""
-    if not conn.cluster:
-        return None
-    keyslot = conn.sync.keyslot
-    groups: dict[int, list[int]] = {}
+def _groups(conn: RedisConnection, members: list[_Member]) -> list[list[int]] | None:
+    """Member indexes grouped by algorithm (script) and cluster slot (first-seen order), or None when they are
+    all cycle limiters in one slot (or on one server): the usual single call."""
+    keyslot = conn.sync.keyslot if conn.cluster else None
+    groups: dict[tuple[Any, int], list[int]] = {}
     for index, member in enumerate(members):
-        groups.setdefault(keyslot(member.state), []).append(index)
-    if len(groups) == 1:
+        groups.setdefault((member.script, keyslot(member.state) if keyslot else 0), []).append(index)
+    if len(groups) == 1 and members[0].script is None:
         return None
     return list(groups.values())
 
 
+def _scripted_args(sub: list[_Member], permits: int, op: bytes) -> tuple[list[Any], int]:
+    """A GCRA or sliding-window group's keys and arguments (``redis_scripted``'s many-call layout), and the
+    index of its deadline slot in them."""
+    args: list[Any] = [m.state for m in sub]
+    args += [op, permits, 0, len(sub)]
+    for m in sub:
+        args += m.counter._margs
+    at = len(args)
+    return args + sub[0].counter._tail(), at
+
+
 def _group_calls(
     leader: _Clocked, members: list[_Member], groups: list[list[int]], permits: int, op: bytes
-) -> list[_ScriptCall]:
+) -> tuple[list[_ScriptCall], list[tuple[str, str]]]:
+    """Each group's "m"/"M" call, and its script's (SHA, source)."""
     calls: list[_ScriptCall] = []
+    scripts: list[tuple[str, str]] = []
     for group in groups:
         sub = [members[i] for i in group]
-        at, tokens = _many_where(leader, len(sub))
-        calls.append((2 * len(sub), _many_args(leader, sub, permits, op), at, tokens))
-    return calls
+        script = sub[0].script
+        if script is None:
+            at, tokens = _many_where(leader, len(sub))
+            calls.append((2 * len(sub), _many_args(leader, sub, permits, op), at, tokens))
+            scripts.append((SCRIPT_SHA, SCRIPT))
+        else:
+            args, deadline_at = _scripted_args(sub, permits, op)
+            calls.append((len(sub), args, deadline_at if leader._now is None else None, ()))
+            scripts.append((script.sha, script.text))
+    return calls, scripts
 
 
 def _give_back_calls(
@@ -1773,30 +1811,70 @@ def _give_back_calls(
     permits: int,
     sent: list[int],
     clock_then: int,
+    takes: list[bytes] | None = None,
 ) -> list[_ScriptCall]:
     """The "g" calls returning ``permits`` to ``groups``, whose takes were sent at monotonic ``sent`` (client
-    time: at ``clock_then`` or later): each carries ``since``, a time no later than its take ran."""
+    time: at ``clock_then`` or later): a cycle group's carries ``since``, a time no later than its take ran;
+    a GCRA or sliding-window group's what its take reported (``takes``, see :func:`_taken`)."""
     calls: list[_ScriptCall] = []
-    for group, started in zip(groups, sent, strict=True):
+    for group, started, taken in zip(groups, sent, takes or [b""] * len(groups), strict=True):
         sub = [members[i] for i in group]
-        args = _many_args(leader, sub, permits, b"g")
         if leader._now is None:  # server µs no later than the send (so than the take); 0: unknown, none back
             shift = conn._shift_us
             since = 0 if shift is None else started // 1000 + shift - conn._wait_us
         else:  # ns elapsed on the limiter's clock since the take's time, at least
             since = leader._now() - clock_then
-        args[8 * len(sub) + 3] = since
-        calls.append((2 * len(sub), args, None, ()))
+        if sub[0].script is None:
+            args = _many_args(leader, sub, permits, b"g")
+            args[8 * len(sub) + 3] = since
+            calls.append((2 * len(sub), args, None, ()))
+        else:
+            args, at = _scripted_args(sub, permits, b"g")
+            args[at] = taken
+            calls.append((len(sub), args, None, ()))
     return calls
 
 
 def _group_reply(
-    conn: RedisConnection, leader: _Clocked, members: list[_Member], group: list[int], outcome: tuple[Any, int, bool]
+    conn: RedisConnection,
+    leader: _Clocked,
+    members: list[_Member],
+    group: list[int],
+    outcome: tuple[Any, int, bool],
+    op: bytes,
 ) -> Any:
-    reply, started, _ = outcome
+    """A group's reply in the cycle script's shape ("m": ``[0]`` or ``[worst, wait, rejecting...]``; "M": the
+    figures then that; "g": the figures), whatever its algorithm; raises its fault (``_Late`` for LATE)."""
+    reply, started, learn = outcome
     if isinstance(reply, BaseException):
         raise reply
-    return leader._settle(conn._timed(reply, started), [members[i].phase for i in group])
+    if members[group[0]].script is None:
+        return leader._settle(conn._timed(reply, started), [members[i].phase for i in group])
+    if type(reply) is bytes:
+        raise _Late(conn.was_late(started))
+    if learn:  # {reply, {now_us}}: the deadline was unknown, the server time comes with the reply
+        reply, (now_us,) = reply
+        conn.learn_time(now_us, started, time.monotonic_ns())
+    if op == b"M":  # {"m"'s reply, figures}
+        return [*reply[1], *_cycle_verdict(reply[0])]
+    if op == b"m":  # {0} or {index, wait}
+        return _cycle_verdict(reply)
+    return reply  # "g": the figures
+
+
+def _cycle_verdict(verdict: Any) -> list[Any]:
+    # GCRA's and the sliding window's {index, wait} name the worst rejection only: it is the rejecting one. A
+    # grant keeps what the script wrote ({0, ...}: what its give-back needs).
+    return list(verdict) if verdict[0] == 0 else [verdict[0], verdict[1], verdict[0]]
+
+
+def _taken(reply: Any, size: int, op: bytes) -> bytes:
+    """What a granted GCRA or sliding-window group's give-back needs from its take's reply (cycle shape): the
+    states GCRA wrote, joined by ","; the sliding window's ``"<now_s> <now_ns>"``."""
+    extra = reply[2 * size + 1 if op == b"M" else 1 :]
+    if extra and type(extra[0]) is bytes:
+        return b",".join(extra)
+    return b" ".join(b"%d" % int(v) for v in extra)
 
 
 def _group_granted(reply: Any, size: int, op: bytes) -> bool:
@@ -1816,7 +1894,7 @@ def _split_first(
     error: BaseException | None = None
     for group, outcome in zip(groups, outcomes, strict=True):
         try:
-            replies.append(_group_reply(conn, leader, members, group, outcome))
+            replies.append(_group_reply(conn, leader, members, group, outcome, op))
         except _FAULTS as exc:  # a LATE slot changed nothing; any other fault may have: both fail the decision
             replies.append(None)
             error = error or exc
@@ -1839,7 +1917,7 @@ def _split_result(
     figures: dict[int, Any] = {}
     for k, outcome in zip(given, outcomes, strict=True):
         try:
-            figures[k] = _group_reply(conn, leader, members, groups[k], outcome)
+            figures[k] = _group_reply(conn, leader, members, groups[k], outcome, b"g")
         except _FAULTS as exc:
             conn.fault(exc, "acquire_many (giving permits back)")
     if error is not None:
@@ -1870,15 +1948,19 @@ def _split_many(
 ) -> Any:
     """An all-or-nothing decision over several slots: one round trip, plus one to compensate a rejection."""
     clock_then = 0 if leader._now is None else leader._now()
-    first = conn.run_scripts(SCRIPT_SHA, SCRIPT, _group_calls(leader, members, groups, permits, op))
+    calls, scripts = _group_calls(leader, members, groups, permits, op)
+    first = conn.run_scripts(SCRIPT_SHA, SCRIPT, calls, scripts)
     replies, granted, error = _split_first(conn, leader, members, groups, op, first)
     given: list[int] = []
     back: list[tuple[Any, int, bool]] = []
     if granted and (error is not None or len(granted) < len(groups)):
         given = granted
         sent = [first[k][1] for k in given]
-        calls = _give_back_calls(conn, leader, members, [groups[k] for k in given], permits, sent, clock_then)
-        back = conn.run_scripts(SCRIPT_SHA, SCRIPT, calls)
+        takes = [_taken(replies[k], len(groups[k]), op) for k in given]
+        calls = _give_back_calls(
+            conn, leader, members, [groups[k] for k in given], permits, sent, clock_then, takes
+        )
+        back = conn.run_scripts(SCRIPT_SHA, SCRIPT, calls, [scripts[k] for k in given])
     return _split_result(conn, leader, members, groups, op, replies, given, back, error)
 
 
@@ -1887,16 +1969,49 @@ async def _asplit_many(
 ) -> Any:
     """Async twin of :func:`_split_many` (the calls of each step run concurrently)."""
     clock_then = 0 if leader._now is None else leader._now()
-    first = await conn.arun_scripts(SCRIPT_SHA, SCRIPT, _group_calls(leader, members, groups, permits, op))
+    calls, scripts = _group_calls(leader, members, groups, permits, op)
+    first = await conn.arun_scripts(SCRIPT_SHA, SCRIPT, calls, scripts)
     replies, granted, error = _split_first(conn, leader, members, groups, op, first)
     given: list[int] = []
     back: list[tuple[Any, int, bool]] = []
     if granted and (error is not None or len(granted) < len(groups)):
         given = granted
         sent = [first[k][1] for k in given]
-        calls = _give_back_calls(conn, leader, members, [groups[k] for k in given], permits, sent, clock_then)
-        back = await conn.arun_scripts(SCRIPT_SHA, SCRIPT, calls)
+        takes = [_taken(replies[k], len(groups[k]), op) for k in given]
+        calls = _give_back_calls(
+            conn, leader, members, [groups[k] for k in given], permits, sent, clock_then, takes
+        )
+        back = await conn.arun_scripts(SCRIPT_SHA, SCRIPT, calls, [scripts[k] for k in given])
     return _split_result(conn, leader, members, groups, op, replies, given, back, error)
+
+
+def mixed_many(leader: _Clocked, pairs: Sequence[tuple[Any, str]], permits: int, op: bytes = b"m") -> Any:
+    """All-or-nothing (timeout 0) over ``(limiter, its Redis state key)`` pairs of any algorithms on one Redis:
+    one call per algorithm (and cluster slot), all sent at once, a give-back of the granted groups when
+    another rejected (see above). :func:`~.redis_scripted.acquire_all`'s result: ``None`` or ``(index of the
+    largest wait, that wait)``; with ``op=b"M"`` a pair ``(that, [(remaining, reset_ns), ...])``."""
+    if permits < 1:
+        raise ValueError(f"permits must be >= 1, got {permits!r}")
+    members = _pair_members(leader, pairs)
+    reply = _sync_many(leader, members, permits, op)
+    if op == b"M":
+        reply, quotas = _split_quotas(members, reply)
+        return _many_result(members, reply), quotas
+    return _many_result(members, reply)
+
+
+async def amixed_many(
+    leader: _Clocked, pairs: Sequence[tuple[Any, str]], permits: int, op: bytes = b"m"
+) -> Any:
+    """Async twin of :func:`mixed_many` on ``redis.asyncio``."""
+    if permits < 1:
+        raise ValueError(f"permits must be >= 1, got {permits!r}")
+    members = _pair_members(leader, pairs)
+    reply = await _async_many(leader, members, permits, op)
+    if op == b"M":
+        reply, quotas = _split_quotas(members, reply)
+        return _many_result(members, reply), quotas
+    return _many_result(members, reply)
 
 
 def _split_quotas(members: list[_Member], reply: Any) -> tuple[Any, list[tuple[int, int]]]:
@@ -2248,10 +2363,14 @@ def _entries_outcome(
 
 
 def _is_scripted(entries: Sequence[tuple[Any, str | None]]) -> bool:
-    """True when the first entry's algorithm has a script of its own (GCRA, sliding window: see
-    :mod:`.redis_scripted`, which decides such entries together)."""
-    first = entries[0][0]
-    return getattr(first.backend if isinstance(first, RateLimiter) else first.store, "_script", None) is not None
+    """True when every entry's algorithm is one with a script of its own (all GCRA, or all sliding window: see
+    :mod:`.redis_scripted`, which decides them in one call of that script). Entries of several algorithms are
+    split by algorithm (:func:`_split_many`)."""
+    scripts = {
+        getattr(limiter.backend if isinstance(limiter, RateLimiter) else getattr(limiter, "store", limiter), "_script", None)
+        for limiter, _ in entries
+    }
+    return len(scripts) == 1 and None not in scripts
 
 
 def acquire_all_keyed(
@@ -2261,11 +2380,14 @@ def acquire_all_keyed(
 
     Same contract as :func:`django_ratelimit_r4.keyed.acquire_all_keyed` (timeout 0; None when all granted,
     else ``(index of the rejecting entry with the largest wait, that wait)`` with nothing consumed), decided
-    atomically by one script in one round trip. Every entry must use the same Redis URL.
+    atomically by one script in one round trip when the limiters share an algorithm (and a cluster slot);
+    limiters of several algorithms (or slots) are decided by one call per algorithm (and slot), all sent at
+    once, and the granted calls are given back when another rejected (a second round trip, only then). Every
+    entry must use the same Redis URL.
     """
     if not entries:
         return None
-    if _is_scripted(entries):  # GCRA or sliding-window limiters decide together in their algorithm's script
+    if _is_scripted(entries):  # all GCRA or all sliding-window limiters: one call of their algorithm's script
         from . import redis_scripted
 
         return redis_scripted.entries(redis_scripted.members_of(entries), permits)
@@ -2280,7 +2402,7 @@ async def aacquire_all_keyed(
     """Async twin of :func:`acquire_all_keyed` on ``redis.asyncio``."""
     if not entries:
         return None
-    if _is_scripted(entries):  # GCRA or sliding-window limiters decide together in their algorithm's script
+    if _is_scripted(entries):  # all GCRA or all sliding-window limiters: one call of their algorithm's script
         from . import redis_scripted
 
         return await redis_scripted.aentries(redis_scripted.members_of(entries), permits)
@@ -2304,7 +2426,7 @@ def acquire_all_quotas(
 ) -> tuple[tuple[int, int] | None, list[tuple[int, int]]]:
     """:func:`acquire_all_keyed` whose one round trip also reads every entry's RateLimit figures after the
     decision: ``(outcome, [(remaining, reset_ns), ...])`` in entry order (``quota()``'s values, read at once)."""
-    if entries and _is_scripted(entries):  # GCRA or sliding-window limiters: their algorithm's script
+    if entries and _is_scripted(entries):  # all GCRA or all sliding-window limiters: their algorithm's script
         from . import redis_scripted
 
         return redis_scripted.entries_quotas(redis_scripted.members_of(entries), permits)  # type: ignore[no-any-return]
@@ -2315,7 +2437,7 @@ async def aacquire_all_quotas(
     entries: Sequence[tuple[RateLimiter | KeyedRateLimiter, str | None]], permits: int = 1
 ) -> tuple[tuple[int, int] | None, list[tuple[int, int]]]:
     """Async twin of :func:`acquire_all_quotas` on ``redis.asyncio``."""
-    if entries and _is_scripted(entries):  # GCRA or sliding-window limiters: their algorithm's script
+    if entries and _is_scripted(entries):  # all GCRA or all sliding-window limiters: their algorithm's script
         from . import redis_scripted
 
         return await redis_scripted.aentries_quotas(redis_scripted.members_of(entries), permits)  # type: ignore[no-any-return]
@@ -2355,27 +2477,24 @@ def _fault_many_reply(members: list[_Member], permits: int) -> Any:
     """
     if members[0].counter._local is None:
         return _FAULT
-    taken: list[tuple[Any, str, int]] = []
+    taken: list[tuple[Any, str, int, bool]] = []
     for index, member in enumerate(members):
         local = member.counter._local
+        unkeyed = isinstance(local, member.counter._local_type)  # else a keyed in-process limiter
         if local is None:  # a member on another policy: its own policy cannot be mixed in, refuse as "closed"
             wait = -FAULT_RETRY_AFTER_NS
         else:
             since = local._now()
-            wait = (
-                local.acquire(permits, 0)
-                if isinstance(local, MemoryBackend)
-                else local.decide(member.state, permits, 0)
-            )
+            wait = local.acquire(permits, 0) if unkeyed else local.decide(member.state, permits, 0)
         if wait < 0:
-            for earlier, state_key, since_ns in taken:
-                if isinstance(earlier, MemoryBackend):
+            for earlier, state_key, since_ns, alone in taken:
+                if alone:
                     earlier.give_back(permits, since_ns)
                 else:
                     earlier.give_back(state_key, permits, since_ns)
             unit = member.counter._unit  # _many_result scales the script's wait by it: round up to it here
             return [index + 1, -(wait // unit), index + 1]
-        taken.append((local, member.state, since))
+        taken.append((local, member.state, since, unkeyed))
     return [0]
 
 

@@ -12,8 +12,9 @@ seconds plus units of ``1/scale`` ns, so every value it forms is an exact intege
 Time: the same two modes as the cycle limiters -- Redis server ``TIME`` (every call carries the deadline of
 :meth:`~.redis.RedisConnection.deadline`; run after it, the script changes nothing and answers ``LATE``), or
 the limiter's own clock (a ``FakeClock``) sent with each call. All-or-nothing decisions combine GCRA limiters
-of one Redis in one script (:meth:`RedisGcraBackend.acquire_many`, :func:`gcra_acquire_all`); mixing them with
-cycle limiters raises ``TypeError``.
+of one Redis in one script (:meth:`RedisGcraBackend.acquire_many`, :func:`gcra_acquire_all`); with limiters of
+other algorithms, :func:`~.redis.mixed_many` sends one call per algorithm at once and gives a granted take back
+(op ``"g"``, :func:`~.algorithms.gcra_give_back`) when another algorithm's limiter rejects.
 """
 
 from __future__ import annotations
@@ -106,11 +107,11 @@ class RedisGcraBackend(_Gcra, RedisBackend):
 
     def acquire_many(self, backends: Sequence[Any], permits: int) -> tuple[int, int] | None:
         """All-or-nothing with timeout 0 over ``RedisGcraBackend`` instances of one Redis, in one round trip."""
-        return gcra_acquire_all(self, [(b, b.state_key) for b in backends], permits)  # type: ignore[no-any-return]
+        return gcra_acquire_all(self, [(b, getattr(b, "state_key", "")) for b in backends], permits)  # type: ignore[no-any-return]
 
     async def aacquire_many(self, backends: Sequence[Any], permits: int) -> tuple[int, int] | None:
         """Async twin of :meth:`acquire_many` (runs the same one round trip on ``redis.asyncio``)."""
-        return await agcra_acquire_all(self, [(b, b.state_key) for b in backends], permits)  # type: ignore[no-any-return]
+        return await agcra_acquire_all(self, [(b, getattr(b, "state_key", "")) for b in backends], permits)  # type: ignore[no-any-return]
 
     def __repr__(self) -> str:
         return f"RedisGcraBackend(name={self.name!r}, limit={self._limit}, period_ns={self._period}, burst={self._burst})"

@@ -5,7 +5,9 @@ Each algorithm is a :class:`Script` (its Lua source and SHA) and a mixin of :cla
 which arguments its script takes per limiter (``_margs``) and which in-process limiter decides under the
 "local" fault policy (``_local_type``). Everything else is here once: the script call with its deadline stamp
 and ``LATE`` retry, the reset, the fault policy's figures, and the all-or-nothing decision over several limiters
-of one algorithm in one script call (sync and async twins, differing only in ``await``).
+of one algorithm in one script call (sync and async twins, differing only in ``await``). A decision over
+limiters of several algorithms is :func:`~.redis.mixed_many`'s: one call per algorithm, sent at once, with a
+give-back (op ``"g"`` of every script) when one rejects.
 """
 
 from __future__ import annotations
@@ -17,7 +19,16 @@ from importlib import resources
 from typing import Any, ClassVar
 
 from ..core.ratelimiter import RateLimiter
-from .redis import _FAULTS, RedisConnection, RedisKeyedStore, _entries_outcome, _Late, require_one_slot
+from .redis import (
+    _FAULTS,
+    RedisConnection,
+    RedisKeyedStore,
+    _entries_outcome,
+    _Late,
+    amixed_many,
+    mixed_many,
+    several_slots,
+)
 
 __all__ = ["Script", "ScriptedLimiter", "aacquire_all", "acquire_all", "aentries", "aentries_quotas", "entries",
            "entries_quotas", "members_of"]
@@ -181,17 +192,25 @@ def _fault_outcome(leader: Any, members: list[tuple[Any, str]], permits: int, op
     return outcome
 
 
+def _mixed(leader: Any, members: list[tuple[Any, str]]) -> bool:
+    script = leader._script
+    return any(getattr(owner, "_script", None) is not script for owner, _ in members)
+
+
 def acquire_all(leader: Any, members: list[tuple[Any, str]], permits: int, op: bytes = b"m") -> Any:
     """All-or-nothing (timeout 0) over ``(limiter, its Redis state key)`` pairs of ``leader``'s algorithm in one
     script call: None when all are granted, else ``(index of the largest wait, that wait)`` with nothing taken;
     with ``op=b"M"`` a pair ``(that, [(remaining, reset_ns), ...])`` read right after the decision.
 
     A Redis fault (or a connection cooling down after one) answers with the leader's fault policy ("local": its
-    in-process limiter alone decides), counted as a fault decision.
+    in-process limiter alone decides), counted as a fault decision. Limiters of other algorithms among
+    ``members``, or keys in several cluster slots: :func:`~.redis.mixed_many` decides (one call per algorithm
+    and slot, sent at once, a give-back when one rejects).
     """
+    if _mixed(leader, members) or several_slots(leader._connection(), [key for _, key in members]):
+        return mixed_many(leader, members, permits, op)
     keys, args = _many_args(leader, members, permits, op)
     conn = leader._connection()
-    require_one_slot(conn, keys, leader._script.label)
     server = leader._now is None
     if not conn.is_down():
         replies = conn.replies
@@ -210,9 +229,10 @@ def acquire_all(leader: Any, members: list[tuple[Any, str]], permits: int, op: b
 
 async def aacquire_all(leader: Any, members: list[tuple[Any, str]], permits: int, op: bytes = b"m") -> Any:
     """Async twin of :func:`acquire_all` on ``redis.asyncio``."""
+    if _mixed(leader, members) or several_slots(leader._connection(), [key for _, key in members]):
+        return await amixed_many(leader, members, permits, op)
     keys, args = _many_args(leader, members, permits, op)
     conn = leader._connection()
-    require_one_slot(conn, keys, leader._script.label)
     server = leader._now is None
     if not conn.is_down():
         replies = conn.replies

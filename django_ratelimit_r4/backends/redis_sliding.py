@@ -17,8 +17,9 @@ Time: the same two modes as the other Redis limiters -- Redis server ``TIME`` (e
 of :meth:`~.redis.RedisConnection.deadline`; run after it, the script changes nothing and answers ``LATE``),
 or the limiter's own clock (a ``FakeClock``) sent with each call. Times are counted in ns (in whole µs for
 periods over ~10.4 days, like the cycle limiters). All-or-nothing decisions combine sliding-window limiters
-of one Redis in one script (:meth:`RedisSlidingBackend.acquire_many`, :func:`sliding_acquire_all`); mixing
-them with cycle or GCRA Redis limiters raises ``TypeError``.
+of one Redis in one script (:meth:`RedisSlidingBackend.acquire_many`, :func:`sliding_acquire_all`); with
+limiters of other algorithms, :func:`~.redis.mixed_many` sends one call per algorithm at once and gives a
+granted take back (op ``"g"``, :func:`~.algorithms.sliding_give_back`) when another algorithm's limiter rejects.
 """
 
 from __future__ import annotations
@@ -88,11 +89,11 @@ class RedisSlidingBackend(_Sliding, RedisBackend):
 
     def acquire_many(self, backends: Sequence[Any], permits: int) -> tuple[int, int] | None:
         """All-or-nothing with timeout 0 over ``RedisSlidingBackend`` instances of one Redis, in one round trip."""
-        return sliding_acquire_all(self, [(b, b.state_key) for b in backends], permits)  # type: ignore[no-any-return]
+        return sliding_acquire_all(self, [(b, getattr(b, "state_key", "")) for b in backends], permits)  # type: ignore[no-any-return]
 
     async def aacquire_many(self, backends: Sequence[Any], permits: int) -> tuple[int, int] | None:
         """Async twin of :meth:`acquire_many` (runs the same one round trip on ``redis.asyncio``)."""
-        return await asliding_acquire_all(self, [(b, b.state_key) for b in backends], permits)  # type: ignore[no-any-return]
+        return await asliding_acquire_all(self, [(b, getattr(b, "state_key", "")) for b in backends], permits)  # type: ignore[no-any-return]
 
     def __repr__(self) -> str:
         return f"RedisSlidingBackend(name={self.name!r}, limit={self._limit}, period_ns={self._period})"

@@ -284,7 +284,7 @@ def test_a_split_decision_compensates_the_slots_that_granted(redis_cluster: Loca
     names = _spread_names(_probe(redis_cluster.url, True), 3, "multi")
     tight, wide, wider = (_unkeyed(redis_cluster.url, prefix, n, limit) for n, limit in zip(names, (2, 5, 6), strict=True))
     members = rb._many_members(tight.backend, [(r.backend, None) for r in (tight, wide, wider)], 1)
-    groups = rb._slot_groups(tight.backend._connection(), members)
+    groups = rb._groups(tight.backend._connection(), members)
     assert groups is not None and len(groups) == 3  # three slots: the decision is split
     _aged(tight, wide, wider)
     assert acquire_all([tight, wide, wider]) is None
@@ -427,19 +427,54 @@ def test_a_give_back_after_a_cycle_boundary_returns_nothing(
 
 
 @pytest.mark.parametrize("algorithm", ["gcra", "sliding_window"])
-def test_gcra_and_sliding_all_or_nothing_across_slots_is_refused_clearly(
+def test_gcra_and_sliding_all_or_nothing_across_slots_is_split_and_given_back(
     redis_cluster: LocalCluster, algorithm: str
 ) -> None:
+    """Was ValueError ("needs all of their keys in one slot"): now one call per slot, and the slots that granted
+    get their permits back (op "g" of the algorithm's script) when another rejects."""
     from django_ratelimit_r4.core.ratelimiter import acquire_all
 
     prefix = _prefix()
     names = _spread_names(_probe(redis_cluster.url, True), 2, "gm")
-    config = RateLimiterConfig(limit_for_period=3, limit_refresh_period="60s", timeout_duration=0, algorithm=algorithm)
     factory = rb.redis_backend(redis_cluster.url, prefix=prefix, connection_options=CLUSTER)
-    one, two = (RateLimiter(n, config, backend=factory) for n in names)
-    with pytest.raises(ValueError, match="one slot"):
-        acquire_all([one, two])
-    assert acquire_all([one]) is None
+    clock = FakeClock()
+    one, two = (
+        RateLimiter(
+            n,
+            RateLimiterConfig(limit_for_period=limit, limit_refresh_period="60s", timeout_duration=0, algorithm=algorithm),
+            backend=factory,
+            clock=clock,
+        )
+        for n, limit in zip(names, (3, 1), strict=True)
+    )
+    assert acquire_all([one, two]) is None
+    rejected = acquire_all([one, two])
+    assert rejected is not None and rejected[0] is two
+    assert one.backend.quota()[0] == 2  # its take of the rejected decision came back
+
+
+def test_mixed_algorithms_over_slots_on_the_cluster(redis_cluster: LocalCluster) -> None:
+    """A cycle, a GCRA and a sliding-window limiter in three slots: all-or-nothing, nothing leaked."""
+    from django_ratelimit_r4.core.ratelimiter import acquire_all
+
+    prefix = _prefix()
+    names = _spread_names(_probe(redis_cluster.url, True), 3, "mx")
+    factory = rb.redis_backend(redis_cluster.url, prefix=prefix, connection_options=CLUSTER)
+    clock = FakeClock()
+    limiters = [
+        RateLimiter(
+            n,
+            RateLimiterConfig(limit_for_period=limit, limit_refresh_period="60s", timeout_duration=0, algorithm=a),
+            backend=factory,
+            clock=clock,
+        )
+        for n, a, limit in zip(names, ("cycle", "gcra", "sliding_window"), (5, 2, 4), strict=True)
+    ]
+    assert acquire_all(limiters) is None and acquire_all(limiters) is None
+    for _ in range(3):
+        rejected = acquire_all(limiters)
+        assert rejected is not None and rejected[0] is limiters[1]
+    assert [rl.backend.quota()[0] for rl in limiters] == [3, 0, 2]
 
 
 @pytest.mark.django_db(databases=[])

@@ -15,8 +15,14 @@
 --   "q" acquire and quota (n = 1) -> {"a"'s reply, remaining, reset ns} read right after the decision.
 --   "s" state   (n = 1) -> {0, remaining, wait for 1 permit, reset ns} (gcra_quota's figures); no write.
 --   "d" drain   (n = 1) -> permits taken (every available one).
---   "m" many (timeout 0, all-or-nothing) -> {0} all granted, else {index, wait} of the largest wait.
+--   "m" many (timeout 0, all-or-nothing) -> {0, state_1, ..., state_n} all granted (the states written, for
+--       a give-back), else {index, wait} of the largest wait.
 --   "M" many with quotas -> {"m"'s reply, {remaining_1, reset_1, ...}} read right after the decision.
+--   "g" give back: "m"'s layout, the deadline slot holding the states that "m"/"M" wrote, joined by ","
+--       -> {remaining_1, reset_1, ...}: undoes that take of `permits` (another part of a split all-or-nothing
+--       decision rejected) as algorithms.gcra_give_back: tat moves back by the part of the take still ahead
+--       of now, min(permits * step, written tat - now), never below now (full). Exact when nothing came in
+--       between, never more permissive than without the take whatever did; never LATE.
 -- With server time and an empty deadline the reply is {reply, {now_us}} (the client learns the server time);
 -- with a deadline in the past the script changes nothing and answers the status LATE (no ghost charges).
 
@@ -31,7 +37,7 @@ else
   local t = redis.call('TIME')
   now_s, now_ns, slack = t[1] + 0, t[2] * 1000, 2
   now_us = now_s * 1000000 + t[2]
-  if ARGV[at] ~= '' and now_us > ARGV[at] + 0 then
+  if op ~= 'g' and ARGV[at] ~= '' and now_us > ARGV[at] + 0 then -- ("g" carries the take there)
     return redis.status_reply('LATE')
   end
 end
@@ -56,9 +62,8 @@ local function div_ceil(a, b)
   return q
 end
 
--- tat - now in units (0 when full), a stored tat of another scale (the limit changed) rescaled.
-local function ahead(i, scale)
-  local s = redis.call('GET', KEYS[i])
+-- tat - now in units (0 when full) of a state string, one of another scale (the limit changed) rescaled.
+local function ahead_of(s, scale)
   if not s then
     return 0
   end
@@ -77,11 +82,16 @@ local function ahead(i, scale)
   return d
 end
 
--- tat := now + d (d > 0 units); expires once passed.
+local function ahead(i, scale)
+  return ahead_of(redis.call('GET', KEYS[i]), scale)
+end
+
+-- tat := now + d (d > 0 units); expires once passed. Returns the state written.
 local function store(i, scale, d)
   local q, r = divmod(now_ns * scale + d, 1000000000 * scale)
-  redis.call('SET', KEYS[i], string.format('%d %d %d', now_s + q, r, scale), 'PX',
-    math.floor(d / scale / 1000000) + slack)
+  local s = string.format('%d %d %d', now_s + q, r, scale)
+  redis.call('SET', KEYS[i], s, 'PX', math.floor(d / scale / 1000000) + slack)
+  return s
 end
 
 local function wait_of(d, k, step, span, scale)
@@ -102,6 +112,30 @@ local function quota_of(d, step, span, scale)
 end
 
 local reply
+if op == 'g' then
+  local written = {}
+  for w in string.gmatch(ARGV[at], '[^,]+') do
+    written[#written + 1] = w
+  end
+  reply = {}
+  for i = 1, n do
+    local j = 1 + 4 * i
+    local step, span, scale = ARGV[j] + 0, ARGV[j + 1] + 0, ARGV[j + 2] + 0
+    local d = ahead(i, scale)
+    local back = math.min(permits * step, ahead_of(written[i], scale))
+    if d > 0 and back > 0 then
+      d = d - back
+      if d > 0 then
+        store(i, scale, d)
+      else
+        d = 0
+        redis.call('DEL', KEYS[i]) -- full again
+      end
+    end
+    reply[2 * i - 1], reply[2 * i] = quota_of(d, step, span, scale)
+  end
+  return reply
+end
 if op == 'm' or op == 'M' then
   local worst, worst_wait = 0, 0
   local ds = {}
@@ -123,12 +157,12 @@ if op == 'm' or op == 'M' then
   if worst > 0 then
     reply = {worst, worst_wait}
   else
+    reply = {0}
     for i = 1, n do
       local j = 1 + 4 * i
       ds[i] = ds[i] + permits * ARGV[j]
-      store(i, ARGV[j + 2] + 0, ds[i])
+      reply[i + 1] = store(i, ARGV[j + 2] + 0, ds[i])
     end
-    reply = {0}
   end
   if op == 'M' then
     local quotas = {}

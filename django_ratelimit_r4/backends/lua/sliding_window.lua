@@ -22,8 +22,15 @@
 --   "q" acquire and quota (n = 1) -> {"a"'s reply, remaining, reset} read right after the decision.
 --   "s" state   (n = 1) -> {0, remaining, wait for 1 permit, reset} (sliding_quota's figures); no write.
 --   "d" drain   (n = 1) -> permits taken (every available one, logged now).
---   "m" many (timeout 0, all-or-nothing) -> {0} all granted, else {index, wait} of the largest wait.
+--   "m" many (timeout 0, all-or-nothing) -> {0, now_s, now_ns} all granted (the time logged, for a
+--       give-back), else {index, wait} of the largest wait.
 --   "M" many with quotas -> {"m"'s reply, {remaining_1, reset_1, ...}} read right after the decision.
+--   "g" give back: "m"'s layout, the deadline slot holding "<now_s> <now_ns>" of an "m"/"M" that granted
+--       `permits` -> {remaining_1, reset_1, ...}: undoes that take (another part of a split all-or-nothing
+--       decision rejected) as algorithms.sliding_give_back: `permits` logged times equal to the take's leave
+--       the log (the newer ones move down, free slots take the old end): exact. Nothing is given back when a
+--       time `period` or more after the take's was logged since (later grants may have overwritten its
+--       times). Never LATE.
 -- With server time and an empty deadline the reply is {reply, {now_us}} (the client learns the server time);
 -- with a deadline in the past the script changes nothing and answers the status LATE (no ghost charges).
 
@@ -38,7 +45,7 @@ else
   local t = redis.call('TIME')
   now_s, now_ns, slack = t[1] + 0, t[2] * 1000, 2
   now_us = now_s * 1000000 + t[2]
-  if ARGV[at_deadline] ~= '' and now_us > ARGV[at_deadline] + 0 then
+  if op ~= 'g' and ARGV[at_deadline] ~= '' and now_us > ARGV[at_deadline] + 0 then -- ("g": the take there)
     return redis.status_reply('LATE')
   end
 end
@@ -204,7 +211,73 @@ local function quota_of(st)
   return remaining, at_of(st, 1) - st.now
 end
 
+-- `count` slots from the oldest-first index `from`, as one string (slots never written read as free).
+local function read_slots(st, from, count)
+  local start = (st.head + from) % st.size
+  local first = math.min(count, st.size - start)
+  local s = redis.call('GETRANGE', st.key, HDR + start * W, HDR + (start + first) * W - 1)
+  if count > first then
+    s = s .. rep('\0', first * W - #s) .. redis.call('GETRANGE', st.key, HDR, HDR + (count - first) * W - 1)
+  end
+  return s .. rep('\0', count * W - #s)
+end
+
+local function write_slots(st, from, s)
+  local count = #s / W
+  local start = (st.head + from) % st.size
+  local first = math.min(count, st.size - start)
+  redis.call('SETRANGE', st.key, HDR + start * W, sub(s, 1, first * W))
+  if count > first then
+    redis.call('SETRANGE', st.key, HDR, sub(s, first * W + 1))
+  end
+end
+
+-- algorithms.sliding_give_back: drop k logged times equal to `taken` (units after the base).
+local function give_back(st, k, taken)
+  local size = st.size
+  if k > size then
+    return
+  end
+  local newest = slot(st, (st.head - 1) % size)
+  if not newest or newest >= taken + st.period then
+    return
+  end
+  local lo, hi = 0, size -- the first slot (oldest first) at or after `taken`
+  while lo < hi do
+    local mid = floor((lo + hi) / 2)
+    local v = slot(st, (st.head + mid) % size)
+    if v and v >= taken then
+      hi = mid
+    else
+      lo = mid + 1
+    end
+  end
+  if lo + k > size or slot(st, (st.head + lo + k - 1) % size) ~= taken then
+    return
+  end
+  local newer = size - lo - k
+  if newer > 0 then
+    write_slots(st, lo, read_slots(st, lo + k, newer))
+  end
+  write_slots(st, size - k, rep(EMPTY, k))
+  st.head = (st.head - k) % size
+  redis.call('SETRANGE', st.key, 0, header(st))
+end
+
 local reply
+if op == 'g' then
+  local taken_s, taken_ns = string.match(ARGV[at_deadline], '^(%d+) (%d+)$')
+  reply = {}
+  for i = 1, n do
+    local j = 2 + 3 * i
+    local st = load(i, ARGV[j] + 0, ARGV[j + 1] + 0, ARGV[j + 2] + 0)
+    if taken_s then
+      give_back(st, permits, div_floor((taken_s - st.base) * 1000000000 + taken_ns, st.unit))
+    end
+    reply[2 * i - 1], reply[2 * i] = quota_of(st)
+  end
+  return reply
+end
 if op == 'm' or op == 'M' then
   local worst, worst_wait = 0, 0
   local states, ats = {}, {}
@@ -229,7 +302,7 @@ if op == 'm' or op == 'M' then
     for i = 1, n do
       write(states[i], ats[i], permits)
     end
-    reply = {0}
+    reply = {0, now_s, now_ns}
   end
   if op == 'M' then
     local quotas = {}

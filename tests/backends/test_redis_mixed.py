@@ -1,0 +1,457 @@
+"""All-or-nothing decisions on Redis over limiters of several algorithms (cycle, GCRA, sliding window; keyed and
+unkeyed): one call per algorithm, all sent at once, and a give-back (op "g" of each script) of the groups that
+granted when another rejected. A rejection by any limit leaves the others' budgets as they were (no ghost
+charges), Retry-After is the largest wait among the rejecting limits, the RateLimit figures come from the
+replies; exact across processes; the fault policies decide while Redis is down.
+
+Against a real Redis (db 15, a unique key prefix per test; CI sets R4_REQUIRE_REDIS=1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.http import HttpRequest, HttpResponse
+from django.test import Client, override_settings
+from django.urls import path
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from django_ratelimit_r4 import get_rate_limiter
+from django_ratelimit_r4.backends.algorithms import (
+    gcra_decide,
+    gcra_give_back,
+    gcra_quota,
+    sliding_decide,
+    sliding_give_back,
+    sliding_initial,
+    sliding_quota,
+)
+from django_ratelimit_r4.core.clock import SYSTEM_CLOCK, FakeClock
+from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig, aacquire_all, acquire_all
+from django_ratelimit_r4.decorators import ratelimit
+
+redis = pytest.importorskip("redis")
+rb = pytest.importorskip("django_ratelimit_r4.backends.redis")
+scripted = pytest.importorskip("django_ratelimit_r4.backends.redis_scripted")
+rg = pytest.importorskip("django_ratelimit_r4.backends.redis_gcra")
+rs = pytest.importorskip("django_ratelimit_r4.backends.redis_sliding")
+
+ROOT = Path(__file__).resolve().parents[2]
+S = 1_000_000_000
+
+
+def limiter(url: str, prefix: str, name: str, algorithm: str, limit: int, period: Any, clock: Any, **kw: Any) -> Any:
+    config = RateLimiterConfig(limit_for_period=limit, limit_refresh_period=period, algorithm=algorithm, **kw)
+    return RateLimiter(name, config, clock=clock, backend=rb.redis_backend(url, prefix=prefix))
+
+
+def keyed(url: str, prefix: str, name: str, algorithm: str, limit: int, period: Any, clock: Any) -> Any:
+    config = RateLimiterConfig(limit_for_period=limit, limit_refresh_period=period, algorithm=algorithm)
+    cls = {"cycle": rb.RedisKeyedRateLimiter, "gcra": rg.RedisGcraKeyedRateLimiter,
+           "sliding_window": rs.RedisSlidingKeyedRateLimiter}[algorithm]
+    return cls(name, config, clock=clock, url=url, prefix=prefix)
+
+
+def three(url: str, prefix: str, clock: Any, limits: tuple[int, int, int] = (3, 4, 5)) -> list[Any]:
+    """A cycle, a GCRA and a sliding-window limiter, all per 10 s."""
+    return [
+        limiter(url, prefix, "cyc", "cycle", limits[0], "10s", clock),
+        limiter(url, prefix, "gcra", "gcra", limits[1], "10s", clock),
+        limiter(url, prefix, "slide", "sliding_window", limits[2], "10s", clock),
+    ]
+
+
+def remaining(limiters: list[Any]) -> list[int]:
+    return [rl.backend.quota()[0] for rl in limiters]
+
+
+def test_a_mixed_decision_on_redis_decides_all_or_nothing(redis_url: str, prefix: str) -> None:
+    """Was TypeError ("cannot combine GCRA and cycle Redis limiters in one all-or-nothing decision")."""
+    clock = FakeClock()
+    cyc, gcra, slide = limiters = three(redis_url, prefix, clock)
+    for order in (limiters, [gcra, slide, cyc], [slide, cyc, gcra]):
+        assert acquire_all(order) is None
+    assert remaining(limiters) == [0, 1, 2]
+    loser, wait = acquire_all(limiters)  # type: ignore[misc]
+    assert loser is cyc and wait == 10 * S  # the cycle limiter's next cycle
+    assert remaining(limiters) == [0, 1, 2]  # GCRA and the sliding window got their permits back
+    assert acquire_all([gcra, slide]) is None
+    loser, wait = acquire_all([slide, gcra, cyc])  # type: ignore[misc]
+    assert loser is cyc and wait == 10 * S  # the largest wait among the rejecting ones (GCRA's is 2.5 s)
+    assert remaining(limiters) == [0, 0, 1]
+    assert cyc.metrics.failed_calls == 2 and gcra.metrics.failed_calls == 1 and slide.metrics.failed_calls == 0
+    clock.advance(2.5)  # GCRA: one permit back; the cycle still empty
+    assert acquire_all([gcra, slide, cyc])[0] is cyc  # type: ignore[index]
+    assert remaining(limiters) == [0, 1, 1]
+
+
+@pytest.mark.parametrize("tight", ["cycle", "gcra", "sliding_window"])
+@pytest.mark.parametrize("keyed_one", [None, "cycle", "gcra", "sliding_window"])
+def test_a_rejection_by_any_limit_leaves_the_others_budgets_intact(
+    redis_url: str, prefix: str, tight: str, keyed_one: str | None
+) -> None:
+    """One limit of 2 (``tight``) among limits of 5; one of them keyed. After 2 grants, 6 rejections: the
+    others still have exactly 3 each, the tight one's wait is Retry-After."""
+    clock = FakeClock()
+    entries: list[tuple[Any, Any]] = []
+    for algorithm in ("cycle", "gcra", "sliding_window"):
+        limit = 2 if algorithm == tight else 5
+        if algorithm == keyed_one:
+            entries.append((keyed(redis_url, prefix, f"k-{algorithm}", algorithm, limit, "10s", clock), "client"))
+        else:
+            entries.append((limiter(redis_url, prefix, f"u-{algorithm}", algorithm, limit, "10s", clock), None))
+    outcomes = [rb.acquire_all_keyed(entries) for _ in range(8)]
+    assert outcomes[:2] == [None, None]
+    index = ["cycle", "gcra", "sliding_window"].index(tight)
+    wait = {"cycle": 10 * S, "gcra": 5 * S, "sliding_window": 10 * S}[tight]
+    assert outcomes[2:] == [(index, wait)] * 6
+
+    def left(entry: tuple[Any, Any]) -> int:
+        target, key = entry
+        return target.quota(key)[0] if key is not None else target.backend.quota()[0]
+
+    assert [left(e) for e in entries] == [0 if a == tight else 3 for a in ("cycle", "gcra", "sliding_window")]
+    outcome, quotas = rb.acquire_all_quotas(entries)
+    assert outcome == (index, wait)
+    assert [q[0] for q in quotas] == [left(e) for e in entries]  # the figures of the replies are the states'
+    assert quotas[index] == (0, wait)
+
+
+def test_figures_come_with_the_decision_and_equal_quota(redis_url: str, prefix: str) -> None:
+    clock = FakeClock()
+    limiters = three(redis_url, prefix, clock)
+    entries = [(rl, None) for rl in limiters]
+    for _ in range(5):
+        outcome, quotas = rb.acquire_all_quotas(entries)
+        assert quotas == [rl.backend.quota() for rl in limiters], outcome
+        clock.advance(0.7)
+
+
+def test_async_gives_the_sync_answers(redis_url: str, prefix: str) -> None:
+    sync_clock, async_clock = FakeClock(), FakeClock()
+    sync = three(redis_url, prefix + "s", sync_clock)
+    other = three(redis_url, prefix + "a", async_clock)
+
+    async def run() -> list[Any]:
+        out = []
+        for _ in range(5):
+            result = await aacquire_all(other)
+            out.append(None if result is None else (other.index(result[0]), result[1]))
+            out.append(await rb.aacquire_all_quotas([(rl, None) for rl in other]))
+            async_clock.advance(1)
+        return out
+
+    expected = []
+    for _ in range(5):
+        result = acquire_all(sync)
+        expected.append(None if result is None else (sync.index(result[0]), result[1]))
+        expected.append(rb.acquire_all_quotas([(rl, None) for rl in sync]))
+        sync_clock.advance(1)
+    assert asyncio.run(run()) == expected
+    assert any(e is not None for e in expected[::2])  # some rejected (and gave back)
+
+
+def test_server_time_mixed_decision_gives_back_exactly(redis_url: str, prefix: str) -> None:
+    """On the server's clock too: GCRA's give-back gets what its take wrote, the sliding window the take's time."""
+    limiters = three(redis_url, prefix, SYSTEM_CLOCK, limits=(2, 50, 50))
+    for rl in limiters:
+        rl.backend.reset(SYSTEM_CLOCK)
+    assert acquire_all(limiters) is None and acquire_all(limiters) is None
+    for _ in range(40):
+        assert acquire_all(limiters)[0] is limiters[0]  # type: ignore[index]
+    # GCRA 50 per 10 s: 48 left (plus what 200 ms per permit refilled); the sliding window exactly 48
+    assert limiters[1].backend.quota()[0] >= 48
+    assert limiters[2].backend.quota()[0] == 48
+    for rl in limiters:
+        rl.backend.reset(SYSTEM_CLOCK)
+
+
+def test_one_round_trip_when_granted(redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The groups' calls are pipelined on one connection (one round trip); a rejection adds one for the give-back."""
+    clock = FakeClock()
+    limiters = three(redis_url, prefix, clock, limits=(1, 5, 5))
+    conn = limiters[0].backend._connection()
+    batches: list[int] = []
+    real = conn.run_scripts
+
+    def counting(*args: Any, **kw: Any) -> Any:
+        batches.append(len(args[2]))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(conn, "run_scripts", counting)
+    sent: list[str] = []
+    pool = conn.sync.connection_pool
+    real_get = pool.get_connection
+
+    def get(*args: Any, **kw: Any) -> Any:
+        sent.append("conn")
+        return real_get(*args, **kw)
+
+    monkeypatch.setattr(pool, "get_connection", get)
+    assert acquire_all(limiters) is None
+    assert batches == [3] and sent == ["conn"]  # three scripts, one connection, sent before any reply is read
+    assert acquire_all(limiters)[0] is limiters[0]  # type: ignore[index]
+    assert batches == [3, 3, 2]  # the take, then the give-back of the two groups that granted
+
+
+# ------------------------------------------------------------------------------------------ four processes
+
+_CHILD = textwrap.dedent(
+    """
+    import sys, threading, time
+    sys.path.insert(0, {root!r})
+    from django_ratelimit_r4.backends.redis import acquire_all_keyed, redis_backend
+    from django_ratelimit_r4.backends.redis_gcra import RedisGcraKeyedRateLimiter
+    from django_ratelimit_r4.core.clock import SYSTEM_CLOCK
+    from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig
+
+    def make(name, algorithm, limit):
+        config = RateLimiterConfig(limit_for_period=limit, limit_refresh_period="60s", algorithm=algorithm)
+        return RateLimiter(name, config, clock=SYSTEM_CLOCK, backend=redis_backend({url!r}, prefix={prefix!r}))
+
+    cyc = make({name!r} + "-c", "cycle", {limits[0]})
+    slide = make({name!r} + "-s", "sliding_window", {limits[2]})
+    config = RateLimiterConfig(limit_for_period={limits[1]}, limit_refresh_period="60s", algorithm="gcra")
+    per_ip = RedisGcraKeyedRateLimiter({name!r} + "-g", config, clock=SYSTEM_CLOCK, url={url!r}, prefix={prefix!r})
+    entries = [(slide, None), (per_ip, "client"), (cyc, None)]
+    cyc.backend.quota()  # learns the server time: a cycle give-back needs it (without it, nothing comes back)
+    results = []
+    barrier = threading.Barrier(10)
+
+    def worker():
+        barrier.wait()
+        while time.time() < {start}:
+            time.sleep(0.0005)
+        got = 0
+        for _ in range(4):
+            got += acquire_all_keyed(entries) is None
+        results.append(got)
+
+    threads = [threading.Thread(target=worker) for _ in range(10)]
+    for t in threads: t.start()
+    for t in threads: t.join()
+    print(sum(results))
+    """
+)
+
+
+@pytest.mark.parametrize("limits", [(6, 40, 40), (40, 6, 40), (40, 40, 6), (9, 7, 8)])
+def test_exact_across_four_processes(redis_url: str, prefix: str, limits: tuple[int, int, int]) -> None:
+    """4 processes x 10 threads x 4 decisions over a cycle, a keyed GCRA and a sliding-window limit per 60 s
+    (server time), released together: exactly the smallest limit granted, and the other limits lost nothing
+    to the 160 - min rejected decisions (their remaining budgets are exactly limit - granted)."""
+    for trial in range(3):
+        name = f"mp{trial}"
+        start = time.time() + 2.0
+        # The cycle starts now: a cycle give-back is refused when the cycle may have begun after its take
+        # (within the server-time margin, a few ms), which would be the case for decisions at its very start.
+        limiter(redis_url, prefix, f"{name}-c", "cycle", limits[0], "60s", SYSTEM_CLOCK).backend.reset(SYSTEM_CLOCK)
+        code = _CHILD.format(root=str(ROOT), name=name, url=redis_url, prefix=prefix, start=start, limits=limits)
+        procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(4)]
+        granted = sum(int(p.communicate(timeout=120)[0]) for p in procs)
+        assert granted == min(limits), (trial, granted)
+        cyc = limiter(redis_url, prefix, f"{name}-c", "cycle", limits[0], "60s", SYSTEM_CLOCK)
+        slide = limiter(redis_url, prefix, f"{name}-s", "sliding_window", limits[2], "60s", SYSTEM_CLOCK)
+        per_ip = keyed(redis_url, prefix, f"{name}-g", "gcra", limits[1], "60s", SYSTEM_CLOCK)
+        assert cyc.backend.quota()[0] == limits[0] - granted
+        assert slide.backend.quota()[0] == limits[2] - granted
+        # GCRA refills one permit per 60 s / limit (>= 1.5 s): at most one came back during the trial
+        assert per_ip.quota("client")[0] in (limits[1] - granted, limits[1] - granted + 1)
+
+
+# ------------------------------------------------------------------------------------------------ faults
+
+UNREACHABLE = "redis://127.0.0.1:1/14?socket_timeout=0.25"  # nothing listens on port 1
+
+
+@pytest.mark.parametrize(("policy", "expected"), [("local", [True, True, False]), ("open", [True, True, True]),
+                                                  ("closed", [False, False, False])])
+def test_fault_policies_decide_a_mixed_decision(policy: str, expected: list[bool]) -> None:
+    clock = FakeClock()
+    backend = rb.redis_backend(UNREACHABLE, fault_policy=policy)
+    limiters = [
+        RateLimiter(name, RateLimiterConfig(limit_for_period=limit, limit_refresh_period="10s", algorithm=algorithm),
+                    clock=clock, backend=backend)
+        for name, algorithm, limit in (("c", "cycle", 5), ("g", "gcra", 2), ("s", "sliding_window", 4))
+    ]
+    assert [acquire_all(limiters) is None for _ in range(3)] == expected
+    if policy == "local":  # in process: the GCRA limit rejected the third, the others gave their permits back
+        assert [rl.backend._local.quota()[0] for rl in limiters] == [3, 0, 2]
+
+
+# ------------------------------------------------------------------------------------------------ HTTP
+
+
+@ratelimit(["m_cycle", "m_gcra_ip", "m_slide"])
+def mixed_view(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+@ratelimit(["m_cycle", "m_gcra_ip", "m_slide"])
+async def mixed_async_view(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+urlpatterns = [path("mixed/", mixed_view), path("mixed-async/", mixed_async_view)]
+
+
+def _settings(redis_url: str, prefix: str) -> dict[str, Any]:
+    return {
+        "backend": "redis",
+        "redis_url": redis_url,
+        "redis_key_prefix": prefix,
+        "ratelimiters": {
+            "instances": {
+                "m_cycle": {"rate": "5/10s"},
+                "m_gcra_ip": {"rate": "3/10s", "algorithm": "gcra", "key": "ip"},
+                "m_slide": {"rate": "4/10s", "algorithm": "sliding_window"},
+            },
+        },
+    }
+
+
+@pytest.mark.urls(__name__)
+@pytest.mark.django_db(databases=[])
+@pytest.mark.parametrize("view", ["/mixed/", "/mixed-async/"])
+def test_http_gate_of_three_algorithms(redis_url: str, prefix: str, r4_clock: Any, view: str) -> None:
+    with override_settings(RATELIMIT_R4=_settings(redis_url, prefix)):
+        client = Client()
+        statuses = [client.get(view).status_code for _ in range(5)]
+        assert statuses == [200, 200, 200, 429, 429]  # GCRA's 3 per client
+        rejected = client.get(view)
+        assert rejected["Retry-After"] == "4"  # 10 s / 3 to GCRA's next permit, rounded up
+        assert get_rate_limiter("m_cycle").metrics.available_permissions == 2  # 5 - 3: the 429s took nothing
+        assert get_rate_limiter("m_slide").metrics.available_permissions == 1
+        assert '"m_gcra_ip";r=0;t=4' in rejected["RateLimit"], rejected["RateLimit"]
+        assert '"m_cycle";r=2' in rejected["RateLimit"] and '"m_slide";r=1' in rejected["RateLimit"]
+        r4_clock.advance(3.4)  # past 10 s / 3: one GCRA permit back
+        assert client.get(view).status_code == 200
+
+
+@pytest.mark.urls(__name__)
+@pytest.mark.django_db(databases=[])
+def test_drf_throttle_of_three_algorithms(redis_url: str, prefix: str, r4_clock: Any) -> None:
+    pytest.importorskip("rest_framework")
+    from rest_framework.test import APIRequestFactory
+    from rest_framework.views import APIView
+
+    from django_ratelimit_r4.rest_framework import RateLimiterThrottle
+
+    class View(APIView):
+        throttle_classes = [RateLimiterThrottle]
+        rate_limiter = ["m_cycle", "m_gcra_ip", "m_slide"]
+
+        def get(self, request: Any) -> Any:
+            from rest_framework.response import Response
+
+            return Response("ok")
+
+    with override_settings(RATELIMIT_R4=_settings(redis_url, prefix)):
+        factory = APIRequestFactory()
+        statuses = [View.as_view()(factory.get("/")).status_code for _ in range(5)]
+        assert statuses == [200, 200, 200, 429, 429]
+        assert get_rate_limiter("m_cycle").metrics.available_permissions == 2
+        assert get_rate_limiter("m_slide").metrics.available_permissions == 1
+
+
+# ------------------------------------------------------------------ the give-back op against the references
+
+_GIVE_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["acquire", "take", "take", "give", "give", "advance", "quota"]),
+        st.integers(min_value=1, max_value=6),  # permits
+        st.integers(min_value=0, max_value=3_000_000_000),  # timeout or advance, ns
+    ),
+    max_size=40,
+)
+
+
+def _script_call(backend: Any, op: bytes, permits: int, slot: Any = None) -> Any:
+    args = backend._script_args(op, permits, 0)
+    if slot is not None:
+        args[len(args) - 3] = slot  # the deadline slot (then now_s, now_ns of the FakeClock)
+    return scripted.call(backend._script, backend._connection(), [backend.state_key], args, False)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    limit=st.integers(min_value=1, max_value=7),
+    period=st.sampled_from([1_000_000_000, 999_999_937, 60_000_000_000, 3_000]),
+    burst=st.one_of(st.none(), st.integers(min_value=1, max_value=8)),
+    start=st.integers(min_value=0, max_value=10**12),
+    ops=_GIVE_OPS,
+)
+def test_gcra_give_back_op_gives_the_references_answers(
+    redis_url: str, prefix: str, limit: int, period: int, burst: int | None, start: int, ops: list[Any]
+) -> None:
+    """Random decisions, all-or-nothing takes and give-backs of the last take on the Redis script (FakeClock
+    time) and on gcra_decide / gcra_give_back: the same figures after every step."""
+    clock = FakeClock()
+    clock.advance_ns(start)
+    remote = rg.RedisGcraBackend("give", limit, period, clock, burst=burst, url=redis_url, prefix=prefix)
+    b = limit if burst is None else burst
+    tat, last = 0, None
+    for op, permits, amount in ops:
+        now = clock.now_ns()
+        if op == "acquire":
+            tat, wait, granted = gcra_decide(tat, permits, amount, now, period, limit, b)
+            assert remote.acquire(permits, amount) == (wait if granted else -wait)
+        elif op == "take":
+            tat, wait, granted = gcra_decide(tat, permits, 0, now, period, limit, b)
+            reply = _script_call(remote, b"m", permits)
+            assert (reply[0] == 0) == granted, reply
+            if granted:
+                last = (permits, tat, reply[1])
+        elif op == "give" and last is not None:
+            k, granted_tat, written = last
+            tat = gcra_give_back(tat, k, granted_tat, now, period, limit)
+            figures = _script_call(remote, b"g", k, written)
+            assert tuple(figures) == gcra_quota(tat, now, period, limit, b)
+        elif op == "advance":
+            clock.advance_ns(amount)
+        assert remote.quota() == gcra_quota(tat, clock.now_ns(), period, limit, b), op
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    limit=st.integers(min_value=1, max_value=7),
+    period=st.sampled_from([1_000_000_000, 999_999_937, 60_000_000_000, 3_000]),
+    start=st.integers(min_value=0, max_value=10**12),
+    ops=_GIVE_OPS,
+)
+def test_sliding_give_back_op_gives_the_references_answers(
+    redis_url: str, prefix: str, limit: int, period: int, start: int, ops: list[Any]
+) -> None:
+    """The same for the sliding window's script against sliding_decide / sliding_give_back."""
+    clock = FakeClock()
+    clock.advance_ns(start)
+    remote = rs.RedisSlidingBackend("give", limit, period, clock, url=redis_url, prefix=prefix)
+    times = tuple(t + clock.now_ns() for t in sliding_initial(limit, period))
+    last = None
+    for op, permits, amount in ops:
+        now = clock.now_ns()
+        if op == "acquire":
+            times, wait, granted = sliding_decide(times, permits, amount, now, period)
+            assert remote.acquire(permits, amount) == (wait if granted else -wait)
+        elif op == "take":
+            times, wait, granted = sliding_decide(times, permits, 0, now, period)
+            reply = _script_call(remote, b"m", permits)
+            assert (reply[0] == 0) == granted, reply
+            if granted:
+                last = (permits, now, b"%d %d" % (reply[1], reply[2]))
+        elif op == "give" and last is not None:
+            k, granted_at, taken = last
+            times = sliding_give_back(times, k, granted_at, now, period)
+            figures = _script_call(remote, b"g", k, taken)
+            assert tuple(figures) == sliding_quota(times, now, period)
+        elif op == "advance":
+            clock.advance_ns(amount)
+        assert remote.quota() == sliding_quota(times, clock.now_ns(), period), op

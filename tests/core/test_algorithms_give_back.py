@@ -1,0 +1,130 @@
+"""Property tests of the pure give-backs (``gcra_give_back``, ``sliding_give_back``): undoing a grant of an
+all-or-nothing decision that another part rejected, after other decisions may have come in between.
+
+Safety: the state after the give-back is never more permissive than the state had the grant never happened
+(the same later grants applied to the state before it). Exactness: GCRA's when nothing came in between; the
+sliding window's whenever no later grant could have overwritten the grant's times.
+"""
+
+from __future__ import annotations
+
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from django_ratelimit_r4.backends.algorithms import (
+    gcra_decide,
+    gcra_give_back,
+    sliding_decide,
+    sliding_give_back,
+    sliding_initial,
+)
+
+SETTINGS = settings(max_examples=400, deadline=None)
+
+limits = st.integers(min_value=1, max_value=8)
+periods = st.integers(min_value=1, max_value=3_000)
+# (time step, permits, timeout): the traffic before the grant, and the other decisions after it
+traffic = st.lists(
+    st.tuples(
+        st.integers(min_value=0, max_value=1_500),
+        st.integers(min_value=1, max_value=9),
+        st.sampled_from([0, 0, 0, 1, 700, 5_000]),
+    ),
+    max_size=25,
+)
+later = st.lists(
+    st.tuples(
+        st.integers(min_value=0, max_value=400),
+        st.integers(min_value=1, max_value=9),
+        st.sampled_from([0, 0, 1, 700, 5_000]),
+    ),
+    max_size=8,
+)
+
+
+@SETTINGS
+@given(
+    limits, periods, st.integers(min_value=1, max_value=10), traffic, st.integers(min_value=1, max_value=9),
+    later, st.integers(min_value=0, max_value=600),
+)
+def test_gcra_give_back_is_never_more_permissive_than_no_grant(
+    limit: int, period: int, burst: int, before: list, permits: int, after: list, tail: int
+) -> None:
+    tat, now = 0, 0
+    for step, k, timeout in before:
+        now += step
+        tat = gcra_decide(tat, k, timeout, now, period, limit, burst)[0]
+    without = tat
+    tat, _, granted = gcra_decide(tat, permits, 0, now, period, limit, burst)
+    assume(granted)
+    granted_tat = tat
+    for step, k, timeout in after:
+        now += step
+        tat, _, ok = gcra_decide(tat, k, timeout, now, period, limit, burst)
+        if ok:  # granted with the grant in place, so granted without it too (same arrival, a tat no later)
+            without = gcra_decide(without, k, 10**18, now, period, limit, burst)[0]
+    now += tail
+    back = gcra_give_back(tat, permits, granted_tat, now, period, limit)
+    assert back <= tat
+    assert max(back, now * limit) >= max(without, now * limit)  # never more permissive
+    if not after:
+        assert max(back, now * limit) == max(without, now * limit)  # exact
+
+
+def test_gcra_give_back_of_a_grant_absorbed_while_idle_gives_nothing() -> None:
+    # 1 per 10 ns, burst 1: a grant at 0 (tat 10); at 50 the limiter is full again and another grant takes
+    # it (tat 60). Giving back "one permit" then would leave tat 50 and let a second permit through at 50.
+    limit, period = 1, 10
+    granted = gcra_decide(0, 1, 0, 0, period, limit, 1)[0]
+    tat = gcra_decide(granted, 1, 0, 50, period, limit, 1)[0]
+    assert tat == 60
+    assert gcra_give_back(tat, 1, granted, 50, period, limit) == 60
+
+
+def _waits(times: tuple[int, ...], now: int, period: int) -> list[int]:
+    """When each request of k = 1..limit permits arriving at one of several instants from ``now`` on would be
+    handed over: how the log decides from now on."""
+    return [
+        at + sliding_decide(times, k, -1, at, period)[1]
+        for at in (now, now + period // 3, now + period // 2, now + period - 1, now + period, now + 2 * period)
+        for k in range(1, len(times) + 1)
+    ]
+
+
+@SETTINGS
+@given(limits, periods, traffic, st.integers(min_value=1, max_value=9), later, st.integers(min_value=0, max_value=600))
+def test_sliding_give_back_is_never_more_permissive_than_no_grant(
+    limit: int, period: int, before: list, permits: int, after: list, tail: int
+) -> None:
+    times, now = sliding_initial(limit, period), 0
+    handed: list[int] = []  # every permit's hand-over time but the grant's
+    for step, k, timeout in before:
+        now += step
+        times, wait, ok = sliding_decide(times, k, timeout, now, period)
+        if ok:
+            handed += [now + wait] * k
+    times, _, granted = sliding_decide(times, permits, 0, now, period)
+    assume(granted)
+    taken_at = now
+    for step, k, timeout in after:
+        now += step
+        times, wait, ok = sliding_decide(times, k, timeout, now, period)
+        if ok:
+            handed += [now + wait] * k
+    now += tail
+    back = sliding_give_back(times, permits, taken_at, now, period)
+    assert list(back) == sorted(back)
+    without = tuple(sorted([-period - 1] * limit + handed)[-limit:])
+    got, ideal = _waits(back, now, period), _waits(without, now, period)
+    assert all(g >= i for g, i in zip(got, ideal, strict=True))  # never more permissive
+    if all(t < taken_at + period for t in handed):
+        assert got == ideal  # exact
+
+
+def test_sliding_give_back_after_the_grant_left_the_log_gives_nothing() -> None:
+    # 2 per 10 ns: a grant at 0, then two at 10 overwrite its time; nothing of it is left to give back.
+    times = sliding_initial(2, 10)
+    times = sliding_decide(times, 1, 0, 0, 10)[0]
+    times = sliding_decide(times, 2, 0, 10, 10)[0]
+    assert times == (10, 10)
+    assert sliding_give_back(times, 1, 0, 10, 10) == (10, 10)
