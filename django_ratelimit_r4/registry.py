@@ -424,6 +424,12 @@ def get_rate_limiter(name: str, key: str | None = None) -> RateLimiter | KeyedRa
     return _get("ratelimiters", name)  # type: ignore[no-any-return]
 
 
+def _keyed_class() -> type[KeyedRateLimiter]:
+    from .keyed import KeyedRateLimiter  # imported at the first keyed build, like the primitives' classes
+
+    return KeyedRateLimiter
+
+
 def get_keyed_rate_limiter(name: str) -> KeyedRateLimiter:
     """The per-key store of rate limiter ``name`` (bounded by its ``max_keys``)."""
     state = _current_state()
@@ -434,18 +440,18 @@ def get_keyed_rate_limiter(name: str) -> KeyedRateLimiter:
             if keyed is None:
                 spec = _spec(state, "ratelimiters", name)
                 store = _store_of(state, spec)
-                build: Any = store.keyed_rate_limiter
+                build: Any = store.keyed_store
                 if spec.options.get("lease"):  # permit leases per client key (backends/redis_lease.py)
-                    from .backends.redis_lease import lease_keyed_rate_limiter
+                    from .backends.redis_lease import lease_keyed_store
 
-                    build = functools.partial(lease_keyed_rate_limiter, store, lease=spec.options["lease"])
-                keyed = build(
+                    build = functools.partial(lease_keyed_store, store, lease=spec.options["lease"])
+                bounds = {"max_keys": spec.options["max_keys"], "idle_timeout_ns": spec.options["key_idle_timeout"]}
+                keyed = _keyed_class()(  # one limiter for every store: the store decides, it does the rest
                     name,
                     spec.config,
                     clock=_clock,
-                    max_keys=spec.options["max_keys"],
-                    idle_timeout_ns=spec.options["key_idle_timeout"],
-                    on_error=spec.options["on_backend_error"],
+                    store=build(name, spec.config, clock=_clock, on_error=spec.options["on_backend_error"], **bounds),
+                    **bounds,
                 )
                 state.keyed[name] = keyed
                 for callback in build_callbacks:

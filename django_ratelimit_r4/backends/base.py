@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from ..core.backend import BackendFactory, RateLimiterBackend
+from ..core.backend import BackendFactory, KeyedBackend, RateLimiterBackend
 from ..core.clock import Clock
 
 __all__ = [
@@ -144,7 +144,7 @@ class Store(Protocol):
         """The :class:`BackendFactory` a ``RateLimiter`` of this store is built with."""
         ...
 
-    def keyed_rate_limiter(
+    def keyed_store(
         self,
         name: str,
         config: Any,
@@ -153,8 +153,11 @@ class Store(Protocol):
         max_keys: int,
         idle_timeout_ns: int | None,
         on_error: str | None,
-    ) -> Any:
-        """The per-key store of rate limiter ``name`` (``KeyedRateLimiter``'s interface)."""
+    ) -> KeyedBackend:
+        """The per-key state of rate limiter ``name``, a :class:`~django_ratelimit_r4.core.backend.KeyedBackend`
+        on ``clock``; the registry builds the one ``KeyedRateLimiter`` over it (events, waiting, exceptions and
+        metrics are the limiter's, whatever the store). ``max_keys`` / ``idle_timeout_ns`` bound a store kept
+        in this process (a remote store may use them for its in-process fallback)."""
         ...
 
 

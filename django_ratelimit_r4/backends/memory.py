@@ -706,7 +706,7 @@ class MemoryStore:
         """:class:`MemoryBackend` itself (its constructor is the factory)."""
         return MemoryBackend
 
-    def keyed_rate_limiter(
+    def keyed_store(
         self,
         name: str,
         config: Any,
@@ -716,10 +716,10 @@ class MemoryStore:
         idle_timeout_ns: int | None,
         on_error: str | None,
     ) -> Any:
-        """An in-process :class:`~django_ratelimit_r4.keyed.KeyedRateLimiter`."""
-        from ..keyed import KeyedRateLimiter  # the keyed store imports this module's package
+        """The in-process store of ``config``'s algorithm (:func:`~django_ratelimit_r4.keyed.memory_keyed_store`)."""
+        from ..keyed import memory_keyed_store  # the keyed stores import this module's package
 
-        return KeyedRateLimiter(name, config, clock=clock, max_keys=max_keys, idle_timeout_ns=idle_timeout_ns)
+        return memory_keyed_store(config, clock, max_keys=max_keys, idle_timeout_ns=idle_timeout_ns)
 
     def __repr__(self) -> str:
         return f"MemoryStore({self.alias!r})"

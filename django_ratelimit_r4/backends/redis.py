@@ -2311,7 +2311,8 @@ class RedisKeyedRateLimiter(KeyedRateLimiter):
     """A :class:`~django_ratelimit_r4.keyed.KeyedRateLimiter` on a :class:`RedisKeyedStore`: the name kept for
     code that builds one directly (``RedisKeyedRateLimiter(name, config, url=...)``). It only builds the store
     (:attr:`store_type`, from the keyword arguments; ``max_keys`` / ``idle_timeout_ns`` go to both); everything else is
-    ``KeyedRateLimiter``'s. ``RedisStore`` builds a plain ``KeyedRateLimiter(..., store=...)``.
+    ``KeyedRateLimiter``'s. The registry builds a plain ``KeyedRateLimiter(..., store=...)`` over
+    :meth:`RedisStore.keyed_store`.
     """
 
     #: The store this name builds (the GCRA, sliding-window and lease names set theirs).
@@ -2535,7 +2536,7 @@ class RedisStore:
         )
         return factory
 
-    def keyed_rate_limiter(
+    def keyed_store(
         self,
         name: str,
         config: Any,
@@ -2544,16 +2545,17 @@ class RedisStore:
         max_keys: int,
         idle_timeout_ns: int | None,
         on_error: str | None,
-    ) -> KeyedRateLimiter:
-        """A :class:`~django_ratelimit_r4.keyed.KeyedRateLimiter` on a :class:`RedisKeyedStore` (GCRA's, the
-        sliding window's, for their ``algorithm``) on this store's connection, with ``on_error``'s fault policy."""
+    ) -> RedisKeyedStore:
+        """A :class:`RedisKeyedStore` (GCRA's, the sliding window's, for their ``algorithm``) on this store's
+        connection, with ``on_error``'s fault policy (``max_keys`` / ``idle_timeout_ns`` bound its "local"
+        fallback)."""
         cls: Any = RedisKeyedStore
         algorithm = getattr(config, "algorithm", "cycle")
         if algorithm == "gcra":
             from .redis_gcra import RedisGcraKeyedStore as cls
         elif algorithm == "sliding_window":
             from .redis_sliding import RedisSlidingKeyedStore as cls
-        return self._keyed(
+        return self._keyed(  # type: ignore[no-any-return]
             cls, name, config, clock=clock, max_keys=max_keys, idle_timeout_ns=idle_timeout_ns, on_error=on_error
         )
 
@@ -2568,10 +2570,10 @@ class RedisStore:
         idle_timeout_ns: int | None,
         on_error: str | None,
         **extra: Any,
-    ) -> KeyedRateLimiter:
-        # A keyed limiter on a store of class ``cls`` on this store's connection, with on_error's fault policy
-        # and ``extra`` keyword arguments (a lease).
-        store = cls(
+    ) -> Any:
+        # A keyed store of class ``cls`` on this store's connection, with on_error's fault policy and ``extra``
+        # keyword arguments (a lease).
+        return cls(
             name,
             config,
             clock=clock,
@@ -2582,9 +2584,6 @@ class RedisStore:
             idle_timeout_ns=idle_timeout_ns,
             connection_options=self.connection_options,
             **extra,
-        )
-        return KeyedRateLimiter(
-            name, config, clock=clock, max_keys=max_keys, idle_timeout_ns=idle_timeout_ns, store=store
         )
 
     def bulkhead(

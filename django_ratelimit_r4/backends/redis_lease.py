@@ -75,7 +75,7 @@ __all__ = [
     "RedisLeaseKeyedRateLimiter",
     "RedisLeaseKeyedStore",
     "lease_backend_factory",
-    "lease_keyed_rate_limiter",
+    "lease_keyed_store",
     "redis_lease_backend",
 ]
 
@@ -503,7 +503,7 @@ def lease_backend_factory(store: Any, on_error: str | None, lease: int) -> Any:
     )
 
 
-def lease_keyed_rate_limiter(
+def lease_keyed_store(
     store: Any,
     name: str,
     config: Any,
@@ -514,8 +514,7 @@ def lease_keyed_rate_limiter(
     on_error: str | None,
     lease: int,
 ) -> Any:
-    """A ``KeyedRateLimiter`` on a :class:`RedisLeaseKeyedStore` of ``store`` (the registry's hook for a keyed
-    ``lease``)."""
+    """A :class:`RedisLeaseKeyedStore` on ``store``'s connection (the registry's hook for a keyed ``lease``)."""
     return store._keyed(
         RedisLeaseKeyedStore,
         name,

@@ -9,7 +9,9 @@ import inspect
 from typing import Any
 
 import pytest
+from django.test import override_settings
 
+from django_ratelimit_r4 import registry
 from django_ratelimit_r4.backends.memory import MemoryStore
 from django_ratelimit_r4.core.backend import KeyedBackend
 from django_ratelimit_r4.core.clock import FakeClock
@@ -73,15 +75,28 @@ def test_the_redis_names_are_the_one_limiter_building_a_store(cls: type) -> None
     assert issubclass(cls.store_type, rb.RedisKeyedStore)  # type: ignore[attr-defined]
 
 
-def test_both_stores_build_the_same_limiter_class(redis_url: str, prefix: str) -> None:
-    built = [
-        store.keyed_rate_limiter(
-            "k", _config(), clock=FakeClock(), max_keys=10, idle_timeout_ns=None, on_error="local"
-        )
-        for store in (MemoryStore("default"), rb.RedisStore("shared", redis_url, {"key_prefix": prefix}))
+@pytest.mark.django_db(databases=[])
+def test_the_registry_builds_the_same_limiter_class_over_every_store(redis_url: str, prefix: str) -> None:
+    """The stores build stores (``Store.keyed_store``); the registry wraps each in the one ``KeyedRateLimiter``."""
+    setting = {
+        "backends": {"shared": {"BACKEND": "redis", "LOCATION": redis_url, "OPTIONS": {"key_prefix": prefix}}},
+        "ratelimiters": {"instances": {
+            "local": {"key": "ip"},
+            "smooth": {"key": "ip", "algorithm": "gcra"},
+            "global": {"key": "ip", "backend": "shared"},
+            "leased": {"key": "ip", "backend": "shared", "lease": 2},
+        }},
+    }
+    with override_settings(RATELIMIT_R4=setting):
+        built = {name: registry.get_keyed_rate_limiter(name) for name in ("local", "smooth", "global", "leased")}
+    assert {type(limiter) for limiter in built.values()} == {KeyedRateLimiter}
+    assert [type(limiter.store) for limiter in built.values()] == [
+        MemoryKeyedStore, SmoothKeyedStore, rb.RedisKeyedStore, rl.RedisLeaseKeyedStore
     ]
-    assert [type(limiter) for limiter in built] == [KeyedRateLimiter, KeyedRateLimiter]
-    assert [type(limiter.store) for limiter in built] == [MemoryKeyedStore, rb.RedisKeyedStore]
+    store = MemoryStore("default").keyed_store(
+        "k", _config(), clock=FakeClock(), max_keys=10, idle_timeout_ns=None, on_error=None
+    )
+    assert isinstance(store, KeyedBackend) and store.max_keys == 10
 
 
 def _scenario(limiter: KeyedRateLimiter, clock: FakeClock) -> list[Any]:
