@@ -134,6 +134,14 @@ def _pk(salt: bytes, key: str) -> str:
     return partition_key(key, salt)
 
 
+def _untraced(exc: RequestNotPermitted) -> RequestNotPermitted:
+    """A rejection to return (not raise): without the traceback of its raise, whose frames link back
+    (``f_back``) to every caller. A caller holding the returned rejection in a local would otherwise close a
+    reference cycle through them, and every denied request (its request, view and frames) would wait for the
+    cyclic GC instead of being freed at once."""
+    return exc.with_traceback(None)
+
+
 def _secret_salt() -> bytes:
     """A server-secret salt for ``pk`` so a hashed IPv4 key cannot be reversed by brute force."""
     from django.conf import settings
@@ -510,7 +518,7 @@ class RateLimitGate:
                 return None, keys, []
             outcome, quotas = plan.acquire_all_quotas(entries, self.permits)  # type: ignore[misc]
         except RequestNotPermitted as exc:
-            return exc, keys, list(exc.quotas or ())
+            return _untraced(exc), keys, list(exc.quotas or ())
         return self._outcome(entries, outcome, quotas), keys, quotas
 
     async def _aremote(
@@ -531,7 +539,7 @@ class RateLimitGate:
                 return None, keys, []
             outcome, quotas = await plan.aacquire_all_quotas(entries, self.permits)  # type: ignore[misc]
         except RequestNotPermitted as exc:
-            return exc, keys, list(exc.quotas or ())
+            return _untraced(exc), keys, list(exc.quotas or ())
         return self._outcome(entries, outcome, quotas), keys, quotas
 
     @staticmethod
@@ -580,6 +588,27 @@ class RateLimitGate:
     def check(self, request: Any) -> tuple[RequestNotPermitted | None, dict[str, str]]:
         """Sync decision for ``request``: ``(None or the rejection, RateLimit header fields)``."""
         plan = self.plan()
+        acquire_quota = plan.keyed_acquire_quota
+        if acquire_quota is not None and (request.method in self._methods) is not self._skip_if_listed:
+            # The DRF throttle's keyed fast path, as _call's: the client's cached constants, then one locked
+            # decision that also gives the header figures (a rejection reads them once more).
+            entry = plan.keyed_entry(request)
+            if entry is None:
+                return None, {}  # the key function exempts this request: no limit applied
+            key, policy, prefix, pk = entry
+            try:
+                remaining, reset_ns = acquire_quota(key, self.permits)
+            except RequestNotPermitted as exc:
+                figures = exc.quotas
+                remaining, reset_ns = figures[0] if figures else plan.limits[0].keyed.quota(key)  # type: ignore[union-attr]
+                return _untraced(exc), {
+                    "RateLimit-Policy": policy,
+                    "RateLimit": draft10_state(prefix, remaining, delay_seconds(reset_ns), pk),
+                }
+            return None, {
+                "RateLimit-Policy": policy,
+                "RateLimit": draft10_state(prefix, remaining, delay_seconds(reset_ns), pk),
+            }
         if plan.remote_quotas and (request.method in self._methods) is not self._skip_if_listed:
             rejection, keys, quotas = self._remote(plan, request)
             return rejection, self._fields(plan, self._pairs(plan, keys), quotas)
@@ -589,7 +618,7 @@ class RateLimitGate:
         try:
             self._take(plan, keys)
         except RequestNotPermitted as exc:
-            return exc, self._headers(plan, keys)  # the keys of the decision: computed once
+            return _untraced(exc), self._headers(plan, keys)  # the keys of the decision: computed once
         return None, self._headers(plan, keys)
 
     def call(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
@@ -640,7 +669,12 @@ class RateLimitGate:
             # Redis with header fields: one round trip decides and reads them.
             rejection, keys, quotas = self._remote(plan, request)
             if rejection is not None:
-                raise rejection
+                try:
+                    raise rejection
+                finally:
+                    # Not kept in this frame, which the traceback holds: that cycle would leave the request,
+                    # the response and every frame of the rejection to the cyclic GC.
+                    del rejection
             response = fn(*args, **kwargs)
             if request is not None and isinstance(response, HttpResponseBase):
                 write_fields(response, self._fields(plan, self._pairs(plan, keys), quotas))
@@ -676,7 +710,10 @@ class RateLimitGate:
             # Redis with header fields: one awaited round trip decides and reads them.
             rejection, applied, quotas = await self._aremote(plan, request)
             if rejection is not None:
-                raise rejection
+                try:
+                    raise rejection
+                finally:
+                    del rejection  # no reference cycle through the traceback (see _call)
             response = await fn(*args, **kwargs)
             if request is not None and isinstance(response, HttpResponseBase):
                 write_fields(response, self._fields(plan, self._pairs(plan, applied), quotas))

@@ -85,3 +85,37 @@ def test_a_service_function_rejection_without_fallback_skips_the_handler(monkeyp
         assert len(handled) == 2
     finally:
         get_circuit_breaker("acquirer").reset()
+
+
+@pytest.mark.parametrize("key", ["ip", lambda request: "client"])
+def test_check_keyed_fast_path_writes_what_the_general_path_reads(r4_clock, key) -> None:
+    """``check()`` (the DRF throttle) on one in-memory keyed limit decides and reads the figures in one locked
+    step from the client's cached constants: its fields are exactly what the general path formats from
+    ``quota()`` right after (the FakeClock does not move), allowed and rejected."""
+    gate = RateLimitGate("per_ip", key=key)  # 2 per period
+    plan = gate.plan()
+    assert plan.keyed_acquire_quota is not None  # the path under test
+    request = RequestFactory().get("/k", REMOTE_ADDR="198.51.100.7")
+    for rejected in (False, False, True, True):
+        rejection, headers = gate.check(request)
+        assert isinstance(rejection, RequestNotPermitted) is rejected
+        assert headers == gate._headers(plan, gate._keys(plan, request))
+
+
+def test_check_keyed_fast_path_lets_an_exempt_request_through(r4_clock) -> None:
+    gate = RateLimitGate("per_ip", key=lambda request: None)
+    assert gate.plan().keyed_acquire_quota is not None
+    request = RequestFactory().get("/k")
+    for _ in range(5):
+        assert gate.check(request) == (None, {})
+
+
+@pytest.mark.parametrize("key", [None, "ip"])
+def test_check_returns_its_rejection_without_a_traceback(r4_clock, key) -> None:
+    """A returned (not raised) rejection carries no traceback: its frames link back to every caller, and a
+    caller holding it (the DRF throttle does) would make a reference cycle left to the cyclic GC."""
+    gate = RateLimitGate("per_ip", key=key)
+    request = RequestFactory().get("/k", REMOTE_ADDR="198.51.100.9")
+    while (rejection := gate.check(request)[0]) is None:
+        pass
+    assert isinstance(rejection, RequestNotPermitted) and rejection.__traceback__ is None

@@ -20,6 +20,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from django_ratelimit_r4 import get_rate_limiter, registry
+from django_ratelimit_r4.core.exceptions import RequestNotPermitted
 from django_ratelimit_r4.decorators import RateLimitGate, ratelimit
 from django_ratelimit_r4.rest_framework import RateLimiterThrottle
 
@@ -213,3 +214,36 @@ def test_multi_limit_denied_by_the_long_limit_reports_both_figures(server: Any, 
     assert response.status_code == 429
     assert _fields(response) == _separate_reads(["one", "sustained"])
     assert "r=0" in response["RateLimit"].split(",")[1]
+
+
+def _cyclic_garbage(fn: Any) -> list[Any]:
+    """What ``fn()`` leaves for the cyclic GC (objects only a reference cycle keeps alive)."""
+    import gc
+
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        fn()
+        gc.collect()
+        return list(gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+
+
+@pytest.mark.parametrize("view", [one, keyed, multi, _drf("one"), _drf("per_ip")], ids=["one", "keyed", "multi", "drf", "drf-keyed"])
+def test_a_rejected_request_leaves_nothing_to_the_cyclic_gc(server: Any, view: Any) -> None:
+    """A 429 is freed as soon as it is answered: the rejection (returned by the one-round-trip decision, then
+    raised) keeps no traceback linking back to a frame that holds it, so no reference cycle carries the
+    request, the response and every frame of the call to the cyclic GC (found with 52 objects per request)."""
+    factory = RequestFactory()
+
+    def requests() -> None:
+        for _ in range(3):
+            response = view(factory.get("/", REMOTE_ADDR=PEER))
+        assert response.status_code == 429
+
+    left = _cyclic_garbage(requests)
+    assert not [o for o in left if isinstance(o, RequestNotPermitted) or type(o).__name__ in ("frame", "traceback")]
