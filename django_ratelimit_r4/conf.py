@@ -31,8 +31,16 @@ from django.core.signals import setting_changed
 from .core.adaptivethrottler import AdaptiveThrottlerConfig
 from .core.bulkhead import BulkheadConfig
 from .core.circuitbreaker import CircuitBreakerConfig
-from .core.config import field_names, import_string
-from .core.durations import MAX_PERIOD_NS, DurationError, Nanos, format_duration, parse_duration
+from .core.config import (
+    InvalidValue,
+    boolean_value,
+    callable_value,
+    field_names,
+    import_string,
+    integer_value,
+    positive_duration_value,
+)
+from .core.durations import MAX_PERIOD_NS, Nanos, format_duration
 from .core.exceptions import ConfigurationError
 from .core.ratelimiter import RateLimiterConfig
 from .core.rates import RateError, parse_rate
@@ -329,7 +337,6 @@ DRAFT_10 = "draft-10"
 DRAFT_6 = "draft-6"
 _HEADER_STYLES = (DRAFT_10, DRAFT_6)
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
-_DURATION_HINT = "Write durations as timedelta or a string with a unit: '500ms', '1s', '5m'."
 #: The shorthand a rate limiter entry may use instead of the two fields it stands for.
 RATE = "rate"
 _RATE_FIELDS = ("limit_for_period", "limit_refresh_period")
@@ -549,13 +556,9 @@ def _known(options: Iterable[str]) -> str:
     return ", ".join(sorted(options))
 
 
-class _Invalid(Exception):
-    """Internal: one invalid value, with its message and hint."""
-
-    def __init__(self, message: str, hint: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
+#: One invalid value (message, hint), raised by the rules (core.config's and the backends') and by this module's
+#: own settings rules; the walkers turn it into a Problem at the setting's path.
+_Invalid = InvalidValue
 
 
 # ------------------------------------------------------------------------------- per-instance extras
@@ -594,11 +597,7 @@ def _parse_key(value: object) -> str | Callable[..., Any] | None:
 
 
 def _parse_max_keys(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _Invalid(f"must be an integer, got {value!r}")
-    if value < 1:
-        raise _Invalid(f"must be >= 1, got {value}")
-    return value
+    return integer_value(value, minimum=1)
 
 
 _LEASE_HINT = (
@@ -618,18 +617,8 @@ def _parse_lease(value: object) -> int | None:
     return value
 
 
-def _parse_positive_duration(value: object) -> Nanos:
-    try:
-        nanos = parse_duration(value)
-    except DurationError as exc:
-        raise _Invalid(str(exc), _DURATION_HINT) from None
-    if nanos <= 0:
-        raise _Invalid(f"must be longer than 0s, got {format_duration(nanos)}", _DURATION_HINT)
-    return nanos
-
-
 def _parse_retry_after(value: object) -> Nanos:
-    nanos = _parse_positive_duration(value)
+    nanos = positive_duration_value(value)
     if nanos > MAX_PERIOD_NS:
         raise _Invalid(
             f"must be at most {format_duration(MAX_PERIOD_NS)}, got {format_duration(nanos)}",
@@ -645,19 +634,16 @@ MIN_LEASE_TTL = Nanos(300_000_000)
 
 
 def _parse_lease_ttl(value: object) -> Nanos:
-    nanos = _parse_positive_duration(value)
-    if nanos < MIN_LEASE_TTL or nanos > MAX_PERIOD_NS:
-        raise _Invalid(
-            f"must be between {format_duration(MIN_LEASE_TTL)} and {format_duration(MAX_PERIOD_NS)}, "
-            f"got {format_duration(nanos)}",
-            "A worker killed mid-call gives its slots back after this; keep it well above your longest pause "
-            '(GC, CPU starvation): the default "10s" suits most.',
-        )
-    return nanos
+    return positive_duration_value(
+        value,
+        between=(MIN_LEASE_TTL, MAX_PERIOD_NS),
+        hint="A worker killed mid-call gives its slots back after this; keep it well above your longest pause "
+        '(GC, CPU starvation): the default "10s" suits most.',
+    )
 
 
 def _parse_idle_timeout(value: object) -> Nanos | None:
-    return None if value is None else _parse_positive_duration(value)
+    return None if value is None else positive_duration_value(value)
 
 
 def _parse_budget_name(value: object) -> str | None:
@@ -1029,16 +1015,7 @@ def _option_response_builder(value: object, raw: Mapping[str, Any]) -> Callable[
     hint = (
         "Give a dotted path to callable(request, exc) -> HttpResponse, e.g. 'myproject.responses.too_many'."
     )
-    if value is None:
-        return None
-    if isinstance(value, str):
-        try:
-            value = import_string(value)
-        except Exception as exc:
-            raise _Invalid(f"cannot import {value!r}: {exc}", hint) from None
-    if not callable(value):
-        raise _Invalid(f"must be callable or a dotted path to a callable, got {value!r}", hint)
-    return value
+    return None if value is None else callable_value(value, import_hint=hint, hint=hint)
 
 
 def _option_trusted_proxies(value: object, raw: Mapping[str, Any]) -> int | tuple[IPNetwork | str, ...]:
@@ -1086,19 +1063,15 @@ def _option_token(value: object, raw: Mapping[str, Any]) -> str | None:
 
 
 def _option_metrics(value: object, raw: Mapping[str, Any]) -> bool:
-    if not isinstance(value, bool):
-        raise _Invalid(f"must be True or False, got {value!r}")
-    return value
+    return boolean_value(value)
 
 
 def _option_enabled(value: object, raw: Mapping[str, Any]) -> bool:
-    if not isinstance(value, bool):
-        raise _Invalid(
-            f"must be True or False, got {value!r}",
-            "False turns every decorator and throttle into a pass-through, e.g. "
-            'RATELIMIT_R4["enabled"] = os.environ.get("RATELIMIT_ENABLE", "1") == "1".',
-        )
-    return value
+    return boolean_value(
+        value,
+        "False turns every decorator and throttle into a pass-through, e.g. "
+        'RATELIMIT_R4["enabled"] = os.environ.get("RATELIMIT_ENABLE", "1") == "1".',
+    )
 
 
 _OPTION_PARSERS: dict[str, tuple[Callable[[Any, Mapping[str, Any]], Any], Code]] = {
@@ -1140,20 +1113,17 @@ def _parse_stall_detector(value: object, problems: list[Problem]) -> StallDetect
                     _did_you_mean(key, ("enabled", "threshold")) or "Known options: enabled, threshold.",
                 )
             )
-    enabled = value.get("enabled", default.enabled)
-    if not isinstance(enabled, bool):
+    enabled = default.enabled
+    try:
+        enabled = boolean_value(value.get("enabled", default.enabled))
+    except _Invalid as exc:
         problems.append(
-            Problem(
-                Code.INVALID_STALL_DETECTOR,
-                setting_path("stall_detector", "enabled"),
-                f"must be True or False, got {enabled!r}",
-            )
+            Problem(Code.INVALID_STALL_DETECTOR, setting_path("stall_detector", "enabled"), exc.message, exc.hint)
         )
-        enabled = default.enabled
     threshold = default.threshold_ns
     if "threshold" in value:
         try:
-            threshold = _parse_positive_duration(value["threshold"])
+            threshold = positive_duration_value(value["threshold"])
         except _Invalid as exc:
             problems.append(
                 Problem(
@@ -1281,7 +1251,7 @@ def _parse_redis_options(options: object, at: str, problems: list[Problem]) -> d
                     )
                 parsed[key] = value
             else:
-                parsed[key] = _parse_positive_duration(value) / 1e9
+                parsed[key] = positive_duration_value(value) / 1e9
         except _Invalid as exc:
             _backend_problem(problems, Code.INVALID_REDIS_OPTION, where, exc.message, exc.hint)
     return parsed
@@ -1743,14 +1713,12 @@ def _parse_control(value: object, analysis: Analysis) -> None:
     interval = DEFAULT_HEARTBEAT_INTERVAL
     if "heartbeat_interval" in value:
         try:
-            interval = _parse_positive_duration(value["heartbeat_interval"])
-            if not MIN_HEARTBEAT_INTERVAL <= interval <= MAX_HEARTBEAT_INTERVAL:
-                raise _Invalid(
-                    f"must be between {format_duration(MIN_HEARTBEAT_INTERVAL)} and "
-                    f"{format_duration(MAX_HEARTBEAT_INTERVAL)}, got {format_duration(interval)}",
-                    f"A worker is listed until {HEARTBEAT_TTL_INTERVALS} intervals pass without its heartbeat; "
-                    'the default "5s" suits most.',
-                )
+            interval = positive_duration_value(
+                value["heartbeat_interval"],
+                between=(MIN_HEARTBEAT_INTERVAL, MAX_HEARTBEAT_INTERVAL),
+                hint=f"A worker is listed until {HEARTBEAT_TTL_INTERVALS} intervals pass without its heartbeat; "
+                'the default "5s" suits most.',
+            )
         except _Invalid as exc:
             problems.append(
                 Problem(Code.INVALID_CONTROL, setting_path("control", "heartbeat_interval"), exc.message, exc.hint)

@@ -8,13 +8,27 @@ one :class:`ConfigurationError`. The Django system checks reuse exactly this, so
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from .durations import DurationError, parse_duration
+from .durations import DURATION_HINT, DurationError, Nanos, format_duration, parse_duration
 from .exceptions import ConfigurationError, FieldError
 
-__all__ = ["Validator", "import_string"]
+__all__ = [
+    "InvalidValue",
+    "Validator",
+    "boolean_value",
+    "callable_value",
+    "duration_value",
+    "import_string",
+    "integer_value",
+    "positive_duration_value",
+]
+
+#: The hint of a duration above its ``max_ns`` (a config's periods and waits).
+_TOO_LONG_HINT = "Longer periods are refused: a client would be told to retry after more than a year."
+_CALLABLE_HINT = "Give the full dotted path of a module-level function, e.g. 'myapp.resilience.is_server_error'."
+_NOT_CALLABLE_HINT = "In settings, write the function's dotted path as a string; in code, pass the function itself."
 
 
 def import_string(dotted_path: str) -> Any:
@@ -30,8 +44,87 @@ def import_string(dotted_path: str) -> Any:
         raise ImportError(f"module '{module_path}' has no attribute '{attr}'") from None
 
 
+class InvalidValue(ValueError):
+    """One value breaks its rule: ``message`` says how, ``hint`` how to fix it.
+
+    Raised by the rules below, which are the one source of each value rule: a config's :class:`Validator`
+    records it as a :class:`FieldError` of its field, the settings analysis (``conf``) as a check problem at the
+    setting's path.
+    """
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+def duration_value(
+    value: object, *, min_ns: int = 0, max_ns: int | None = None, max_hint: str | None = _TOO_LONG_HINT
+) -> Nanos:
+    """``value`` as integer nanoseconds within ``[min_ns, max_ns]``; a timedelta or a string with a unit."""
+    try:
+        nanos = parse_duration(value)
+    except DurationError as exc:
+        raise InvalidValue(str(exc), DURATION_HINT) from None
+    if nanos < min_ns:
+        raise InvalidValue(f"must be at least {format_duration(min_ns)}, got {format_duration(nanos)}")
+    if max_ns is not None and nanos > max_ns:
+        raise InvalidValue(f"must be at most {format_duration(max_ns)}, got {format_duration(nanos)}", max_hint)
+    return nanos
+
+
+def positive_duration_value(
+    value: object, *, between: tuple[int, int] | None = None, hint: str | None = None
+) -> Nanos:
+    """A duration longer than 0s and, with ``between=(low, high)``, within those bounds (``hint`` then says why)."""
+    nanos = duration_value(value)
+    if nanos <= 0:
+        raise InvalidValue(f"must be longer than 0s, got {format_duration(nanos)}", DURATION_HINT)
+    if between is not None and not between[0] <= nanos <= between[1]:
+        raise InvalidValue(
+            f"must be between {format_duration(between[0])} and {format_duration(between[1])}, "
+            f"got {format_duration(nanos)}",
+            hint,
+        )
+    return nanos
+
+
+def integer_value(
+    value: object, *, minimum: int | None = None, maximum: int | None = None, hint: str | None = None
+) -> int:
+    """An int (not a bool) within the inclusive bounds."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidValue(f"must be an integer, got {value!r}", hint)
+    if minimum is not None and value < minimum:
+        raise InvalidValue(f"must be >= {minimum}, got {value}", hint)
+    if maximum is not None and value > maximum:
+        raise InvalidValue(f"must be <= {maximum}, got {value}", hint)
+    return value
+
+
+def boolean_value(value: object, hint: str | None = None) -> bool:
+    """True or False, nothing truthy."""
+    if not isinstance(value, bool):
+        raise InvalidValue(f"must be True or False, got {value!r}", hint)
+    return value
+
+
+def callable_value(
+    value: object, *, import_hint: str | None = _CALLABLE_HINT, hint: str | None = _NOT_CALLABLE_HINT
+) -> Callable[..., Any]:
+    """A callable, given directly or as a dotted path (imported here; an import that fails says why)."""
+    if isinstance(value, str):
+        try:
+            value = import_string(value)
+        except Exception as exc:  # a user module imported by the dotted path may raise anything
+            raise InvalidValue(f"cannot import {value!r}: {exc}", import_hint) from None
+    if not callable(value):
+        raise InvalidValue(f"must be callable or a dotted path to a callable, got {value!r}", hint)
+    return value
+
+
 class Validator:
-    """Collects field errors while a config normalises itself."""
+    """Collects field errors while a config normalises itself (each check is one of the rules above)."""
 
     def __init__(self, config: object) -> None:
         self.config = config
@@ -52,36 +145,16 @@ class Validator:
         if value is None and allow_none:
             return
         try:
-            nanos = parse_duration(value)
-        except DurationError as exc:
-            self.error(name, str(exc), "Write durations as timedelta or a string with a unit: '500ms', '1s', '5m'.")
-            return
-        if nanos < min_ns:
-            from .durations import format_duration
-
-            self.error(name, f"must be at least {format_duration(min_ns)}, got {format_duration(nanos)}")
-            return
-        if max_ns is not None and nanos > max_ns:
-            from .durations import format_duration
-
-            self.error(
-                name,
-                f"must be at most {format_duration(max_ns)}, got {format_duration(nanos)}",
-                "Longer periods are refused: a client would be told to retry after more than a year.",
-            )
-            return
-        self._set(name, nanos)
+            self._set(name, duration_value(value, min_ns=min_ns, max_ns=max_ns))
+        except InvalidValue as exc:
+            self.error(name, exc.message, exc.hint)
 
     def integer(self, name: str, *, minimum: int | None = None, maximum: int | None = None) -> None:
         """Check an integer field against inclusive bounds."""
-        value = getattr(self.config, name)
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.error(name, f"must be an integer, got {value!r}")
-            return
-        if minimum is not None and value < minimum:
-            self.error(name, f"must be >= {minimum}, got {value}")
-        elif maximum is not None and value > maximum:
-            self.error(name, f"must be <= {maximum}, got {value}")
+        try:
+            integer_value(getattr(self.config, name), minimum=minimum, maximum=maximum)
+        except InvalidValue as exc:
+            self.error(name, exc.message, exc.hint)
 
     def number(
         self, name: str, *, gt: float | None = None, ge: float | None = None, le: float | None = None
@@ -103,9 +176,10 @@ class Validator:
 
     def boolean(self, name: str) -> None:
         """Check a boolean field."""
-        value = getattr(self.config, name)
-        if not isinstance(value, bool):
-            self.error(name, f"must be True or False, got {value!r}")
+        try:
+            boolean_value(getattr(self.config, name))
+        except InvalidValue as exc:
+            self.error(name, exc.message, exc.hint)
 
     def choice(self, name: str, choices: Iterable[str]) -> None:
         """Check a string enum field (case-insensitive; stored upper-case)."""
@@ -144,24 +218,10 @@ class Validator:
         value = getattr(self.config, name)
         if value is None:
             return
-        if isinstance(value, str):
-            try:
-                value = import_string(value)
-            except ImportError as exc:
-                self.error(
-                    name,
-                    f"cannot import '{getattr(self.config, name)}': {exc}",
-                    "Give the full dotted path of a module-level function, e.g. 'myapp.resilience.is_server_error'.",
-                )
-                return
-        if not callable(value):
-            self.error(
-                name,
-                f"must be callable or a dotted path to a callable, got {value!r}",
-                "In settings, write the function's dotted path as a string; in code, pass the function itself.",
-            )
-            return
-        self._set(name, value)
+        try:
+            self._set(name, callable_value(value))
+        except InvalidValue as exc:
+            self.error(name, exc.message, exc.hint)
 
     def check(self, name: str, ok: bool, message: str, hint: str | None = None) -> None:
         """Record ``message`` for ``name`` unless ``ok``."""

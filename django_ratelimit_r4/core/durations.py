@@ -6,7 +6,10 @@ import re
 from datetime import timedelta
 from fractions import Fraction
 
-__all__ = ["MAX_PERIOD_NS", "DurationError", "Nanos", "format_duration", "parse_duration"]
+__all__ = ["DURATION_HINT", "MAX_PERIOD_NS", "DurationError", "Nanos", "format_duration", "parse_duration"]
+
+#: How to write a duration: the hint of every duration error (configs and settings alike).
+DURATION_HINT = "Write durations as timedelta or a string with a unit: '500ms', '1s', '5m'."
 
 #: Longest period, wait or open time a config may set: 366 days. Longer is a mistake (a typo'd unit, an
 #: "infinite" sentinel) that would otherwise reach clients as a Retry-After of dozens of digits.
