@@ -28,6 +28,14 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
+from .backends.base import (
+    DEFAULT_LEASE_TTL,
+    FAULT_POLICIES,
+    ON_BACKEND_ERROR,
+    ON_BACKEND_ERROR_OF,
+    lease_ttl_value,
+    on_backend_error_value,
+)
 from .core.adaptivethrottler import AdaptiveThrottlerConfig
 from .core.bulkhead import BulkheadConfig
 from .core.circuitbreaker import CircuitBreakerConfig
@@ -331,7 +339,8 @@ _OPTION_KEYS = (
 #: Top-level option holding the named retry budgets (``{name: RetryBudgetConfig fields}``).
 RETRY_BUDGETS = "retry_budgets"
 _BACKENDS = ("memory", "redis")
-_FAULT_POLICIES = ("open", "closed")
+#: ``redis_fault_policy``'s values: the backends' fault policies but "local" (what not writing it means).
+_FAULT_POLICIES = tuple(p for p in FAULT_POLICIES if p != "local")
 #: The ``headers`` option's styles (the one list of them; :mod:`~django_ratelimit_r4.headers` formats each).
 DRAFT_10 = "draft-10"
 DRAFT_6 = "draft-6"
@@ -430,10 +439,8 @@ BUILTIN_BACKENDS: Mapping[str, str] = MappingProxyType(
         "redis": "django_ratelimit_r4.backends.redis.RedisStore",
     }
 )
-#: What a rate limiter on a shared backend does while that backend fails (see docs/redis.md).
-ON_BACKEND_ERROR = ("local", "allow", "deny")
-#: ``redis_fault_policy`` (the shorthand default) in ``on_backend_error``'s words.
-_FAULT_POLICY_AS_ON_ERROR = MappingProxyType({"open": "allow", "closed": "deny"})
+#: ``redis_fault_policy`` (the shorthand default) in ``on_backend_error``'s words: the backends' mapping reversed.
+_FAULT_POLICY_AS_ON_ERROR = MappingProxyType({p: ON_BACKEND_ERROR_OF[p] for p in _FAULT_POLICIES})
 #: The ``OPTIONS`` a redis backend accepts; durations are converted to seconds for redis-py.
 REDIS_OPTIONS = (
     "socket_timeout",
@@ -627,21 +634,6 @@ def _parse_retry_after(value: object) -> Nanos:
     return nanos
 
 
-#: A shared bulkhead's lease lives this long without renewal (a killed worker's slots come back within it).
-DEFAULT_LEASE_TTL = Nanos(10_000_000_000)
-#: The shortest ``lease_ttl``: each process renews its leases every third of it.
-MIN_LEASE_TTL = Nanos(300_000_000)
-
-
-def _parse_lease_ttl(value: object) -> Nanos:
-    return positive_duration_value(
-        value,
-        between=(MIN_LEASE_TTL, MAX_PERIOD_NS),
-        hint="A worker killed mid-call gives its slots back after this; keep it well above your longest pause "
-        '(GC, CPU starvation): the default "10s" suits most.',
-    )
-
-
 def _parse_idle_timeout(value: object) -> Nanos | None:
     return None if value is None else positive_duration_value(value)
 
@@ -669,19 +661,10 @@ def _parse_backend_alias(value: object) -> str:
 
 
 def _parse_on_backend_error(value: object) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, str) and value.lower() in ON_BACKEND_ERROR:
-        return value.lower()
-    hint = _did_you_mean(value, ON_BACKEND_ERROR)
-    if hint is None and isinstance(value, str) and value.lower() in _FAULT_POLICY_AS_ON_ERROR:
-        hint = f"redis_fault_policy {value.lower()!r} is written {_FAULT_POLICY_AS_ON_ERROR[value.lower()]!r} here."
-    raise _Invalid(
-        f"must be 'local', 'allow' or 'deny', got {value!r}",
-        hint
-        or "'local' decides with a per-process limiter of the same config while the backend fails, "
-        "'allow' admits every request, 'deny' rejects with a 1 s Retry-After.",
-    )
+    try:
+        return on_backend_error_value(value)  # the backends' rule
+    except _Invalid as exc:
+        raise _Invalid(exc.message, _did_you_mean(value, ON_BACKEND_ERROR) or exc.hint) from None
 
 
 # (parser, default, problem code) of every extra option
@@ -693,7 +676,7 @@ _EXTRAS: dict[str, tuple[Callable[[Any], Any], Any, Code]] = {
     "key_idle_timeout": (_parse_idle_timeout, None, Code.INVALID_INSTANCE_OPTION),
     "retry_after": (_parse_retry_after, DEFAULT_BULKHEAD_RETRY_AFTER, Code.INVALID_INSTANCE_OPTION),
     "budget": (_parse_budget_name, None, Code.UNKNOWN_RETRY_BUDGET),
-    "lease_ttl": (_parse_lease_ttl, DEFAULT_LEASE_TTL, Code.INVALID_INSTANCE_OPTION),
+    "lease_ttl": (lease_ttl_value, DEFAULT_LEASE_TTL, Code.INVALID_INSTANCE_OPTION),
     "lease": (_parse_lease, None, Code.INVALID_LEASE),
 }
 

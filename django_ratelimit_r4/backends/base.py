@@ -15,14 +15,24 @@ needs to keep only the two integers per key and call it.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
 from ..core.backend import BackendFactory, KeyedBackend, RateLimiterBackend
 from ..core.clock import Clock
+from ..core.config import InvalidValue, positive_duration_value
+from ..core.durations import MAX_PERIOD_NS as _MAX_CONFIG_PERIOD_NS
+from ..core.durations import Nanos
 
 __all__ = [
+    "DEFAULT_LEASE_TTL",
+    "FAULT_POLICIES",
+    "FAULT_POLICY_OF",
     "MAX_NS_PERIOD",
     "MAX_PERIOD_NS",
+    "MIN_LEASE_TTL",
+    "ON_BACKEND_ERROR",
+    "ON_BACKEND_ERROR_OF",
     "REDIS_MAX_PERIOD_NS",
     "BackendFactory",
     "RateLimiterBackend",
@@ -30,7 +40,9 @@ __all__ = [
     "StoreFactory",
     "decide",
     "div_ceil",
+    "lease_ttl_value",
     "nanos_to_wait",
+    "on_backend_error_value",
     "redis_period_error",
     "refresh",
 ]
@@ -42,6 +54,54 @@ MAX_NS_PERIOD = (2**53 - 1) // 10
 #: microseconds (period_us * 10 < 2**53): ~28.5 years (the configs stop at 366 days anyway).
 MAX_PERIOD_NS = MAX_NS_PERIOD * 1000
 REDIS_MAX_PERIOD_NS = MAX_PERIOD_NS
+
+# ---------------------------------------------------------------------------- shared backends' policies
+# Here, like the periods above, so conf checks them without importing redis; the Redis modules import them.
+
+#: What an instance on a shared backend does while that backend fails, in the setting's words
+#: (``on_backend_error``): decide with a per-process instance of the same config, admit, or reject.
+ON_BACKEND_ERROR = ("local", "allow", "deny")
+#: The same policies in the backends' words (``fault_policy``): "open" admits, "closed" rejects (with a 1 s
+#: wait), "local" decides in process.
+FAULT_POLICIES = ("open", "closed", "local")
+#: ``on_backend_error`` -> ``fault_policy``; None (not written) is "local".
+FAULT_POLICY_OF: Mapping[str | None, str] = MappingProxyType(
+    {"allow": "open", "deny": "closed", "local": "local", None: "local"}
+)
+#: ``fault_policy`` -> ``on_backend_error`` (``redis_fault_policy``, the old top-level shorthand, is in these words).
+ON_BACKEND_ERROR_OF: Mapping[str, str] = MappingProxyType(
+    {policy: on_error for on_error, policy in FAULT_POLICY_OF.items() if on_error is not None}
+)
+#: A shared bulkhead's lease lives this long without renewal (a killed worker's slots come back within it).
+DEFAULT_LEASE_TTL = Nanos(10_000_000_000)
+#: The shortest lease TTL: each process renews its leases every third of it.
+MIN_LEASE_TTL = Nanos(300_000_000)
+
+
+def on_backend_error_value(value: object) -> str | None:
+    """``on_backend_error`` as written (any case) -> one of :data:`ON_BACKEND_ERROR`, or None when not written."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value.lower() in ON_BACKEND_ERROR:
+        return value.lower()
+    fault_policy = value.lower() if isinstance(value, str) else ""
+    raise InvalidValue(
+        f"must be 'local', 'allow' or 'deny', got {value!r}",
+        f"redis_fault_policy {fault_policy!r} is written {ON_BACKEND_ERROR_OF[fault_policy]!r} here."
+        if fault_policy in ON_BACKEND_ERROR_OF
+        else "'local' decides with a per-process limiter of the same config while the backend fails, "
+        "'allow' admits every request, 'deny' rejects with a 1 s Retry-After.",
+    )
+
+
+def lease_ttl_value(value: object) -> Nanos:
+    """A shared bulkhead's ``lease_ttl``: a duration from :data:`MIN_LEASE_TTL` to the longest period."""
+    return positive_duration_value(
+        value,
+        between=(MIN_LEASE_TTL, _MAX_CONFIG_PERIOD_NS),
+        hint="A worker killed mid-call gives its slots back after this; keep it well above your longest pause "
+        '(GC, CPU starvation): the default "10s" suits most.',
+    )
 
 
 def redis_period_error(period_ns: int) -> str | None:

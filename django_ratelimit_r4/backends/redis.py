@@ -67,7 +67,15 @@ from ..core.ratelimiter import (
     refuse_never_grantable,
 )
 from ..keyed import DEFAULT_MAX_KEYS, KeyedRateLimiter, _check_limit, memory_keyed_store
-from .base import MAX_NS_PERIOD, MAX_PERIOD_NS, BackendFactory, RateLimiterBackend, redis_period_error
+from .base import (
+    FAULT_POLICIES,
+    FAULT_POLICY_OF,
+    MAX_NS_PERIOD,
+    MAX_PERIOD_NS,
+    BackendFactory,
+    RateLimiterBackend,
+    redis_period_error,
+)
 from .memory import MemoryBackend
 
 __all__ = [
@@ -109,9 +117,9 @@ logger = logging.getLogger("django_ratelimit_r4.redis")
 
 #: Prefix of every key this backend writes.
 DEFAULT_PREFIX = "r4"
-#: "open": a decision Redis cannot make is granted; "closed": rejected with FAULT_RETRY_AFTER_NS; "local":
-#: decided by an in-process limiter of the same config (``on_backend_error`` "allow", "deny", "local").
-FAULT_POLICIES = ("open", "closed", "local")
+# FAULT_POLICIES (imported from .base, where conf reads them too): "open": a decision Redis cannot make is granted;
+# "closed": rejected with FAULT_RETRY_AFTER_NS; "local": decided by an in-process limiter of the same config
+# (``on_backend_error`` "allow", "deny", "local").
 #: The wait (Retry-After) of a rejection made by the "closed" fault policy.
 FAULT_RETRY_AFTER_NS = 1_000_000_000
 #: After a Redis error, decisions use the fault policy without calling Redis for this long.
@@ -2499,8 +2507,8 @@ def _fault_many_reply(members: list[_Member], permits: int) -> Any:
     return [0]
 
 
-#: ``on_backend_error`` (the setting's words) -> the Redis backend's fault policy.
-_ON_ERROR_POLICY = {"allow": "open", "deny": "closed", "local": "local", None: "local"}
+#: ``on_backend_error`` (the setting's words) -> the Redis backend's fault policy (defined in .base).
+_ON_ERROR_POLICY = FAULT_POLICY_OF
 
 
 class RedisStore:

@@ -62,8 +62,9 @@ from ..core.bulkhead import (
     BulkheadEvents,
 )
 from ..core.clock import SYSTEM_CLOCK, Clock
-from ..core.durations import parse_duration
+from ..core.config import InvalidValue
 from ..core.exceptions import BulkheadFull
+from .base import DEFAULT_LEASE_TTL, FAULT_POLICIES, MIN_LEASE_TTL, lease_ttl_value
 from .redis import (
     CONNECT_TIMEOUT_S,
     DEFAULT_PREFIX,
@@ -84,12 +85,11 @@ __all__ = [
 
 logger = logging.getLogger("django_ratelimit_r4.redis")
 
-#: A lease not renewed for this long is a slot given back (a killed worker's slots return within it).
-DEFAULT_LEASE_TTL = "10s"
-#: The shortest lease TTL accepted: renewals run every third of it.
-MIN_LEASE_TTL_NS = 300_000_000
+# DEFAULT_LEASE_TTL, MIN_LEASE_TTL and the lease_ttl rule are in .base (conf checks them without redis).
+#: The shortest lease TTL accepted, in ns: renewals run every third of it.
+MIN_LEASE_TTL_NS = int(MIN_LEASE_TTL)
 #: ``"local"``: an in-process bulkhead decides while Redis is unreachable; ``"open"`` grants; ``"closed"`` rejects.
-BULKHEAD_FAULT_POLICIES = ("local", "open", "closed")
+BULKHEAD_FAULT_POLICIES = FAULT_POLICIES
 
 #: The Lua source of the bulkhead operations.
 BULKHEAD_SCRIPT = (resources.files(__package__) / "lua" / "bulkhead.lua").read_text(encoding="utf-8")
@@ -238,11 +238,10 @@ class RedisBulkhead:
     ) -> None:
         if fault_policy not in BULKHEAD_FAULT_POLICIES:
             raise ValueError(f"fault_policy must be one of {BULKHEAD_FAULT_POLICIES}, got {fault_policy!r}")
-        ttl_ns = int(parse_duration(lease_ttl))
-        if ttl_ns < MIN_LEASE_TTL_NS:
-            raise ValueError(
-                f"lease_ttl must be at least {MIN_LEASE_TTL_NS // 1_000_000}ms, got {lease_ttl!r}"
-            )
+        try:
+            ttl_ns = int(lease_ttl_value(lease_ttl))
+        except InvalidValue as exc:
+            raise ValueError(f"lease_ttl {exc.message}") from None
         self.name = name
         self.url = url
         self.connection_options: Mapping[str, Any] = dict(connection_options or {})
