@@ -34,6 +34,7 @@ from .backends.base import (
     ON_BACKEND_ERROR,
     ON_BACKEND_ERROR_OF,
     lease_ttl_value,
+    lease_value,
     on_backend_error_value,
 )
 from .core.adaptivethrottler import AdaptiveThrottlerConfig
@@ -607,23 +608,6 @@ def _parse_max_keys(value: object) -> int:
     return integer_value(value, minimum=1)
 
 
-_LEASE_HINT = (
-    'A lease is a count of permits, e.g. "lease": 20: each process takes up to that many permits of the current '
-    "cycle from the shared Redis budget per round trip (see docs/redis.md, Permit leases)."
-)
-
-
-def _parse_lease(value: object) -> int | None:
-    # The bound (<= limit_for_period) and the backend are checked once backends are bound (_check_leases).
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _Invalid(f"must be a positive integer (permits per round trip) or None, got {value!r}", _LEASE_HINT)
-    if value < 1:
-        raise _Invalid(f"must be >= 1, got {value}", _LEASE_HINT)
-    return value
-
-
 def _parse_retry_after(value: object) -> Nanos:
     nanos = positive_duration_value(value)
     if nanos > MAX_PERIOD_NS:
@@ -677,7 +661,8 @@ _EXTRAS: dict[str, tuple[Callable[[Any], Any], Any, Code]] = {
     "retry_after": (_parse_retry_after, DEFAULT_BULKHEAD_RETRY_AFTER, Code.INVALID_INSTANCE_OPTION),
     "budget": (_parse_budget_name, None, Code.UNKNOWN_RETRY_BUDGET),
     "lease_ttl": (lease_ttl_value, DEFAULT_LEASE_TTL, Code.INVALID_INSTANCE_OPTION),
-    "lease": (_parse_lease, None, Code.INVALID_LEASE),
+    # The lease's bound (<= limit_for_period) and backend are checked once backends are bound (_check_leases).
+    "lease": (lease_value, None, Code.INVALID_LEASE),
 }
 
 #: Extra options whose default differs in one section: a bulkhead stays in-process unless it names a backend.

@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..core.backend import BackendFactory, KeyedBackend, RateLimiterBackend
 from ..core.clock import Clock
-from ..core.config import InvalidValue, positive_duration_value
+from ..core.config import InvalidValue, integer_value, positive_duration_value
 from ..core.durations import MAX_PERIOD_NS as _MAX_CONFIG_PERIOD_NS
 from ..core.durations import Nanos
 
@@ -41,6 +41,7 @@ __all__ = [
     "decide",
     "div_ceil",
     "lease_ttl_value",
+    "lease_value",
     "nanos_to_wait",
     "on_backend_error_value",
     "redis_period_error",
@@ -92,6 +93,21 @@ def on_backend_error_value(value: object) -> str | None:
         else "'local' decides with a per-process limiter of the same config while the backend fails, "
         "'allow' admits every request, 'deny' rejects with a 1 s Retry-After.",
     )
+
+
+_LEASE_HINT = (
+    'A lease is a count of permits, e.g. "lease": 20: each process takes up to that many permits of the current '
+    "cycle from the shared Redis budget per round trip (see docs/redis.md, Permit leases)."
+)
+
+
+def lease_value(value: object) -> int | None:
+    """A rate limiter's ``lease``: permits per round trip (an int >= 1), or None for no lease."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidValue(f"must be a positive integer (permits per round trip) or None, got {value!r}", _LEASE_HINT)
+    return integer_value(value, minimum=1, hint=_LEASE_HINT)
 
 
 def lease_ttl_value(value: object) -> Nanos:

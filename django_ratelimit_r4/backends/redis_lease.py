@@ -53,6 +53,7 @@ from typing import Any
 
 from ..core.clock import Clock
 from ..core.ratelimiter import RateLimiterConfig
+from .base import lease_value
 from .redis import (
     _FAULTS,
     _ON_ERROR_POLICY,
@@ -143,8 +144,12 @@ class _Leasing:
     lease_stats: LeaseStats
 
     def _init_leases(self, lease: int, cap: int) -> None:
-        if isinstance(lease, bool) or not isinstance(lease, int) or lease < 1:
-            raise ValueError(f"lease must be a positive int, got {lease!r}")
+        try:
+            valid = lease_value(lease)  # the settings' rule
+        except ValueError as exc:
+            raise ValueError(f"lease {exc}") from None
+        if valid is None:
+            raise ValueError("lease must be a positive int, got None")
         self.lease = lease
         self._leases = OrderedDict()
         self._lease_lock = threading.Lock()
