@@ -20,7 +20,6 @@ from the injected clock, so tests are deterministic.
 
 from __future__ import annotations
 
-import functools
 import random as _random
 import threading
 from collections.abc import Awaitable, Callable
@@ -29,7 +28,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Validator
-from .coroutines import is_async
+from .coroutines import twin_wrapper
 from .exceptions import CallThrottled
 
 __all__ = ["AdaptiveThrottler", "AdaptiveThrottlerConfig", "AdaptiveThrottlerMetrics"]
@@ -274,21 +273,7 @@ class AdaptiveThrottler:
 
     def decorate(self, fn: Callable[P, R]) -> Callable[P, R]:
         """Wrap ``fn`` so each call goes through :meth:`acall` (async ``fn``) or :meth:`call`."""
-        if is_async(fn):
-            acall = self.acall
-
-            @functools.wraps(fn)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                return await acall(fn, *args, **kwargs)
-
-            return async_wrapper  # type: ignore[return-value]
-        call = self.call
-
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            return call(fn, *args, **kwargs)
-
-        return wrapper
+        return twin_wrapper(fn, self.call, self.acall)
 
     def __repr__(self) -> str:
         return f"AdaptiveThrottler({self.name!r}, k={self._k:g})"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import threading
 import time
 from collections import deque
@@ -17,7 +16,7 @@ from typing import Any, ParamSpec, TypeVar
 from .adaptivelimit import AdaptiveLimit, AdaptiveLimitConfig, make_limit
 from .clock import SYSTEM_CLOCK, Clock, MonotonicClock
 from .config import Validator
-from .coroutines import is_async
+from .coroutines import twin_wrapper
 from .events import Event, EventPublisher
 from .exceptions import BulkheadFull, ConfigurationError
 
@@ -478,19 +477,7 @@ class Bulkhead:
 
     def decorate(self, fn: Callable[P, R]) -> Callable[P, R]:
         """Wrap ``fn`` (sync or ``async def``) so each call runs through :meth:`call` / :meth:`acall`."""
-        if is_async(fn):
-
-            @functools.wraps(fn)
-            async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-                return await self.acall(fn, *args, **kwargs)
-
-            return async_wrapper  # type: ignore[return-value]
-
-        @functools.wraps(fn)
-        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            return self.call(fn, *args, **kwargs)
-
-        return wrapper
+        return twin_wrapper(fn, self.call, self.acall)
 
     # -- configuration and lifecycle -------------------------------------------------------------
 

@@ -14,15 +14,16 @@ import asyncio.coroutines
 import functools
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any, ParamSpec, TypeGuard, overload
+from typing import Any, ParamSpec, TypeGuard, TypeVar, overload
 
-__all__ = ["is_async"]
+__all__ = ["is_async", "twin_wrapper"]
 
 #: asyncio's legacy marker (``asyncio.coroutines._is_coroutine``), set by ``asgiref.sync.markcoroutinefunction`` and
 #: ``unittest.mock.AsyncMock`` on Python < 3.12 (still defined on 3.12 and 3.13; None where a Python drops it).
 _LEGACY_MARK: object | None = getattr(asyncio.coroutines, "_is_coroutine", None)
 
 P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def _marked(fn: object) -> bool:
@@ -59,3 +60,24 @@ def is_async(fn: object) -> bool:
     # A callable object: what its class's __call__ is (looked up on the type, as a call does).
     call = getattr(type(fn), "__call__", None)  # noqa: B004
     return call is not None and _marked(call)
+
+
+def twin_wrapper(
+    fn: Callable[P, R], call: Callable[..., Any], acall: Callable[..., Awaitable[Any]]
+) -> Callable[P, R]:
+    """What every primitive's ``decorate(fn)`` returns: for an async ``fn`` (:func:`is_async`) an ``async def``
+    wrapper awaiting ``acall(fn, *args, **kwargs)``, else a wrapper returning ``call(fn, *args, **kwargs)``;
+    both carry ``fn``'s name and docstring (``functools.wraps``)."""
+    if is_async(fn):
+
+        @functools.wraps(fn)
+        async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
+            return await acall(fn, *args, **kwargs)
+
+        return async_wrapper  # type: ignore[return-value]
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        return call(fn, *args, **kwargs)  # type: ignore[no-any-return]
+
+    return wrapper

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, ParamSpec, TypeVar, cast
+from typing import Any, ClassVar, ParamSpec, TypeVar
 
 from .backend import (
     ALGORITHMS,
@@ -22,7 +21,7 @@ from .backend import (
 )
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Validator
-from .coroutines import is_async
+from .coroutines import twin_wrapper
 from .durations import MAX_PERIOD_NS, format_duration
 from .events import Event, EventPublisher
 from .exceptions import RequestNotPermitted
@@ -520,20 +519,7 @@ class RateLimiter:
 
     def decorate(self, fn: Callable[P, R]) -> Callable[P, R]:
         """Wrap ``fn`` (sync or ``async def``) so each call goes through :meth:`call` / :meth:`acall`."""
-        if is_async(fn):
-            async_fn = fn
-
-            @functools.wraps(fn)
-            async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-                return await self.acall(async_fn, *args, **kwargs)
-
-            return cast("Callable[P, R]", async_wrapper)
-
-        @functools.wraps(fn)
-        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            return self.call(fn, *args, **kwargs)
-
-        return wrapper
+        return twin_wrapper(fn, self.call, self.acall)
 
     # -- runtime changes ------------------------------------------------------------------------------------
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import inspect
 import random as _random
 import threading
@@ -12,7 +11,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from .clock import SYSTEM_CLOCK, Clock
 from .config import Validator
-from .coroutines import is_async
+from .coroutines import twin_wrapper
 from .durations import DurationError, format_duration, parse_duration
 from .events import Event, EventPublisher
 from .exceptions import MaxRetriesExceeded
@@ -476,21 +475,7 @@ class Retry:
 
     def decorate(self, fn: Callable[P, R]) -> Callable[P, R]:
         """Wrap ``fn`` so each call goes through :meth:`acall` (async ``fn``) or :meth:`call`."""
-        if is_async(fn):
-            acall = self.acall
-
-            @functools.wraps(fn)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                return await acall(fn, *args, **kwargs)
-
-            return async_wrapper  # type: ignore[return-value]
-        call = self.call
-
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            return call(fn, *args, **kwargs)
-
-        return wrapper
+        return twin_wrapper(fn, self.call, self.acall)
 
     def __repr__(self) -> str:
         return f"Retry({self.name!r}, max_attempts={self._max_attempts}, wait={format_duration(self._wait_ns)})"

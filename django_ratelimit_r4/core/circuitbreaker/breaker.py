@@ -8,7 +8,6 @@ State objects (:class:`_StateData`) are replaced on every transition; windows co
 
 from __future__ import annotations
 
-import functools
 import logging
 import random
 import threading
@@ -16,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from ..clock import SYSTEM_CLOCK, Clock
-from ..coroutines import is_async
+from ..coroutines import twin_wrapper
 from ..durations import MAX_PERIOD_NS, format_duration, parse_duration
 from ..events import Event
 from ..exceptions import CallNotPermitted, IllegalStateTransition
@@ -728,19 +727,7 @@ class CircuitBreaker:
 
     def decorate(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Wrap a function or a coroutine function so that every call goes through the breaker."""
-        if is_async(fn):
-
-            @functools.wraps(fn)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                return await self.acall(fn, *args, **kwargs)
-
-            return async_wrapper
-
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            return self.call(fn, *args, **kwargs)
-
-        return wrapper
+        return twin_wrapper(fn, self.call, self.acall)
 
     # ---------------------------------------------------------------- state
 
