@@ -1,4 +1,5 @@
-"""core/config.py: Validator collects every bad field at once; import_string and field_names."""
+"""core/config.py: the value rules, Validator (which applies them and collects every bad field at once),
+import_string and field_names."""
 
 from __future__ import annotations
 
@@ -11,7 +12,18 @@ from typing import Any
 import pytest
 
 from django_ratelimit_r4.core import config as config_module
-from django_ratelimit_r4.core.config import Validator, field_names, import_string
+from django_ratelimit_r4.core.config import (
+    InvalidValue,
+    Validator,
+    boolean_value,
+    callable_value,
+    duration_value,
+    field_names,
+    import_string,
+    integer_value,
+    positive_duration_value,
+)
+from django_ratelimit_r4.core.durations import DURATION_HINT
 from django_ratelimit_r4.core.exceptions import ConfigurationError
 
 
@@ -151,3 +163,57 @@ def test_import_string() -> None:
 def test_field_names_skip_private_fields() -> None:
     assert field_names(DemoConfig) == ("wait", "optional_wait", "count", "ratio", "flag", "mode", "errors", "check")
     assert config_module.field_names is field_names
+
+
+# ------------------------------------------------------------------ the rules, shared with the settings checks
+
+
+@pytest.mark.parametrize(
+    ("rule", "value", "message", "hint"),
+    [
+        (duration_value, 500, "bare number 500 has no unit; write it with one, e.g. '500ms' or '500s'", DURATION_HINT),
+        (lambda v: duration_value(v, min_ns=1_000_000), "1us", "must be at least 1ms, got 1us", None),
+        (positive_duration_value, "0s", "must be longer than 0s, got 0s", DURATION_HINT),
+        (
+            lambda v: positive_duration_value(v, between=(1_000_000, 10**9), hint="why"),
+            "2s",
+            "must be between 1ms and 1s, got 2s",
+            "why",
+        ),
+        (integer_value, True, "must be an integer, got True", None),
+        (lambda v: integer_value(v, minimum=1), 0, "must be >= 1, got 0", None),
+        (boolean_value, "yes", "must be True or False, got 'yes'", None),
+        (callable_value, NOT_CALLABLE, "must be callable or a dotted path to a callable, got 42", None),
+    ],
+)
+def test_each_rule_raises_one_invalid_value_with_message_and_hint(rule, value, message, hint) -> None:
+    with pytest.raises(InvalidValue) as info:
+        rule(value)
+    assert info.value.message == message and str(info.value) == message
+    if hint is not None:
+        assert info.value.hint == hint
+    assert isinstance(info.value, ValueError)
+
+
+def test_the_validator_records_exactly_what_the_rules_say() -> None:
+    # One source: a config field and a settings option with the same bad value get the same message and hint.
+    @dataclass(frozen=True)
+    class Cfg:
+        wait: Any = 500
+        count: Any = "3"
+        flag: Any = "yes"
+
+        def __post_init__(self) -> None:
+            v = Validator(self)
+            v.duration("wait")
+            v.integer("count", minimum=1)
+            v.boolean("flag")
+            v.done()
+
+    with pytest.raises(ConfigurationError) as info:
+        Cfg()
+    got = {e.field: (e.message, e.hint) for e in info.value.errors}
+    for field, rule, value in (("wait", duration_value, 500), ("count", integer_value, "3"), ("flag", boolean_value, "yes")):
+        with pytest.raises(InvalidValue) as rule_info:
+            rule(value)
+        assert got[field] == (rule_info.value.message, rule_info.value.hint)
