@@ -259,6 +259,12 @@ class Section:
         """Config field names settable in this section."""
         return field_names(self.config_class)
 
+    @property
+    def section(self) -> str:
+        """Deprecated alias of :attr:`name` (``conf.Kind.section`` before 0.2)."""
+        warnings.warn("Section.section (Kind.section) is deprecated; use Section.name", DeprecationWarning, stacklevel=2)
+        return self.name
+
 
 #: The six sections, in the order ``manage.py r4 status`` lists them.
 SECTIONS: dict[str, Section] = {

@@ -144,6 +144,8 @@ def test_old_kind_names_still_work_with_a_deprecation_warning() -> None:
         assert conf.KINDS is conf.SECTIONS
     with pytest.warns(DeprecationWarning, match="conf.Kind"):
         assert conf.Kind is conf.Section
+    with pytest.warns(DeprecationWarning, match="Section.section"):
+        assert conf.SECTIONS["bulkheads"].section == "bulkheads"
     spec = conf.get_analysis().specs["ratelimiters"]["api"]
     with pytest.warns(DeprecationWarning, match="InstanceSpec.kind"):
         assert spec.kind == spec.section == "ratelimiters"
