@@ -1092,8 +1092,9 @@ def _check_period(period_ns: int) -> None:
         raise ValueError(error)
 
 
-class _Clocked:
-    """Shared by the Redis limiters: clock mode, anchor cache, one-key decisions, counters and fault handling.
+class _RedisCycleOps:
+    """The Redis operations of the cycle limiters (RedisBackend, RedisKeyedStore): clock mode, anchor cache, one-key
+    decisions, counters and fault handling.
 
     The anchor cache: the anchor value last seen in Redis (the token the script compares), and a base
     instant ``anchor + K * period`` (K a cycle the server reported), computed exactly here, so the script's
@@ -1419,11 +1420,11 @@ class _Clocked:
 
 class _Phase:
     """The anchor cache of one shard of a keyed limiter on a cluster (each shard has an anchor of its own, in
-    its hash tag); the limit, period and clock are its limiter's. Decides like :class:`_Clocked`."""
+    its hash tag); the limit, period and clock are its limiter's. Decides like :class:`_RedisCycleOps`."""
 
     __slots__ = ("_cache", "_lim", "anchor_key", "owner")
 
-    def __init__(self, owner: _Clocked, anchor_key: str) -> None:
+    def __init__(self, owner: _RedisCycleOps, anchor_key: str) -> None:
         self.owner = owner
         self.anchor_key = anchor_key
         self._cache: tuple[bytes, int, int] = (b"", 0, 0)
@@ -1462,9 +1463,9 @@ class _Phase:
         return self.owner._unit
 
     # The same code as the limiter's: it reads only the attributes above.
-    _refresh: Any = _Clocked._refresh
-    _build_lim: Any = _Clocked._build_lim
-    _limiter_args: Any = _Clocked._limiter_args
+    _refresh: Any = _RedisCycleOps._refresh
+    _build_lim: Any = _RedisCycleOps._build_lim
+    _limiter_args: Any = _RedisCycleOps._limiter_args
 
 
 # The token's index in a one-limiter call's arguments (anchor key, state key, op, token, ...).
@@ -1474,7 +1475,7 @@ _ONE_TOKEN = (3,)
 # ------------------------------------------------------------------------------------------- unkeyed backend
 
 
-class RedisBackend(_Clocked):
+class RedisBackend(_RedisCycleOps):
     """One limiter's state in Redis (a :class:`~.base.RateLimiterBackend`); build with :func:`redis_backend`.
 
     Keys: ``<prefix>:rl:<name>:anchor`` (when cycle 0 began; never expires) and ``<prefix>:rl:<name>:state``
@@ -1633,7 +1634,7 @@ class _Member:
         self.state = state
 
 
-def _many_members(leader: _Clocked, entries: Sequence[tuple[Any, str | None]], permits: int) -> list[_Member]:
+def _many_members(leader: _RedisCycleOps, entries: Sequence[tuple[Any, str | None]], permits: int) -> list[_Member]:
     if permits < 1:
         raise ValueError(f"permits must be >= 1, got {permits!r}")
     pairs: list[tuple[Any, str]] = []
@@ -1649,12 +1650,12 @@ def _many_members(leader: _Clocked, entries: Sequence[tuple[Any, str | None]], p
     return _pair_members(leader, pairs)
 
 
-def _pair_members(leader: _Clocked, pairs: Sequence[tuple[Any, str]]) -> list[_Member]:
+def _pair_members(leader: _RedisCycleOps, pairs: Sequence[tuple[Any, str]]) -> list[_Member]:
     """``(limiter, its Redis state key)`` pairs as members of one decision (any algorithms, one Redis)."""
     conn = leader._connection()
     members: list[_Member] = []
     for target, state in pairs:
-        if not isinstance(target, _Clocked):
+        if not isinstance(target, _RedisCycleOps):
             raise TypeError(f"cannot combine {type(target).__name__} with Redis limiters in one decision")
         if target._connection() is not conn:
             raise ValueError("all Redis limiters of one decision must use the same Redis (URL and OPTIONS)")
@@ -1664,7 +1665,7 @@ def _pair_members(leader: _Clocked, pairs: Sequence[tuple[Any, str]]) -> list[_M
     return members
 
 
-def _many_args(leader: _Clocked, members: list[_Member], permits: int, op: bytes = b"m") -> list[Any]:
+def _many_args(leader: _RedisCycleOps, members: list[_Member], permits: int, op: bytes = b"m") -> list[Any]:
     args: list[Any] = []
     for m in members:
         args.append(m.anchor)
@@ -1679,7 +1680,7 @@ def _many_args(leader: _Clocked, members: list[_Member], permits: int, op: bytes
 _FAULT = object()
 
 
-def _many_where(leader: _Clocked, n: int) -> tuple[int | None, range]:
+def _many_where(leader: _RedisCycleOps, n: int) -> tuple[int | None, range]:
     """Index of the deadline and of every token in a many-call of ``n`` limiters (no deadline on a client clock)."""
     if leader._now is not None:
         return None, range(0)
@@ -1687,7 +1688,7 @@ def _many_where(leader: _Clocked, n: int) -> tuple[int | None, range]:
 
 
 def _many_call(
-    conn: RedisConnection, leader: _Clocked, members: list[_Member], permits: int, op: bytes = b"m"
+    conn: RedisConnection, leader: _RedisCycleOps, members: list[_Member], permits: int, op: bytes = b"m"
 ) -> Any:
     owners = [m.phase for m in members]
     at, tokens = _many_where(leader, len(members))
@@ -1702,7 +1703,7 @@ def _many_call(
 
 
 async def _amany_call(
-    conn: RedisConnection, leader: _Clocked, members: list[_Member], permits: int, op: bytes = b"m"
+    conn: RedisConnection, leader: _RedisCycleOps, members: list[_Member], permits: int, op: bytes = b"m"
 ) -> Any:
     owners = [m.phase for m in members]
     at, tokens = _many_where(leader, len(members))
@@ -1715,7 +1716,7 @@ async def _amany_call(
     return leader._settle(await conn.acall(2 * len(members), args, at, tokens), owners)
 
 
-def _sync_many(leader: _Clocked, members: list[_Member], permits: int, op: bytes = b"m") -> Any:
+def _sync_many(leader: _RedisCycleOps, members: list[_Member], permits: int, op: bytes = b"m") -> Any:
     conn = leader._connection()
     if conn.is_down():
         leader._fault(conn, None, "acquire_many")
@@ -1731,7 +1732,7 @@ def _sync_many(leader: _Clocked, members: list[_Member], permits: int, op: bytes
         return _fault_reply(members, permits, op)
 
 
-async def _async_many(leader: _Clocked, members: list[_Member], permits: int, op: bytes = b"m") -> Any:
+async def _async_many(leader: _RedisCycleOps, members: list[_Member], permits: int, op: bytes = b"m") -> Any:
     conn = leader._connection()
     if conn.is_down():
         leader._fault(conn, None, "acquire_many")
@@ -1792,7 +1793,7 @@ def _scripted_args(sub: list[_Member], permits: int, op: bytes) -> tuple[list[An
 
 
 def _group_calls(
-    leader: _Clocked, members: list[_Member], groups: list[list[int]], permits: int, op: bytes
+    leader: _RedisCycleOps, members: list[_Member], groups: list[list[int]], permits: int, op: bytes
 ) -> tuple[list[_ScriptCall], list[tuple[str, str]]]:
     """Each group's "m"/"M" call, and its script's (SHA, source)."""
     calls: list[_ScriptCall] = []
@@ -1813,7 +1814,7 @@ def _group_calls(
 
 def _give_back_calls(
     conn: RedisConnection,
-    leader: _Clocked,
+    leader: _RedisCycleOps,
     members: list[_Member],
     groups: list[list[int]],
     permits: int,
@@ -1845,7 +1846,7 @@ def _give_back_calls(
 
 def _group_reply(
     conn: RedisConnection,
-    leader: _Clocked,
+    leader: _RedisCycleOps,
     members: list[_Member],
     group: list[int],
     outcome: tuple[Any, int, bool],
@@ -1891,7 +1892,7 @@ def _group_granted(reply: Any, size: int, op: bytes) -> bool:
 
 def _split_first(
     conn: RedisConnection,
-    leader: _Clocked,
+    leader: _RedisCycleOps,
     members: list[_Member],
     groups: list[list[int]],
     op: bytes,
@@ -1912,7 +1913,7 @@ def _split_first(
 
 def _split_result(
     conn: RedisConnection,
-    leader: _Clocked,
+    leader: _RedisCycleOps,
     members: list[_Member],
     groups: list[list[int]],
     op: bytes,
@@ -1952,7 +1953,7 @@ def _split_result(
 
 
 def _split_many(
-    conn: RedisConnection, leader: _Clocked, members: list[_Member], groups: list[list[int]], permits: int, op: bytes
+    conn: RedisConnection, leader: _RedisCycleOps, members: list[_Member], groups: list[list[int]], permits: int, op: bytes
 ) -> Any:
     """An all-or-nothing decision over several slots: one round trip, plus one to compensate a rejection."""
     clock_then = 0 if leader._now is None else leader._now()
@@ -1973,7 +1974,7 @@ def _split_many(
 
 
 async def _asplit_many(
-    conn: RedisConnection, leader: _Clocked, members: list[_Member], groups: list[list[int]], permits: int, op: bytes
+    conn: RedisConnection, leader: _RedisCycleOps, members: list[_Member], groups: list[list[int]], permits: int, op: bytes
 ) -> Any:
     """Async twin of :func:`_split_many` (the calls of each step run concurrently)."""
     clock_then = 0 if leader._now is None else leader._now()
@@ -1993,7 +1994,7 @@ async def _asplit_many(
     return _split_result(conn, leader, members, groups, op, replies, given, back, error)
 
 
-def mixed_many(leader: _Clocked, pairs: Sequence[tuple[Any, str]], permits: int, op: bytes = b"m") -> Any:
+def mixed_many(leader: _RedisCycleOps, pairs: Sequence[tuple[Any, str]], permits: int, op: bytes = b"m") -> Any:
     """All-or-nothing (timeout 0) over ``(limiter, its Redis state key)`` pairs of any algorithms on one Redis:
     one call per algorithm (and cluster slot), all sent at once, a give-back of the granted groups when
     another rejected (see above). :func:`~.redis_scripted.acquire_all`'s result: ``None`` or ``(index of the
@@ -2009,7 +2010,7 @@ def mixed_many(leader: _Clocked, pairs: Sequence[tuple[Any, str]], permits: int,
 
 
 async def amixed_many(
-    leader: _Clocked, pairs: Sequence[tuple[Any, str]], permits: int, op: bytes = b"m"
+    leader: _RedisCycleOps, pairs: Sequence[tuple[Any, str]], permits: int, op: bytes = b"m"
 ) -> Any:
     """Async twin of :func:`mixed_many` on ``redis.asyncio``."""
     if permits < 1:
@@ -2125,7 +2126,7 @@ def redis_backend(
 # --------------------------------------------------------------------------------------------- keyed limiter
 
 
-class RedisKeyedStore(_Clocked):
+class RedisKeyedStore(_RedisCycleOps):
     """Every client key's state in Redis: a :class:`~django_ratelimit_r4.core.backend.KeyedBackend` that a
     :class:`~django_ratelimit_r4.keyed.KeyedRateLimiter` decides through (one budget per client key for the
     whole cluster); the limiter owns events, waiting, exceptions and metrics, this store decides and counts.
@@ -2350,7 +2351,7 @@ def _entries_members(
         else:
             targets.append((limiter.store, key))
     leader = targets[0][0]
-    if not isinstance(leader, _Clocked):
+    if not isinstance(leader, _RedisCycleOps):
         raise TypeError(f"cannot combine {type(leader).__name__} with Redis limiters in one decision")
     return owners, _many_members(leader, targets, permits)
 
@@ -2458,7 +2459,7 @@ async def aacquire_all_quotas(
 # --------------------------------------------------------------------------- fault policy "local", and the store
 
 
-def _local_state(owner: _Clocked, state_key: str) -> tuple[int, int, int, int]:
+def _local_state(owner: _RedisCycleOps, state_key: str) -> tuple[int, int, int, int]:
     """The state4 of ``state_key`` in ``owner``'s in-process fallback (fault policy "local")."""
     local = owner._local
     if isinstance(local, owner._local_type):

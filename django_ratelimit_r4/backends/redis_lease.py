@@ -359,7 +359,7 @@ class _Leasing:
             self._fault(conn, None, "acquire")
         return self._fault_quota(state_key, permits, timeout_ns)  # type: ignore[no-any-return]
 
-    # -- the _Clocked hooks every public method goes through --------------------------------------------
+    # -- the _RedisCycleOps hooks every public method goes through --------------------------------------------
 
     def _acquire_at(self: Any, state_key: str, permits: int, timeout_ns: int) -> int:
         return self._lease_decide(state_key, permits, timeout_ns)[0]  # type: ignore[no-any-return]
