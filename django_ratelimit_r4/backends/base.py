@@ -38,6 +38,7 @@ __all__ = [
     "RateLimiterBackend",
     "Store",
     "StoreFactory",
+    "check_fault_policy",
     "decide",
     "div_ceil",
     "lease_ttl_value",
@@ -77,6 +78,14 @@ ON_BACKEND_ERROR_OF: Mapping[str, str] = MappingProxyType(
 DEFAULT_LEASE_TTL = Nanos(10_000_000_000)
 #: The shortest lease TTL: each process renews its leases every third of it.
 MIN_LEASE_TTL = Nanos(300_000_000)
+
+
+def check_fault_policy(fault_policy: object) -> str:
+    """``fault_policy`` when it is one of :data:`FAULT_POLICIES`; a ``ValueError`` (:class:`InvalidValue`) saying
+    which are otherwise. Every shared backend's constructor checks with it."""
+    if fault_policy not in FAULT_POLICIES:
+        raise InvalidValue(f"fault_policy must be 'open', 'closed' or 'local', got {fault_policy!r}")
+    return fault_policy
 
 
 def on_backend_error_value(value: object) -> str | None:

@@ -74,6 +74,7 @@ from .base import (
     MAX_PERIOD_NS,
     BackendFactory,
     RateLimiterBackend,
+    check_fault_policy,
     redis_period_error,
 )
 from .memory import MemoryBackend
@@ -1496,8 +1497,7 @@ class RedisBackend(_RedisCycleOps):
         fault_policy: str = "open",
         connection_options: Mapping[str, Any] | None = None,
     ) -> None:
-        if fault_policy not in FAULT_POLICIES:
-            raise ValueError(f"fault_policy must be 'open', 'closed' or 'local', got {fault_policy!r}")
+        check_fault_policy(fault_policy)
         self.name = name
         self.fault_policy = fault_policy
         self._url = url
@@ -2070,8 +2070,7 @@ def _factory_of(
 ) -> Any:
     """A :class:`~.base.BackendFactory` building ``cls`` (a :class:`RedisBackend`) on ``url`` with these
     options and ``extra`` keyword arguments (a GCRA burst, a lease); ``fault_policy`` is checked here, once."""
-    if fault_policy not in FAULT_POLICIES:
-        raise ValueError(f"fault_policy must be 'open', 'closed' or 'local', got {fault_policy!r}")
+    check_fault_policy(fault_policy)
 
     def factory(name: str, limit_for_period: int, limit_refresh_period_ns: int, clock: Clock) -> Any:
         return cls(
@@ -2157,8 +2156,7 @@ class RedisKeyedStore(_RedisCycleOps):
         idle_timeout_ns: int | None = None,
         connection_options: Mapping[str, Any] | None = None,
     ) -> None:
-        if fault_policy not in FAULT_POLICIES:
-            raise ValueError(f"fault_policy must be 'open', 'closed' or 'local', got {fault_policy!r}")
+        check_fault_policy(fault_policy)
         self.name = name
         self.config: RateLimiterConfig = config if config is not None else RateLimiterConfig()
         clock = clock if clock is not None else SYSTEM_CLOCK

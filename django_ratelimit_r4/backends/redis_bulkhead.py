@@ -64,7 +64,7 @@ from ..core.bulkhead import (
 from ..core.clock import SYSTEM_CLOCK, Clock
 from ..core.config import InvalidValue
 from ..core.exceptions import BulkheadFull
-from .base import DEFAULT_LEASE_TTL, FAULT_POLICIES, MIN_LEASE_TTL, lease_ttl_value
+from .base import DEFAULT_LEASE_TTL, FAULT_POLICIES, MIN_LEASE_TTL, check_fault_policy, lease_ttl_value
 from .redis import (
     CONNECT_TIMEOUT_S,
     DEFAULT_PREFIX,
@@ -236,8 +236,7 @@ class RedisBulkhead:
         clock: Clock | None = None,
         connection_options: Mapping[str, Any] | None = None,
     ) -> None:
-        if fault_policy not in BULKHEAD_FAULT_POLICIES:
-            raise ValueError(f"fault_policy must be one of {BULKHEAD_FAULT_POLICIES}, got {fault_policy!r}")
+        check_fault_policy(fault_policy)
         try:
             ttl_ns = int(lease_ttl_value(lease_ttl))
         except InvalidValue as exc:
