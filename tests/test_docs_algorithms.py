@@ -23,6 +23,17 @@ def test_the_same_traffic_table_is_what_the_example_prints() -> None:
     assert out.getvalue() == shown.group(1)
 
 
+def test_the_plot_script_runs_the_same_traffic() -> None:
+    """benchmarks/sim_algorithms.py (which draws docs/algorithms.png) prints the page's table too."""
+    from benchmarks.sim_algorithms import results, table
+
+    text = (ROOT / PAGE).read_text(encoding="utf-8")
+    shown = re.search(r"^```text\n(.*?)^```", text, re.S | re.M)
+    assert shown is not None
+    assert table(results()) == shown.group(1)
+    assert "](algorithms.png)" in text and (ROOT / "docs" / "algorithms.png").is_file()
+
+
 def test_the_settings_example_passes_the_checks_and_builds_each_algorithm() -> None:
     ns = run(block(PAGE, "RATELIMIT_R4 = {"), PAGE)
     analysis = conf.analyse(ns["RATELIMIT_R4"])
