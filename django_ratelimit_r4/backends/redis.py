@@ -708,14 +708,21 @@ class RedisConnection:
         held: list[tuple[str, Any, Any]] = []
         try:
             for name in sorted(by_node):
-                held.append((name, pools[name], pools[name].get_connection()))
+                pool = pools[name]
+                held.append((name, pool, pool.get_connection() if self.cluster else self._take(pool)))
             for name, _, conn in held:
                 try:
+                    commands: list[bytes] = []
                     for index in by_node[name]:
                         numkeys, args, at, tokens = calls[index]
                         started = time.monotonic_ns()
                         results[index][1:] = [started, self._stamp(args, at, tokens, started)]
-                        conn.send_command("EVALSHA", scripts[index][0], numkeys, *args)
+                        packed = _pack_evalsha(scripts[index][0], numkeys, args, self._utf8)
+                        if packed is None:
+                            commands += conn.pack_command("EVALSHA", scripts[index][0], numkeys, *args)
+                        else:
+                            commands.append(packed)
+                    conn.send_packed_command(commands)  # one write for all of the node's calls
                 except _FAULTS as exc:
                     conn.disconnect()
                     for index in by_node[name]:
@@ -745,7 +752,10 @@ class RedisConnection:
             raise
         finally:
             for _, pool, conn in held:
-                pool.release(conn)
+                if self.cluster:
+                    pool.release(conn)
+                else:
+                    self._give(pool, conn)
         for index in again:
             numkeys, args, at, tokens = calls[index]
             try:
@@ -1104,6 +1114,8 @@ class _RedisCycleOps:
     exact slow path and its reply refreshes the cache.
     """
 
+    #: The algorithm's own script (GCRA, sliding window: :class:`~.redis_scripted.ScriptedLimiter`); None: the cycle script.
+    _script: Any = None
     _url: str
     _conn: RedisConnection
     _now: Any
@@ -1625,7 +1637,7 @@ class _Member:
 
     def __init__(self, counter: Any, state: str) -> None:
         self.counter = counter
-        self.script = script = getattr(counter, "_script", None)
+        self.script = script = counter._script
         if script is None:
             self.phase = phase = counter._phase_of(state)
             self.anchor = phase.anchor_key
@@ -1637,17 +1649,22 @@ class _Member:
 def _many_members(leader: _RedisCycleOps, entries: Sequence[tuple[Any, str | None]], permits: int) -> list[_Member]:
     if permits < 1:
         raise ValueError(f"permits must be >= 1, got {permits!r}")
-    pairs: list[tuple[Any, str]] = []
+    conn = leader._connection()
+    members: list[_Member] = []
     for target, key in entries:
         if isinstance(target, RedisBackend):
-            pairs.append((target, target.state_key))
+            members.append(_Member(target, target.state_key))
         elif isinstance(target, RedisKeyedStore):
             if key is None:
                 raise ValueError(f"keyed rate limiter {target.name!r} needs a key")
-            pairs.append((target, target._state_key(key)))
+            members.append(_Member(target, target._state_key(key)))
         else:
             raise TypeError(f"cannot combine {type(target).__name__} with Redis limiters in one decision")
-    return _pair_members(leader, pairs)
+        if target._connection() is not conn:
+            raise ValueError("all Redis limiters of one decision must use the same Redis (URL and OPTIONS)")
+    if len({m.state for m in members}) != len(members):
+        raise ValueError("the same rate limiter (and key) appears more than once")
+    return members
 
 
 def _pair_members(leader: _RedisCycleOps, pairs: Sequence[tuple[Any, str]]) -> list[_Member]:
@@ -1772,6 +1789,12 @@ def several_slots(conn: RedisConnection, keys: Sequence[Any]) -> bool:
 def _groups(conn: RedisConnection, members: list[_Member]) -> list[list[int]] | None:
     """Member indexes grouped by algorithm (script) and cluster slot (first-seen order), or None when they are
     all cycle limiters in one slot (or on one server): the usual single call."""
+    if not conn.cluster:
+        for m in members:
+            if m.script is not None:
+                break
+        else:
+            return None  # the common case: cycle limiters on one server, one call
     keyslot = conn.sync.keyslot if conn.cluster else None
     groups: dict[tuple[Any, int], list[int]] = {}
     for index, member in enumerate(members):
@@ -1805,8 +1828,8 @@ def _group_calls(
             at, tokens = _many_where(leader, len(sub))
             calls.append((2 * len(sub), _many_args(leader, sub, permits, op), at, tokens))
             scripts.append((SCRIPT_SHA, SCRIPT))
-        else:
-            args, deadline_at = _scripted_args(sub, permits, op)
+        else:  # "n"/"N": "m"/"M" whose grant names what the give-back needs
+            args, deadline_at = _scripted_args(sub, permits, b"n" if op == b"m" else b"N")
             calls.append((len(sub), args, deadline_at if leader._now is None else None, ()))
             scripts.append((script.sha, script.text))
     return calls, scripts
@@ -2374,11 +2397,14 @@ def _is_scripted(entries: Sequence[tuple[Any, str | None]]) -> bool:
     """True when every entry's algorithm is one with a script of its own (all GCRA, or all sliding window: see
     :mod:`.redis_scripted`, which decides them in one call of that script). Entries of several algorithms are
     split by algorithm (:func:`_split_many`)."""
-    scripts = {
-        getattr(limiter.backend if isinstance(limiter, RateLimiter) else getattr(limiter, "store", limiter), "_script", None)
-        for limiter, _ in entries
-    }
-    return len(scripts) == 1 and None not in scripts
+    first = None
+    for limiter, _ in entries:
+        target = limiter.backend if isinstance(limiter, RateLimiter) else getattr(limiter, "store", limiter)
+        script = getattr(target, "_script", None)
+        if script is None or (first is not None and script is not first):
+            return False  # a cycle limiter (the common case: at once), or several algorithms
+        first = script
+    return True
 
 
 def acquire_all_keyed(

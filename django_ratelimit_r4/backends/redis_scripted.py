@@ -192,9 +192,15 @@ def _fault_outcome(leader: Any, members: list[tuple[Any, str]], permits: int, op
     return outcome
 
 
-def _mixed(leader: Any, members: list[tuple[Any, str]]) -> bool:
+def _split(leader: Any, members: list[tuple[Any, str]]) -> bool:
+    """True when one call of ``leader``'s script cannot decide ``members``: another algorithm (or not a Redis
+    limiter) among them, or keys in several cluster slots."""
     script = leader._script
-    return any(getattr(owner, "_script", None) is not script for owner, _ in members)
+    for owner, _ in members:
+        if getattr(owner, "_script", None) is not script:
+            return True
+    conn = leader._connection()
+    return bool(conn.cluster) and several_slots(conn, [key for _, key in members])
 
 
 def acquire_all(leader: Any, members: list[tuple[Any, str]], permits: int, op: bytes = b"m") -> Any:
@@ -207,7 +213,7 @@ def acquire_all(leader: Any, members: list[tuple[Any, str]], permits: int, op: b
     ``members``, or keys in several cluster slots: :func:`~.redis.mixed_many` decides (one call per algorithm
     and slot, sent at once, a give-back when one rejects).
     """
-    if _mixed(leader, members) or several_slots(leader._connection(), [key for _, key in members]):
+    if _split(leader, members):
         return mixed_many(leader, members, permits, op)
     keys, args = _many_args(leader, members, permits, op)
     conn = leader._connection()
@@ -229,7 +235,7 @@ def acquire_all(leader: Any, members: list[tuple[Any, str]], permits: int, op: b
 
 async def aacquire_all(leader: Any, members: list[tuple[Any, str]], permits: int, op: bytes = b"m") -> Any:
     """Async twin of :func:`acquire_all` on ``redis.asyncio``."""
-    if _mixed(leader, members) or several_slots(leader._connection(), [key for _, key in members]):
+    if _split(leader, members):
         return await amixed_many(leader, members, permits, op)
     keys, args = _many_args(leader, members, permits, op)
     conn = leader._connection()

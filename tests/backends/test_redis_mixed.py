@@ -175,31 +175,30 @@ def test_server_time_mixed_decision_gives_back_exactly(redis_url: str, prefix: s
 
 
 def test_one_round_trip_when_granted(redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The groups' calls are pipelined on one connection (one round trip); a rejection adds one for the give-back."""
+    """The groups' calls go out in one write on one connection before any reply is read (one round trip); a
+    rejection adds one write for the give-back."""
     clock = FakeClock()
     limiters = three(redis_url, prefix, clock, limits=(1, 5, 5))
-    conn = limiters[0].backend._connection()
-    batches: list[int] = []
-    real = conn.run_scripts
+    acquire_all(limiters[1:])  # the scripts are loaded (a first EVALSHA may answer NOSCRIPT)
+    events: list[str] = []
+    connection = redis.connection.AbstractConnection
+    send, read = connection.send_packed_command, connection.read_response
 
-    def counting(*args: Any, **kw: Any) -> Any:
-        batches.append(len(args[2]))
-        return real(*args, **kw)
+    def sending(self: Any, *args: Any, **kw: Any) -> Any:
+        events.append("send")
+        return send(self, *args, **kw)
 
-    monkeypatch.setattr(conn, "run_scripts", counting)
-    sent: list[str] = []
-    pool = conn.sync.connection_pool
-    real_get = pool.get_connection
+    def reading(self: Any, *args: Any, **kw: Any) -> Any:
+        events.append("read")
+        return read(self, *args, **kw)
 
-    def get(*args: Any, **kw: Any) -> Any:
-        sent.append("conn")
-        return real_get(*args, **kw)
-
-    monkeypatch.setattr(pool, "get_connection", get)
+    monkeypatch.setattr(connection, "send_packed_command", sending)
+    monkeypatch.setattr(connection, "read_response", reading)
     assert acquire_all(limiters) is None
-    assert batches == [3] and sent == ["conn"]  # three scripts, one connection, sent before any reply is read
+    assert events == ["send", "read", "read", "read"]  # three scripts, one write, then the three replies
+    events.clear()
     assert acquire_all(limiters)[0] is limiters[0]  # type: ignore[index]
-    assert batches == [3, 3, 2]  # the take, then the give-back of the two groups that granted
+    assert events == ["send", "read", "read", "read", "send", "read", "read"]  # the give-back of two groups
 
 
 # ------------------------------------------------------------------------------------------ four processes
@@ -406,7 +405,7 @@ def test_gcra_give_back_op_gives_the_references_answers(
             assert remote.acquire(permits, amount) == (wait if granted else -wait)
         elif op == "take":
             tat, wait, granted = gcra_decide(tat, permits, 0, now, period, limit, b)
-            reply = _script_call(remote, b"m", permits)
+            reply = _script_call(remote, b"n", permits)  # "m" that names what it wrote
             assert (reply[0] == 0) == granted, reply
             if granted:
                 last = (permits, tat, reply[1])
@@ -443,7 +442,7 @@ def test_sliding_give_back_op_gives_the_references_answers(
             assert remote.acquire(permits, amount) == (wait if granted else -wait)
         elif op == "take":
             times, wait, granted = sliding_decide(times, permits, 0, now, period)
-            reply = _script_call(remote, b"m", permits)
+            reply = _script_call(remote, b"n", permits)  # "m" that names the time it logged
             assert (reply[0] == 0) == granted, reply
             if granted:
                 last = (permits, now, b"%d %d" % (reply[1], reply[2]))

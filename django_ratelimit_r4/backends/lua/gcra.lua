@@ -15,10 +15,11 @@
 --   "q" acquire and quota (n = 1) -> {"a"'s reply, remaining, reset ns} read right after the decision.
 --   "s" state   (n = 1) -> {0, remaining, wait for 1 permit, reset ns} (gcra_quota's figures); no write.
 --   "d" drain   (n = 1) -> permits taken (every available one).
---   "m" many (timeout 0, all-or-nothing) -> {0, state_1, ..., state_n} all granted (the states written, for
---       a give-back), else {index, wait} of the largest wait.
+--   "m" many (timeout 0, all-or-nothing) -> {0} all granted, else {index, wait} of the largest wait.
 --   "M" many with quotas -> {"m"'s reply, {remaining_1, reset_1, ...}} read right after the decision.
---   "g" give back: "m"'s layout, the deadline slot holding the states that "m"/"M" wrote, joined by ","
+--   "n", "N": "m", "M" whose grant {0, state_1, ..., state_n} names the states written (what "g" needs): the
+--       takes of an all-or-nothing decision split over algorithms or cluster slots.
+--   "g" give back: "m"'s layout, the deadline slot holding the states that "n"/"N" wrote, joined by ","
 --       -> {remaining_1, reset_1, ...}: undoes that take of `permits` (another part of a split all-or-nothing
 --       decision rejected) as algorithms.gcra_give_back: tat moves back by the part of the take still ahead
 --       of now, min(permits * step, written tat - now), never below now (full). Exact when nothing came in
@@ -136,6 +137,12 @@ if op == 'g' then
   end
   return reply
 end
+local report = op == 'n' or op == 'N'
+if op == 'N' then
+  op = 'M'
+elseif report then
+  op = 'm'
+end
 if op == 'm' or op == 'M' then
   local worst, worst_wait = 0, 0
   local ds = {}
@@ -161,7 +168,10 @@ if op == 'm' or op == 'M' then
     for i = 1, n do
       local j = 1 + 4 * i
       ds[i] = ds[i] + permits * ARGV[j]
-      reply[i + 1] = store(i, ARGV[j + 2] + 0, ds[i])
+      local written = store(i, ARGV[j + 2] + 0, ds[i])
+      if report then
+        reply[i + 1] = written
+      end
     end
   end
   if op == 'M' then

@@ -22,10 +22,11 @@
 --   "q" acquire and quota (n = 1) -> {"a"'s reply, remaining, reset} read right after the decision.
 --   "s" state   (n = 1) -> {0, remaining, wait for 1 permit, reset} (sliding_quota's figures); no write.
 --   "d" drain   (n = 1) -> permits taken (every available one, logged now).
---   "m" many (timeout 0, all-or-nothing) -> {0, now_s, now_ns} all granted (the time logged, for a
---       give-back), else {index, wait} of the largest wait.
+--   "m" many (timeout 0, all-or-nothing) -> {0} all granted, else {index, wait} of the largest wait.
 --   "M" many with quotas -> {"m"'s reply, {remaining_1, reset_1, ...}} read right after the decision.
---   "g" give back: "m"'s layout, the deadline slot holding "<now_s> <now_ns>" of an "m"/"M" that granted
+--   "n", "N": "m", "M" whose grant {0, now_s, now_ns} names the time logged (what "g" needs): the takes of an
+--       all-or-nothing decision split over algorithms or cluster slots.
+--   "g" give back: "m"'s layout, the deadline slot holding "<now_s> <now_ns>" of an "n"/"N" that granted
 --       `permits` -> {remaining_1, reset_1, ...}: undoes that take (another part of a split all-or-nothing
 --       decision rejected) as algorithms.sliding_give_back: `permits` logged times equal to the take's leave
 --       the log (the newer ones move down, free slots take the old end): exact. Nothing is given back when a
@@ -278,6 +279,12 @@ if op == 'g' then
   end
   return reply
 end
+local report = op == 'n' or op == 'N'
+if op == 'N' then
+  op = 'M'
+elseif report then
+  op = 'm'
+end
 if op == 'm' or op == 'M' then
   local worst, worst_wait = 0, 0
   local states, ats = {}, {}
@@ -302,7 +309,7 @@ if op == 'm' or op == 'M' then
     for i = 1, n do
       write(states[i], ats[i], permits)
     end
-    reply = {0, now_s, now_ns}
+    reply = report and {0, now_s, now_ns} or {0}
   end
   if op == 'M' then
     local quotas = {}
