@@ -35,7 +35,9 @@ lock guards the store and is held only for the dict operations and the integer d
 The hot path: this store is the default, and :meth:`KeyedRateLimiter.acquire_quota` (the keyed
 ``@ratelimit`` fast path) inlines its common case -- a key used in the current cycle with a permit left
 after the decision -- instead of calling :meth:`MemoryKeyedStore.decide_quota`, which it equals
-(``tests/test_keyed.py`` checks both against ``decide()``). Every other store goes through the protocol.
+(``tests/test_keyed_quota.py`` checks both against a decision then ``quota()``). A limiter on any other store
+answers ``acquire_quota`` through the protocol (``_acquire_quota_of_store``, chosen when it is built, so neither
+path pays a branch for the other).
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ __all__ = [
 # (cycle, permissions) packed as cycle << 64 | (permissions + 2**63): one int object per key.
 _SHIFT = 64
 _OFFSET = 1 << 63
+_STALE = -_OFFSET  # packed - _cycle_floor below this: stored in an earlier cycle (a constant: no int built per call)
 _MASK = (1 << 64) - 1
 _FRONT_CHECKS = 2  # oldest entries examined per insertion / cycle change: O(1), keeps the store clean
 
@@ -280,7 +283,7 @@ class MemoryKeyedStore:
                 self._set_cycle((now - self._anchor) // self._period)
             if packed is not None and permits > 0:
                 permissions = packed - self._cycle_floor
-                if permissions >= -_OFFSET:
+                if permissions >= _STALE:
                     # Stored in the current cycle (see _set_cycle), so decide() would not refresh: its
                     # answer is nanos_to_wait() against the stored permissions, granted when the timeout
                     # covers it. Spelled out here to skip decide()'s calls on the common paths.
@@ -521,8 +524,10 @@ class KeyedRateLimiter:
         self._adecide = store.adecide
         self._decide_quota = store.decide_quota
         self._adecide_quota = store.adecide_quota
-        #: The default store, whose common case acquire_quota inlines; None for any other store.
-        self._fast: MemoryKeyedStore | None = store if type(store) is MemoryKeyedStore else None
+        if type(store) is not MemoryKeyedStore:
+            # acquire_quota inlines the default store's common case; every other store decides through the protocol.
+            self.acquire_quota = self._acquire_quota_of_store  # type: ignore[method-assign]
+        self._rejection_quotas = store.rejection_quotas
 
     @property
     def successful_calls(self) -> int:
@@ -607,41 +612,55 @@ class KeyedRateLimiter:
         a shared store); the figures are this decision's own (a concurrent request's permits are not
         subtracted from them). A store with :attr:`~.core.backend.KeyedBackend.rejection_quotas` gives a
         rejection its figures too (``RequestNotPermitted.quotas``).
+
+        This is the default store's (:class:`MemoryKeyedStore`) code, its common case inlined (see the module
+        doc); a limiter on any other store answers with :meth:`_acquire_quota_of_store` instead (set when built).
         """
-        fast = self._fast
-        if fast is not None:
-            # The default store's common case, inlined (see the module doc): the key was last used in the
-            # current cycle (else the difference is below -2**63) and a permit is left after these, so
-            # decide() grants without a refresh and quota() would answer (left, time to the cycle boundary).
-            lock = fast._lock
-            lock.acquire()
-            try:
-                states = fast._states
-                packed = states.get(key)
-                now = fast._now()
-                end = fast._cycle_end
-                if now >= end:
-                    fast._set_cycle((now - fast._anchor) // fast._period)
-                    end = fast._cycle_end
-                permissions = 0 if packed is None else packed - fast._cycle_floor
-                if 0 < permits < permissions:
-                    states[key] = packed - permits  # type: ignore[operator]
-                    fast.successful_calls += 1
-                    wait, remaining, reset_ns = 0, permissions - permits, end - now
-                else:
-                    wait, remaining, reset_ns = fast._decide_quota_locked(
-                        key, packed, now - fast._anchor, permits, self._timeout_ns
-                    )
-            finally:
-                lock.release()
-        else:
-            wait, remaining, reset_ns = self._decide_quota(key, permits, self._timeout_ns)
+        store: MemoryKeyedStore = self.store  # type: ignore[assignment]
+        lock = store._lock
+        lock.acquire()
+        try:
+            states = store._states
+            packed = states.get(key)
+            now = store._now()
+            end = store._cycle_end
+            if now >= end:
+                store._set_cycle((now - store._anchor) // store._period)
+                end = store._cycle_end
+            # The common case, spelled out: the key was last used in the current cycle (else the difference is
+            # below -2**63) and a permit is left after these, so decide() grants without a refresh and quota()
+            # would answer (left, time to the cycle boundary).
+            permissions = 0 if packed is None else packed - store._cycle_floor
+            if 0 < permits < permissions:
+                states[key] = packed - permits  # type: ignore[operator]
+                store.successful_calls += 1
+                wait, remaining, reset_ns = 0, permissions - permits, end - now
+            else:
+                wait, remaining, reset_ns = store._decide_quota_locked(
+                    key, packed, now - store._anchor, permits, self._timeout_ns
+                )
+        finally:
+            lock.release()
         if wait:
             if wait < 0:
                 refuse_never_grantable(self, permits, self._timeout_ns)
-                raise self._rejection(
-                    key, permits, -wait, ((remaining, reset_ns),) if self.store.rejection_quotas else None
-                )
+                raise self._rejection(key, permits, -wait)
+            self._waiters.sleep(self.clock, wait)
+            remaining, reset_ns = store.quota(key)
+        if self.events.wants_successful:
+            self._publish(SUCCESSFUL_ACQUIRE, permits)
+        return remaining, reset_ns
+
+    def _acquire_quota_of_store(self, key: str, permits: int = 1) -> tuple[int, int]:
+        """:meth:`acquire_quota` through the store's ``decide_quota`` (every store but the default one)."""
+        wait, remaining, reset_ns = self._decide_quota(key, permits, self._timeout_ns)
+        if wait:
+            if wait < 0:
+                refuse_never_grantable(self, permits, self._timeout_ns)
+                exc = self._rejection(key, permits, -wait)
+                if self._rejection_quotas:  # the store read the figures with the decision
+                    exc.quotas = ((remaining, reset_ns),)
+                raise exc
             self._waiters.sleep(self.clock, wait)
             remaining, reset_ns = self.store.quota(key)
         if self.events.wants_successful:
@@ -649,14 +668,16 @@ class KeyedRateLimiter:
         return remaining, reset_ns
 
     async def aacquire_quota(self, key: str, permits: int = 1) -> tuple[int, int]:
-        """Async twin of :meth:`acquire_quota` (a reserved permit is awaited, never slept for)."""
+        """Async twin of :meth:`acquire_quota` (a reserved permit is awaited, never slept for), through the store's
+        ``adecide_quota`` for every store."""
         wait, remaining, reset_ns = await self._adecide_quota(key, permits, self._timeout_ns)
         if wait:
             if wait < 0:
                 refuse_never_grantable(self, permits, self._timeout_ns)
-                raise self._rejection(
-                    key, permits, -wait, ((remaining, reset_ns),) if self.store.rejection_quotas else None
-                )
+                exc = self._rejection(key, permits, -wait)
+                if self._rejection_quotas:  # the store read the figures with the decision
+                    exc.quotas = ((remaining, reset_ns),)
+                raise exc
             await self._waiters.asleep(self.clock, wait)
             remaining, reset_ns = await self.store.aquota(key)
         if self.events.wants_successful:
@@ -742,15 +763,10 @@ class KeyedRateLimiter:
 
     # -- internals --------------------------------------------------------------------------------------
 
-    def _rejection(
-        self, key: str, permits: int, wait_ns: int, quotas: tuple[tuple[int, int], ...] | None = None
-    ) -> RequestNotPermitted:
+    def _rejection(self, key: str, permits: int, wait_ns: int) -> RequestNotPermitted:
         if self.events.wants_failed:
             self._publish(FAILED_ACQUIRE, permits)
-        exc = RequestNotPermitted(self, wait_ns, key=key)  # type: ignore[arg-type]
-        if quotas is not None:  # a shared store read the figures with the decision
-            exc.quotas = quotas
-        return exc
+        return RequestNotPermitted(self, wait_ns, key=key)  # type: ignore[arg-type]
 
     def _publish(self, event_type: str, permits: int) -> None:
         self.events.publish(RateLimiterEvent(event_type, self.name, number_of_permits=permits))

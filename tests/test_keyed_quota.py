@@ -69,7 +69,7 @@ def test_acquire_quota_equals_acquire_then_quota(inlined, ops, limit, timeout_ms
     store's own ``decide_quota`` (what every other store answers through), against a decision then quota()."""
     subject, clock_s, reference, clock_r = pair(limit, timeout_ms, max_keys)
     if not inlined:
-        subject._fast = None
+        subject.acquire_quota = subject._acquire_quota_of_store  # type: ignore[method-assign]
     for op in ops:
         if op[0] == "advance":
             clock_s.advance_ns(op[1] * 1_000_000)

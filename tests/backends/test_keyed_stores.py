@@ -140,9 +140,10 @@ def test_the_same_scenario_answers_alike_in_memory_and_in_redis(redis_url: str, 
     [
         (KeyedRateLimiter.acquire_permission, KeyedRateLimiter.aacquire_permission),
         (KeyedRateLimiter.acquire_or_raise, KeyedRateLimiter.aacquire_or_raise),
+        (KeyedRateLimiter._acquire_quota_of_store, KeyedRateLimiter.aacquire_quota),
     ],
-    ids=["acquire_permission", "acquire_or_raise"],
+    ids=["acquire_permission", "acquire_or_raise", "acquire_quota (every store but the default)"],
 )
 def test_the_limiters_sync_and_async_twins_differ_only_in_the_await(sync: Any, async_: Any) -> None:
-    renames = {"_adecide": "_decide", "asleep": "sleep"}
+    renames = {"_adecide": "_decide", "asleep": "sleep", "_adecide_quota": "_decide_quota", "aquota": "quota"}
     assert _body(sync, {}) == _body(async_, renames), "make the same change to both twins"
