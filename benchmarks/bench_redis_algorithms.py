@@ -4,7 +4,8 @@ Target: a ``gcra`` or ``sliding_window`` decision on Redis is ONE round trip (an
 so it should cost at most 1.10x one bare ``EVALSHA`` of a trivial script (``return 1``) on the same client
 (``bench_redis.bare_evalsha``). Rows: unkeyed allowed and denied, keyed,
 the decision with the RateLimit header figures (what ``@ratelimit`` runs), an all-or-nothing decision over 3
-limits, and the async path against an async bare ``EVALSHA``; the cycle limiter's row for context. Informational rows
+limits, and the async path against an async bare ``EVALSHA``; the cycle limiter's row for context, and an
+all-or-nothing decision over the three algorithms (one call each, pipelined), granted and refused. Informational rows
 put the peers' Redis limiters beside them (limits' moving window and sliding-window counter, pyrate-limiter's
 GCRA and sliding log), each against the same bare ``EVALSHA``, when they are installed (the ``bench`` extra).
 
@@ -175,6 +176,20 @@ def run(number: int = NUMBER, repeat: int = REPEAT) -> list[dict[str, Any]]:
             rows_of(algorithm)
         cycle = limiter("cycle-allowed", "cycle", 10**12)
         add("info: redis cycle acquire_permission allowed", *_best_pair(cycle.acquire_permission, bare, number, repeat), None)
+        # All-or-nothing over three algorithms: one call per algorithm, pipelined in one write (one round trip);
+        # rejected by the cycle limit, the two others are given back (a second round trip).
+        gcra_big, sliding_big = (
+            RateLimiter(f"mixed-{a}", RateLimiterConfig(limit_for_period=limit, limit_refresh_period=period,
+                                                         algorithm=a), clock=SYSTEM_CLOCK, backend=factory)
+            for a, (limit, period) in (("gcra", allowed_limits["gcra"]), ("sliding_window", allowed_limits["sliding_window"]))
+        )
+        mixed = [cycle, gcra_big, sliding_big]
+        add("info: redis acquire_all over cycle + gcra + sliding_window", *_best_pair(lambda: acquire_all(mixed), bare, number, repeat), None)
+        spent = limiter("mixed-cycle-spent", "cycle", 1)
+        spent.acquire_permission()
+        refused = [spent, gcra_big, sliding_big]
+        assert acquire_all(refused) is not None
+        add("info: redis acquire_all over the three, refused by cycle (+ give-back)", *_best_pair(lambda: acquire_all(refused), bare, number, repeat), None)
         for name, fn in _peers(URL, prefix):
             fn()
             add(name, *_best_pair(fn, bare, number, repeat), None)
