@@ -775,8 +775,11 @@ class RedisConnection:
         calls: Sequence[_ScriptCall],
         scripts: Sequence[tuple[str, str]] | None = None,
     ) -> list[tuple[Any, int, bool]]:
-        """Async twin of :meth:`run_scripts`: the calls run concurrently on this loop's client."""
+        """Async twin of :meth:`run_scripts`: on one server the calls go out in one write on one of this loop's
+        connections, then their replies are read; on a cluster they run concurrently (one connection each)."""
         scripts = scripts or [(sha, source)] * len(calls)
+        if not self.cluster and len(calls) > 1:
+            return await self._arun_pipelined(calls, scripts)
 
         async def one(script: tuple[str, str], call: _ScriptCall) -> Any:
             numkeys, args, at, tokens = call
@@ -786,6 +789,56 @@ class RedisConnection:
                 return (exc, time.monotonic_ns(), False)
 
         return list(await asyncio.gather(*(one(script, call) for script, call in zip(scripts, calls, strict=True))))
+
+    async def _arun_pipelined(
+        self, calls: Sequence[_ScriptCall], scripts: Sequence[tuple[str, str]]
+    ) -> list[tuple[Any, int, bool]]:
+        """:meth:`arun_scripts` on one server: every call in one write on one pooled connection, then the
+        replies in order (a NOSCRIPT one, which ran nothing, is sent again on its own afterwards)."""
+        pool = self.aio().connection_pool
+        results: list[list[Any]] = [[None, 0, False] for _ in calls]
+        again: list[int] = []
+        conn = await pool.get_connection()
+        try:
+            commands: list[bytes] = []
+            for index, (numkeys, args, at, tokens) in enumerate(calls):
+                started = time.monotonic_ns()
+                results[index][1:] = [started, self._stamp(args, at, tokens, started)]
+                packed = _pack_evalsha(scripts[index][0], numkeys, args, self._utf8)
+                if packed is None:
+                    commands += conn.pack_command("EVALSHA", scripts[index][0], numkeys, *args)
+                else:
+                    commands.append(packed)
+            await conn.send_packed_command(commands)
+            for index in range(len(calls)):
+                try:
+                    results[index][0] = await conn.read_response()
+                except NoScriptError:
+                    again.append(index)
+                except redis.exceptions.ResponseError as exc:
+                    results[index][0] = exc  # an error reply: the connection is still in step
+        except _FAULTS as exc:
+            await conn.disconnect()
+            for result in results:
+                if result[0] is None:
+                    result[0] = exc
+            again.clear()  # a broken connection: nothing more is sent
+        except BaseException:
+            await conn.disconnect()
+            raise
+        finally:
+            await pool.release(conn)
+        for index in again:
+            numkeys, args, at, tokens = calls[index]
+            try:
+                results[index][:] = await self.arun_script(*scripts[index], numkeys, args, at, tokens)
+            except _FAULTS as exc:
+                results[index][0] = exc
+        if any(not isinstance(r[0], BaseException) for r in results):
+            self.replies += 1
+            if self.outage_since is not None:
+                self.answered()
+        return [(r[0], r[1], r[2]) for r in results]
 
     async def arun_script(
         self,

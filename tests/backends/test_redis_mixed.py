@@ -201,6 +201,53 @@ def test_one_round_trip_when_granted(redis_url: str, prefix: str, monkeypatch: p
     assert events == ["send", "read", "read", "read", "send", "read", "read"]  # the give-back of two groups
 
 
+def test_async_one_round_trip_when_granted(redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The async twin: one write on one of the loop's connections, then the three replies."""
+    clock = FakeClock()
+    limiters = three(redis_url, prefix, clock, limits=(1, 5, 5))
+    events: list[str] = []
+    connection = redis.asyncio.connection.AbstractConnection
+    send, read = connection.send_packed_command, connection.read_response
+
+    async def sending(self: Any, *args: Any, **kw: Any) -> Any:
+        events.append("send")
+        return await send(self, *args, **kw)
+
+    async def reading(self: Any, *args: Any, **kw: Any) -> Any:
+        events.append("read")
+        return await read(self, *args, **kw)
+
+    async def run() -> list[Any]:
+        await aacquire_all(limiters[1:])  # the scripts are loaded (a first EVALSHA may answer NOSCRIPT)
+        monkeypatch.setattr(connection, "send_packed_command", sending)
+        monkeypatch.setattr(connection, "read_response", reading)
+        first = await aacquire_all(limiters)
+        seen = list(events)
+        events.clear()
+        second = await aacquire_all(limiters)
+        return [first, seen, second, list(events)]
+
+    first, seen, second, then = asyncio.run(run())
+    assert first is None and seen == ["send", "read", "read", "read"]
+    assert second[0] is limiters[0] and then == ["send", "read", "read", "read", "send", "read", "read"]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_server_that_knows_no_script_yet(redis_server: Any, asynchronous: bool) -> None:
+    """A fresh server answers every pipelined EVALSHA with NOSCRIPT (nothing ran): each is sent again with its
+    source, and the decision is the same."""
+    clock = FakeClock()
+    limiters = three(redis_server.url, "fresh", clock, limits=(1, 5, 5))
+
+    def decide() -> Any:
+        return asyncio.run(aacquire_all(limiters)) if asynchronous else acquire_all(limiters)
+
+    assert decide() is None
+    assert decide()[0] is limiters[0]
+    assert remaining(limiters) == [0, 4, 4]
+    rb.close_connections()
+
+
 # ------------------------------------------------------------------------------------------ four processes
 
 _CHILD = textwrap.dedent(
