@@ -8,8 +8,8 @@ script's work on the server and this library's work around the round trip. Rows 
 path against an async bare ``EVALSHA``; one informational row puts a ``PING`` against the same baseline.
 
 Run: ``python benchmarks/bench_redis.py`` (needs Redis at ``R4_REDIS_URL``, default redis://127.0.0.1:6379/15;
-keys go under a random ``r4bench:`` prefix and are deleted afterwards). Subject and baseline repeats are
-interleaved so a noisy neighbour hurts both alike; each figure is the best repeat. A Redis that other work
+keys go under a random ``r4bench:`` prefix and are deleted afterwards). Subject and baseline alternate call by
+call so a noisy neighbour hurts both alike; each figure is the median call. A Redis that other work
 shares (a test suite's ``SCRIPT FLUSH``) costs the baseline a reload now and then: give the benchmark a
 server of its own for clean figures.
 """
@@ -31,10 +31,10 @@ if __package__ in (None, ""):  # run as a script: make the checkout importable
 import redis
 
 try:  # python -m benchmarks.bench_redis
-    from ._timing import best_pair as _best_pair
+    from ._timing import median_pair as _best_pair
     from ._timing import print_rows
 except ImportError:  # benchmarks/run.py, or run as a script
-    from _timing import best_pair as _best_pair  # type: ignore[no-redef]
+    from _timing import median_pair as _best_pair  # type: ignore[no-redef]
     from _timing import print_rows
 
 from django_ratelimit_r4.backends.redis import (
@@ -88,18 +88,20 @@ async def abare_evalsha(client: Any) -> Callable[[], Any]:
 async def _abest_pair(
     subject: Callable[[], Any], baseline: Callable[[], Any], number: int, repeat: int
 ) -> tuple[float, float]:
-    best_s = best_b = float("inf")
-    for _ in range(repeat):
-        for fn, is_subject in ((baseline, False), (subject, True)):
-            started = time.perf_counter_ns()
-            for _ in range(number):
-                await fn()
-            ns = (time.perf_counter_ns() - started) / number
-            if is_subject:
-                best_s = min(best_s, ns)
-            else:
-                best_b = min(best_b, ns)
-    return best_s, best_b
+    """Async twin of ``_timing.median_pair``: medians of awaited calls, alternated call by call."""
+    import statistics
+
+    clock = time.perf_counter_ns
+    subject_ns: list[int] = []
+    baseline_ns: list[int] = []
+    for _ in range(number * repeat):
+        started = clock()
+        await baseline()
+        between = clock()
+        await subject()
+        subject_ns.append(clock() - between)
+        baseline_ns.append(between - started)
+    return float(statistics.median(subject_ns)), float(statistics.median(baseline_ns))
 
 
 def run(number: int = NUMBER, repeat: int = REPEAT) -> list[dict[str, Any]]:

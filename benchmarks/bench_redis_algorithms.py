@@ -11,7 +11,7 @@ GCRA and sliding log), each against the same bare ``EVALSHA``, when they are ins
 
 Run: ``python benchmarks/bench_redis_algorithms.py`` (needs Redis at ``R4_REDIS_URL``, default
 redis://127.0.0.1:6379/15; keys go under a random ``r4bench:`` prefix and are deleted afterwards). Subject and
-baseline repeats are interleaved so a noisy neighbour hurts both alike; each figure is the best repeat.
+baseline alternate call by call so a noisy neighbour hurts both alike; each figure is the median call.
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ if __package__ in (None, ""):  # run as a script: make the checkout importable
 import redis
 
 try:  # python -m benchmarks.bench_redis_algorithms
-    from ._timing import best_pair as _best_pair
+    from ._timing import median_pair as _best_pair
     from ._timing import print_rows
     from .bench_redis import _abest_pair, abare_evalsha, bare_evalsha
 except ImportError:  # benchmarks/run.py, or run as a script
-    from _timing import best_pair as _best_pair  # type: ignore[no-redef]
+    from _timing import median_pair as _best_pair  # type: ignore[no-redef]
     from _timing import print_rows
     from bench_redis import _abest_pair, abare_evalsha, bare_evalsha  # type: ignore[no-redef]
 
