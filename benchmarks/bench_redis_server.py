@@ -187,6 +187,7 @@ def _smooth_rows(
     from django_ratelimit_r4.backends.redis import RedisStore
     from django_ratelimit_r4.core.clock import SYSTEM_CLOCK
     from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig
+    from django_ratelimit_r4.keyed import KeyedRateLimiter
 
     store = RedisStore("bench", url, {"key_prefix": prefix})
     rows: list[tuple[str, Callable[[], Any], int]] = []
@@ -200,8 +201,13 @@ def _smooth_rows(
         denied = RateLimiter(f"{algorithm}-d", denied_cfg, clock=SYSTEM_CLOCK, backend=factory)
         while denied.acquire_permission():
             pass
-        keyed = store.keyed_rate_limiter(
-            f"{algorithm}-k", allowed_cfg, clock=SYSTEM_CLOCK, max_keys=1, idle_timeout_ns=None, on_error="allow"
+        keyed = KeyedRateLimiter(
+            f"{algorithm}-k",
+            allowed_cfg,
+            clock=SYSTEM_CLOCK,
+            store=store.keyed_store(
+                f"{algorithm}-k", allowed_cfg, clock=SYSTEM_CLOCK, max_keys=1, idle_timeout_ns=None, on_error="allow"
+            ),
         )
         rows += [
             (f"ours {algorithm} unkeyed allowed", allowed.acquire_permission, 1),
