@@ -268,7 +268,6 @@ _CHILD = textwrap.dedent(
     config = RateLimiterConfig(limit_for_period={limits[1]}, limit_refresh_period="60s", algorithm="gcra")
     per_ip = RedisGcraKeyedRateLimiter({name!r} + "-g", config, clock=SYSTEM_CLOCK, url={url!r}, prefix={prefix!r})
     entries = [(slide, None), (per_ip, "client"), (cyc, None)]
-    cyc.backend.quota()  # learns the server time: a cycle give-back needs it (without it, nothing comes back)
     results = []
     barrier = threading.Barrier(10)
 
