@@ -19,6 +19,7 @@ from bisect import bisect_right
 from typing import Any
 
 from .backends.algorithms import GCRA, gcra_available, gcra_decide, gcra_quota
+from .backends.memory import ring_give_back
 from .core.clock import Clock
 from .core.ratelimiter import RateLimiterConfig
 from .keyed import _FRONT_CHECKS, MemoryKeyedStore
@@ -230,20 +231,9 @@ class SmoothKeyedStore(MemoryKeyedStore):
                     self._states[key] = state
             else:
                 limit = self._limit
-                if permits > limit:
-                    return
-                head = state[limit]
-                newest = head - permits
-                if newest < 0:
-                    newest += limit
-                if state[newest] < since_ns:
-                    return
-                free = min(state[head], now - self._period)
-                for _ in range(permits):
-                    head -= 1
-                    if head < 0:
-                        head += limit
-                    state[head] = free
+                head = ring_give_back(state, state[limit], limit, self._period, permits, since_ns, now)
+                if head is None:
+                    return  # nothing given back
                 state[limit] = head
             self.successful_calls -= 1
 

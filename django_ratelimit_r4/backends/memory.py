@@ -396,6 +396,52 @@ _INDEXES: list[int] = [0]
 _INDEXES_LOCK = threading.Lock()
 
 
+def ring_give_back(
+    ring: Any, head: int, limit: int, period: int, permits: int, since_ns: int, now: int
+) -> int | None:
+    """Undo a grant of ``permits`` with timeout 0, decided at ``since_ns`` or later, in a sliding log kept as a
+    ring (``ring[:limit]``, oldest at ``head``); returns the new head, None when nothing was given back.
+
+    The ``permits`` oldest logged times at or after ``since_ns`` leave the log (newer ones move down) and free
+    slots take the old end (``min(oldest, now - period)``: outside every window from now on). A grant with
+    timeout 0 is logged at its decision time and finds no later time in the log, so those times are at most
+    the grant's own (its own when ``since_ns`` is its time): never more permissive than the log without the
+    grant (:func:`~.algorithms.sliding_give_back` with the grant's exact time). The slots the grant
+    overwrote held times outside every later window. Nothing is given back when a time ``period`` or more
+    after ``since_ns`` was logged since (later grants may have overwritten the grant's times).
+    """
+    if permits > limit or ring[head - 1 if head else limit - 1] >= since_ns + period:
+        return None
+    lo, hi = 0, limit  # the first slot, oldest first, at or after since_ns
+    while lo < hi:
+        mid = (lo + hi) // 2
+        index = head + mid
+        if index >= limit:
+            index -= limit
+        if ring[index] < since_ns:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo + permits > limit:
+        return None
+    free = min(ring[head], now - period)
+    for j in range(lo, limit - permits):
+        dst = head + j
+        if dst >= limit:
+            dst -= limit
+        src = dst + permits
+        if src >= limit:
+            src -= limit
+        ring[dst] = ring[src]
+    for j in range(limit - permits, limit):
+        dst = head + j
+        if dst >= limit:
+            dst -= limit
+        ring[dst] = free
+    head -= permits
+    return head + limit if head < 0 else head
+
+
 def _successors(limit: int) -> list[int]:
     """``[1, 2, ..., limit - 1, 0]``: the slot after each slot of a ring of ``limit``.
 
@@ -580,31 +626,18 @@ class SlidingWindowBackend:
             return drained
 
     def give_back(self, permits: int, since_ns: int) -> None:
-        """Undo a grant of ``permits`` decided at or after ``since_ns`` (another part of an all-or-nothing
-        decision rejected): the newest ``permits`` logged times (at or after ``since_ns``) become free slots.
-
-        The slots the grant overwrote held times already outside the window when it was decided, so freeing
-        them is exact for every later instant (when no other grant came in between).
-        """
+        """Undo a grant of ``permits`` (timeout 0) decided at or after ``since_ns`` (another part of an
+        all-or-nothing decision rejected): see :func:`ring_give_back`. Grants of other callers in between stay
+        logged (the newest times were freed before, whoever's they were: a later grant's could go while the
+        take's stayed, letting one permit too many through a window)."""
         with self._lock:
-            if since_ns < self._anchor or permits > self._limit:
+            if since_ns < self._anchor:
                 return
-            ring, limit = self._ring, self._limit
-            head = self._head
-            newest = head - permits
-            if newest < 0:
-                newest += limit
-            if ring[newest] < since_ns:
-                return  # not all of them were logged after since_ns: nothing safe to undo
-            free = min(ring[head], self._now() - self._period)
-            for _ in range(permits):
-                head -= 1
-                if head < 0:
-                    head += limit
-                ring[head] = free
-            self._head = head
-            self._newest = ring[head - 1]
-            self.successful_calls -= 1
+            head = ring_give_back(self._ring, self._head, self._limit, self._period, permits, since_ns, self._now())
+            if head is not None:
+                self._head = head
+                self._newest = self._ring[head - 1]
+                self.successful_calls -= 1
 
     def change_limit(self, limit_for_period: int) -> None:
         """Use the new limit from now on, keeping the newest logged times (a larger log starts the new slots

@@ -8,6 +8,9 @@ sliding window's whenever no later grant could have overwritten the grant's time
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +21,10 @@ from django_ratelimit_r4.backends.algorithms import (
     sliding_give_back,
     sliding_initial,
 )
+from django_ratelimit_r4.backends.memory import SlidingWindowBackend
+from django_ratelimit_r4.core.clock import FakeClock
+from django_ratelimit_r4.core.ratelimiter import RateLimiterConfig
+from django_ratelimit_r4.keyed import KeyedRateLimiter
 
 SETTINGS = settings(max_examples=400, deadline=None)
 
@@ -128,3 +135,88 @@ def test_sliding_give_back_after_the_grant_left_the_log_gives_nothing() -> None:
     times = sliding_decide(times, 2, 0, 10, 10)[0]
     assert times == (10, 10)
     assert sliding_give_back(times, 1, 0, 10, 10) == (10, 10)
+
+
+# ------------------------------------------------------------------- the in-memory backends' give-backs
+
+S, MS = 1_000_000_000, 1_000_000
+
+
+def _memory_sliding(keyed: bool, limit: int, period: int, clock: Any) -> tuple[Any, Any, Any]:
+    """``(acquire(k, timeout), give_back(k, since), log())`` of an in-memory sliding window of ``limit`` per
+    ``period`` ns, keyed or not; ``log()`` is its logged times, oldest first."""
+    if keyed:
+        config = RateLimiterConfig(
+            limit_for_period=limit, limit_refresh_period=f"{period}ns", algorithm="sliding_window"
+        )
+        store = KeyedRateLimiter(
+            "k", config,
+            clock=clock,
+        ).store
+
+        def keyed_log() -> tuple[int, ...]:
+            state = store._states.get("x")
+            if state is None:  # full: absent
+                return (-(10**18),) * limit
+            head = state[limit]
+            return tuple(state[head:limit] + state[:head])
+
+        return (lambda k, t: store.decide("x", k, t)), (lambda k, s: store.give_back("x", k, s)), keyed_log
+    backend = SlidingWindowBackend("s", limit, period, clock)
+    return backend.acquire, backend.give_back, lambda: tuple(backend._ring[backend._head :] + backend._ring[: backend._head])
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+def test_memory_sliding_give_back_keeps_a_later_grant(keyed: bool) -> None:
+    """A grant of another caller logged between the take and its give-back (a memory + Redis gate gives back
+    after the Redis round trip) stays logged: the give-back frees the take's own time. It used to free the
+    newest time (the later grant's, 5 ms) and keep the take's (0), and a second later let 2 more through
+    while the 5 ms permit was still in the window: 3 in one second with a limit of 2."""
+    clock = FakeClock(start_ns=0)
+    acquire, give_back, _ = _memory_sliding(keyed, 2, 10 * S, clock)
+    since = clock.now_ns()
+    assert acquire(1, 0) == 0  # the take of an all-or-nothing decision, at 0
+    clock.advance_ns(5 * MS)
+    assert acquire(1, 0) == 0  # another caller's permit, at 5 ms
+    clock.advance_ns(1 * MS)
+    give_back(1, since)  # the Redis part rejected: the take comes back
+    clock.advance_ns(10 * S - 6 * MS + 1 * MS)  # 10.001 s: the window (0.001 s, 10.001 s] holds the 5 ms permit
+    assert acquire(1, 0) == 0
+    assert acquire(1, 0) < 0
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+@settings(max_examples=150, deadline=None)
+@given(limits, st.integers(min_value=1, max_value=3_000), traffic, st.integers(min_value=1, max_value=9), later,
+       st.integers(min_value=0, max_value=600))
+def test_memory_sliding_give_back_is_never_more_permissive_than_no_grant(
+    keyed: bool, limit: int, period: int, before: list, permits: int, after: list, tail: int
+) -> None:
+    """The in-memory backends (clock read right before the take: ``since`` is its time on a FakeClock) against
+    the model of the pure test above: never more permissive than without the take, exact when no later grant
+    could have overwritten it."""
+    clock = FakeClock(start_ns=0)
+    acquire, give_back, log = _memory_sliding(keyed, limit, period, clock)
+    handed: list[int] = []
+    for step, k, timeout in before:
+        clock.advance_ns(step)
+        wait = acquire(k, timeout) if k <= limit else -1
+        if wait >= 0:
+            handed += [clock.now_ns() + wait] * k
+    if permits > limit:
+        return
+    since = clock.now_ns()
+    assume(acquire(permits, 0) >= 0)
+    for step, k, timeout in after:
+        clock.advance_ns(step)
+        wait = acquire(k, timeout) if k <= limit else -1
+        if wait >= 0:
+            handed += [clock.now_ns() + wait] * k
+    clock.advance_ns(tail)
+    now = clock.now_ns()
+    give_back(permits, since)
+    without = tuple(sorted([-period - 1] * limit + handed)[-limit:])
+    got, ideal = _waits(log(), now, period), _waits(without, now, period)
+    assert all(g >= i for g, i in zip(got, ideal, strict=True))  # never more permissive
+    if all(t < since + period for t in handed):
+        assert got == ideal  # exact
