@@ -63,6 +63,7 @@ from .keyspec import BUILTIN_KEYS, validate_key_spec
 __all__ = [
     "SECTIONS",
     "SETTING",
+    "STORE_OPTIONS",
     "Analysis",
     "BackendSpec",
     "Code",
@@ -670,6 +671,10 @@ _EXTRAS: dict[str, tuple[Callable[[Any], Any], Any, Code]] = {
     # The lease's bound (<= limit_for_period) and backend are checked once backends are bound (_check_leases).
     "lease": (lease_value, None, Code.INVALID_LEASE),
 }
+
+#: A rate limiter's extra options that its store interprets (the registry passes those set to the store's
+#: ``backend_factory`` / ``keyed_store`` as keywords, knowing no store by name): permit leases, a Redis feature.
+STORE_OPTIONS: tuple[str, ...] = ("lease",)
 
 #: Extra options whose default differs in one section: a bulkhead stays in-process unless it names a backend.
 _SECTION_DEFAULTS: dict[tuple[str, str], Any] = {("bulkheads", "backend"): None, ("circuitbreakers", "backend"): None}

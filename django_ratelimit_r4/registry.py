@@ -19,7 +19,6 @@ compare per call.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import sys
@@ -298,12 +297,7 @@ def _build(state: _State, section: str, name: str) -> Any:
             spec = _spec(state, section, name)
             if section == "ratelimiters":
                 store = _store_of(state, spec)
-                if spec.options.get("lease"):  # permit leases (backends/redis_lease.py; conf checks the store)
-                    from .backends.redis_lease import lease_backend_factory
-
-                    factory = lease_backend_factory(store, spec.options["on_backend_error"], spec.options["lease"])
-                else:
-                    factory = store.backend_factory(spec.options["on_backend_error"])
+                factory = store.backend_factory(spec.options["on_backend_error"], **_store_options(spec))
                 instance = _primitive_class(section)(name, spec.config, clock=_clock, backend=factory)
             elif section == "bulkheads" and spec.options["backend"] is not None:
                 instance = _shared_bulkhead(state, spec)
@@ -358,6 +352,16 @@ def _store_of(state: _State, spec: conf.InstanceSpec) -> Store:
     if store.per_process:
         _warn_if_multiprocess(state)
     return store
+
+
+def _store_options(spec: conf.InstanceSpec) -> dict[str, Any]:
+    """The instance options a store interprets itself (:data:`conf.STORE_OPTIONS`, today ``lease``), those set.
+
+    Passed as keywords to the store's ``backend_factory`` / ``keyed_store`` only when set, so a store that
+    supports none of them keeps the two-argument protocol; ``manage.py check`` refuses them on a store that
+    cannot honour them (a lease needs a redis backend, ``ratelimit_r4.E031``).
+    """
+    return {option: spec.options[option] for option in conf.STORE_OPTIONS if spec.options.get(option) is not None}
 
 
 def _shared_bulkhead(state: _State, spec: conf.InstanceSpec) -> Any:
@@ -440,18 +444,13 @@ def get_keyed_rate_limiter(name: str) -> KeyedRateLimiter:
             if keyed is None:
                 spec = _spec(state, "ratelimiters", name)
                 store = _store_of(state, spec)
-                build: Any = store.keyed_store
-                if spec.options.get("lease"):  # permit leases per client key (backends/redis_lease.py)
-                    from .backends.redis_lease import lease_keyed_store
-
-                    build = functools.partial(lease_keyed_store, store, lease=spec.options["lease"])
                 bounds = {"max_keys": spec.options["max_keys"], "idle_timeout_ns": spec.options["key_idle_timeout"]}
+                keyed_store = store.keyed_store(
+                    name, spec.config, clock=_clock, on_error=spec.options["on_backend_error"],
+                    **bounds, **_store_options(spec),
+                )
                 keyed = _keyed_class()(  # one limiter for every store: the store decides, it does the rest
-                    name,
-                    spec.config,
-                    clock=_clock,
-                    store=build(name, spec.config, clock=_clock, on_error=spec.options["on_backend_error"], **bounds),
-                    **bounds,
+                    name, spec.config, clock=_clock, store=keyed_store, **bounds
                 )
                 state.keyed[name] = keyed
                 for callback in build_callbacks:

@@ -96,6 +96,18 @@ def test_registry_imports_nothing_from_the_http_edge() -> None:
     assert _reaching("registry", HTTP_EDGE) == []
 
 
+def test_registry_imports_no_redis_module() -> None:
+    """The registry builds every backend through its store's factory (issue 9): no ``backends.redis*`` import,
+    not even a lazy one for a Redis-only option (a lease is the Redis store's ``lease`` keyword)."""
+    redis = [
+        f"line {line}: {target}"
+        for line, target, names in imports_of(PACKAGE_DIR / "registry.py")
+        if target.startswith(f"{PACKAGE}.backends.redis")
+        or (target == f"{PACKAGE}.backends" and any(n.startswith("redis") for n in names))
+    ]
+    assert redis == []
+
+
 @pytest.mark.parametrize("name", sorted(HTTP_EDGE))
 def test_the_http_edge_imports_no_private_name_of_another_module(name: str) -> None:
     """No ``from .keyed import _helper``: what a module needs from another is public there."""

@@ -217,6 +217,10 @@ class Store(Protocol):
     and asks it for every rate limiter configured with ``"backend": <alias>``. ``on_error`` is the
     instance's ``on_backend_error`` (``"local"``, ``"allow"``, ``"deny"``, or None when not written and
     the backend has no default): a store whose state lives elsewhere applies it while that place fails.
+
+    The instance options a store interprets itself (``conf.STORE_OPTIONS``: ``lease``, which the Redis store
+    implements) reach ``backend_factory`` and ``keyed_store`` as keyword arguments, and only when set, so a
+    store that supports none of them needs no parameter for them: the registry knows no store by name.
     """
 
     #: The entry's name in ``RATELIMIT_R4["backends"]``.

@@ -2612,8 +2612,21 @@ class RedisStore:
         #: The redis-py pool options (timeouts in seconds, max_connections).
         self.connection_options: Mapping[str, Any] = options
 
-    def backend_factory(self, on_error: str | None) -> BackendFactory:
-        """A factory of :class:`RedisBackend` on this store's connection, with ``on_error``'s fault policy."""
+    def backend_factory(self, on_error: str | None, *, lease: int | None = None) -> BackendFactory:
+        """A factory of :class:`RedisBackend` on this store's connection, with ``on_error``'s fault policy; with
+        ``lease`` (the instance option) a :class:`~.redis_lease.RedisLeaseBackend`'s, leasing that many permits
+        per round trip."""
+        if lease is not None:
+            from .redis_lease import redis_lease_backend  # imported only when an instance leases
+
+            leased: BackendFactory = redis_lease_backend(
+                self.url,
+                lease=lease,
+                prefix=self.prefix,
+                fault_policy=_ON_ERROR_POLICY[on_error],
+                connection_options=self.connection_options,
+            )
+            return leased
         factory: BackendFactory = redis_backend(
             self.url,
             prefix=self.prefix,
@@ -2631,12 +2644,21 @@ class RedisStore:
         max_keys: int,
         idle_timeout_ns: int | None,
         on_error: str | None,
+        lease: int | None = None,
     ) -> RedisKeyedStore:
-        """A :class:`RedisKeyedStore` (GCRA's, the sliding window's, for their ``algorithm``) on this store's
+        """A :class:`RedisKeyedStore` (GCRA's, the sliding window's, for their ``algorithm``; a
+        :class:`~.redis_lease.RedisLeaseKeyedStore` with ``lease``, the instance option) on this store's
         connection, with ``on_error``'s fault policy (``max_keys`` / ``idle_timeout_ns`` bound its "local"
         fallback)."""
         cls: Any = RedisKeyedStore
         algorithm = getattr(config, "algorithm", "cycle")
+        if lease is not None:  # conf allows a lease with algorithm "cycle" only (ratelimit_r4.E031)
+            from .redis_lease import RedisLeaseKeyedStore  # imported only when an instance leases
+
+            return self._keyed(  # type: ignore[no-any-return]
+                RedisLeaseKeyedStore, name, config, clock=clock, max_keys=max_keys,
+                idle_timeout_ns=idle_timeout_ns, on_error=on_error, lease=lease,
+            )
         if algorithm == "gcra":
             from .redis_gcra import RedisGcraKeyedStore as cls
         elif algorithm == "sliding_window":

@@ -56,7 +56,6 @@ from ..core.ratelimiter import RateLimiterConfig
 from .base import lease_value
 from .redis import (
     _FAULTS,
-    _ON_ERROR_POLICY,
     DEFAULT_PREFIX,
     RedisBackend,
     RedisConnection,
@@ -75,8 +74,6 @@ __all__ = [
     "RedisLeaseBackend",
     "RedisLeaseKeyedRateLimiter",
     "RedisLeaseKeyedStore",
-    "lease_backend_factory",
-    "lease_keyed_store",
     "redis_lease_backend",
 ]
 
@@ -495,38 +492,3 @@ def redis_lease_backend(
     factory.for_config = for_config
     return factory
 
-
-def lease_backend_factory(store: Any, on_error: str | None, lease: int) -> Any:
-    """The factory of a leased rate limiter on ``store`` (a :class:`~.redis.RedisStore`), with ``on_error``'s
-    fault policy (the registry's hook for the ``lease`` instance option)."""
-    return redis_lease_backend(
-        store.url,
-        lease=lease,
-        prefix=store.prefix,
-        fault_policy=_ON_ERROR_POLICY[on_error],
-        connection_options=store.connection_options,
-    )
-
-
-def lease_keyed_store(
-    store: Any,
-    name: str,
-    config: Any,
-    *,
-    clock: Clock,
-    max_keys: int,
-    idle_timeout_ns: int | None,
-    on_error: str | None,
-    lease: int,
-) -> Any:
-    """A :class:`RedisLeaseKeyedStore` on ``store``'s connection (the registry's hook for a keyed ``lease``)."""
-    return store._keyed(
-        RedisLeaseKeyedStore,
-        name,
-        config,
-        clock=clock,
-        max_keys=max_keys,
-        idle_timeout_ns=idle_timeout_ns,
-        on_error=on_error,
-        lease=lease,
-    )
