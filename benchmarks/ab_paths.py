@@ -29,6 +29,7 @@ settings.configure(
             "open": {"limit_for_period": 10**12, "limit_refresh_period": "1h"},
             "keyed": {"limit_for_period": 10**12, "limit_refresh_period": "1h", "key": "ip"},
             "closed": {"limit_for_period": 1, "limit_refresh_period": "1h"},
+            "open2": {"limit_for_period": 10**12, "limit_refresh_period": "1h"},
         }},
         "circuitbreakers": {"instances": {"cb": {"wait_duration_in_open_state": "1h"}}},
     },
@@ -49,6 +50,14 @@ denied = ratelimit("closed")(lambda request: HttpResponse("ok"))
 denied(request)
 gate_allowed, gate_denied = RateLimitGate("open"), RateLimitGate("closed")
 gate_denied.check(request)
+# Several limits in memory, all-or-nothing; backends.redis imported as in a process that has Redis limits too.
+import django_ratelimit_r4.backends.redis
+multi = ratelimit(["open", "open2"])(lambda request: HttpResponse("ok"))
+multi_keyed = ratelimit(["keyed", "open"])(lambda request: HttpResponse("ok"))
+multi_denied = ratelimit(["open", "closed"])(lambda request: HttpResponse("ok"))
+multi_denied(request)
+gate_multi, gate_multi_denied = RateLimitGate(["open", "open2"]), RateLimitGate(["open", "closed"])
+gate_multi_denied.check(request)
 breaker = get_circuit_breaker("cb")
 breaker.transition_to_open_state()
 def plain(amount):
@@ -72,6 +81,11 @@ cases = {
     "@ratelimit denied (429)": lambda: denied(request),
     "RateLimitGate.check allowed (DRF throttle)": lambda: gate_allowed.check(request),
     "RateLimitGate.check denied (DRF throttle)": lambda: gate_denied.check(request),
+    "@ratelimit 2 limits in memory, allowed": lambda: multi(request),
+    "@ratelimit 2 limits in memory (ip + unkeyed), allowed": lambda: multi_keyed(request),
+    "@ratelimit 2 limits in memory, denied (429)": lambda: multi_denied(request),
+    "RateLimitGate.check 2 limits in memory, allowed": lambda: gate_multi.check(request),
+    "RateLimitGate.check 2 limits in memory, denied": lambda: gate_multi_denied.check(request),
     "CircuitBreaker.call rejected by OPEN": core_open,
     "@circuitbreaker rejected by OPEN, service function": decorated_open,
 }

@@ -48,7 +48,7 @@ from .headers import (
     write_fields,
 )
 from .ip import ClientIPResolver
-from .keyed import KeyedRateLimiter, aacquire_all_keyed, acquire_all_keyed, is_mixed, redis_module_of
+from .keyed import AllOrNothingPlan, KeyedRateLimiter
 from .keys import KeyFunc, compile_key
 from .responses import rejection_response
 
@@ -238,35 +238,35 @@ class _RatePlan:
         limits: tuple[_Limit, ...],
         style: str | None,
         salt: bytes,
-        redis_module: Any | None = None,
+        all_or_nothing: AllOrNothingPlan | None = None,
     ) -> None:
         self.generation = generation
-        #: True when the limits live in Redis: every decision and quota is a round trip, so async
-        #: paths await redis.asyncio and read quotas off the event loop.
-        self.remote = redis_module is not None
-        # Limits in memory and in Redis (backends chosen per instance) go through keyed's mixed path;
-        # limits all in one place are bound to that place's function directly.
-        mixed = self.remote and is_mixed(
-            [(limit.keyed if limit.keyed is not None else limit.limiter, None) for limit in limits]
-        )
-        self.acquire_all: Callable[..., tuple[int, int] | None] = (
-            redis_module.acquire_all_keyed if self.remote and not mixed else acquire_all_keyed  # type: ignore[union-attr]
-        )
-        self.aacquire_all: Callable[..., Any] | None = (
-            None if not self.remote else aacquire_all_keyed if mixed else redis_module.aacquire_all_keyed  # type: ignore[union-attr]
-        )
+        # Where the limits live, asked of the limiters once per plan (never per request): limits all in this
+        # process are decided inline; all in one remote place by that place's decider; limits in memory and
+        # in Redis (backends chosen per instance) through keyed's mixed path.
+        aon = all_or_nothing or AllOrNothingPlan([limit.keyed or limit.limiter for limit in limits])
+        #: True when some limit lives outside this process: decisions and quotas are round trips, so async
+        #: paths await them and read quotas off the event loop.
+        self.remote = aon.remote
+        mixed = aon.mixed
+        self.acquire_all: Callable[..., tuple[int, int] | None] = aon.acquire_all
+        self.aacquire_all: Callable[..., Any] | None = aon.aacquire_all
         self.limits = limits
         self.style = style
         self.draft10 = style == DRAFT_10
         self.salt = salt
         #: Limits all in one Redis with header fields on: one script call decides and reads the figures
         #: (``acquire_quota`` / ``acquire_all_quotas``), so a request costs one round trip, headers included.
-        self.remote_quotas = self.remote and not mixed and style is not None
+        # (A single remote limit needs no decider: its backend's or store's own acquire_quota reads them.)
+        decider = aon.decider
+        self.remote_quotas = (
+            self.remote and not mixed and style is not None and (decider is not None or len(limits) == 1)
+        )
         self.acquire_all_quotas: Callable[..., Any] | None = (
-            redis_module.acquire_all_quotas if self.remote_quotas else None  # type: ignore[union-attr]
+            decider.acquire_all_quotas if self.remote_quotas and decider is not None else None
         )
         self.aacquire_all_quotas: Callable[..., Any] | None = (
-            redis_module.aacquire_all_quotas if self.remote_quotas else None  # type: ignore[union-attr]
+            decider.aacquire_all_quotas if self.remote_quotas and decider is not None else None
         )
         only = limits[0] if len(limits) == 1 else None
         # (None for remote_quotas: _call's in-memory single-limit path is not taken.)
@@ -427,12 +427,12 @@ class RateLimitGate:
             for limit in limits:
                 self._refuse_permits_above_limit(limit)
             try:
-                redis_module = redis_module_of(
-                    [(limit.keyed if limit.keyed is not None else limit.limiter, None) for limit in limits]
+                all_or_nothing = AllOrNothingPlan(
+                    [limit.keyed if limit.keyed is not None else limit.limiter for limit in limits]
                 )
             except TypeError as exc:
                 raise TypeError(f"rate limit gate {list(self.names)}: {exc}") from None
-            plan = _RatePlan(generation, tuple(limits), options.headers, _secret_salt(), redis_module)
+            plan = _RatePlan(generation, tuple(limits), options.headers, _secret_salt(), all_or_nothing)
             self._plan = plan
             return plan
 

@@ -42,7 +42,6 @@ path pays a branch for the other).
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -50,7 +49,7 @@ from itertools import islice
 from typing import Any
 
 from .backends.base import decide, div_ceil, nanos_to_wait, refresh
-from .core.backend import CYCLE, KeyedBackend
+from .core.backend import CYCLE, AllOrNothingPlace, KeyedBackend
 from .core.clock import SYSTEM_CLOCK, Clock
 from .core.exceptions import RequestNotPermitted
 from .core.ratelimiter import (
@@ -67,6 +66,7 @@ from .core.waiting import Waiters
 
 __all__ = [
     "DEFAULT_MAX_KEYS",
+    "AllOrNothingPlan",
     "KeyMetrics",
     "KeyedRateLimiter",
     "KeyedRateLimiterMetrics",
@@ -74,9 +74,7 @@ __all__ = [
     "MemoryKeyedStore",
     "aacquire_all_keyed",
     "acquire_all_keyed",
-    "is_mixed",
     "memory_keyed_store",
-    "redis_module_of",
 ]
 
 # (cycle, permissions) packed as cycle << 64 | (permissions + 2**63): one int object per key.
@@ -894,44 +892,66 @@ def _peek_unkeyed(limiter: RateLimiter, permits: int) -> int:
     return to_next + div_ceil(permits - (available + limit), limit) * period
 
 
-_REDIS_MODULE = __package__ + ".backends.redis"
+def _is_remote(limiter: Any) -> bool:
+    """Whether ``limiter``'s state lives outside this process, as the limiter says (found when it was built)."""
+    if isinstance(limiter, KeyedRateLimiter):
+        return bool(limiter.store.remote)
+    return limiter.remote_backend is not None
 
 
-def _remote_flags(entries: Sequence[tuple[Any, Any]]) -> tuple[Any | None, list[bool]]:
-    """``(backends.redis or None, which entries are Redis-backed)``; TypeError for two Redis connections."""
-    module = sys.modules.get(_REDIS_MODULE)
-    if module is None:
-        return None, [False] * len(entries)
-    remote = (module.RedisBackend, module.RedisKeyedStore)
-    holders = [lim.backend if isinstance(lim, RateLimiter) else lim.store for lim, _ in entries]
-    flags = [isinstance(holder, remote) for holder in holders]
-    if not any(flags):
-        return None, flags
-    connections = {id(h._connection()) for h, flag in zip(holders, flags, strict=True) if flag}  # type: ignore[union-attr]
-    if len(connections) > 1:
-        names = [lim.name for (lim, _), flag in zip(entries, flags, strict=True) if flag]
-        raise TypeError(
-            f"cannot decide rate limiters {names} all-or-nothing in one call: they live in different Redis "
-            "servers (or backends with different connection OPTIONS), and one script cannot reach both; "
-            "give them one redis backend"
-        )
-    return module, flags
+def _remote_decider(limiters: Sequence[Any]) -> Any | None:
+    """The all-or-nothing decider of remote ``limiters``, asked of their holders
+    (:class:`~.core.backend.AllOrNothingPlace`); None for one limiter whose holder has none (decided alone).
 
-
-def redis_module_of(entries: Sequence[tuple[Any, Any]]) -> Any | None:
-    """``backends.redis`` when some entry is Redis-backed, None when none is.
-
-    A process that never imported ``backends.redis`` has no Redis-backed limiter (and ``redis`` stays
-    optional), so the in-memory path pays one dict lookup. Entries on two Redis connections raise
-    ``TypeError``; memory and Redis entries together are decided by :func:`acquire_all_keyed`'s mixed path.
+    TypeError when they live in several places (two Redis connections), or several have no decider.
     """
-    return _remote_flags(entries)[0]
+    deciders: dict[int, Any] = {}
+    for limiter in limiters:
+        holder = limiter.store if isinstance(limiter, KeyedRateLimiter) else limiter.backend
+        if not isinstance(holder, AllOrNothingPlace):
+            if len(limiters) == 1:
+                return None
+            raise TypeError(
+                f"cannot decide rate limiters {[lim.name for lim in limiters]} all-or-nothing in one call: "
+                f"{type(holder).__name__} (of {limiter.name!r}) cannot decide several limits at once "
+                "(it has no all_or_nothing()); an all-or-nothing decision may hold one such limit"
+            )
+        decider, place = holder.all_or_nothing()
+        deciders[id(place)] = decider
+    if len(deciders) > 1:
+        raise TypeError(
+            f"cannot decide rate limiters {[lim.name for lim in limiters]} all-or-nothing in one call: they live "
+            "in different places (different Redis servers, or backends with different connection OPTIONS), and "
+            "one script cannot reach both; give them one redis backend"
+        )
+    return next(iter(deciders.values()))
 
 
-def is_mixed(entries: Sequence[tuple[Any, Any]]) -> bool:
-    """True when some entries are Redis-backed and others are not."""
-    module, flags = _remote_flags(entries)
-    return module is not None and not all(flags)
+class AllOrNothingPlan:
+    """How a fixed list of limiters is decided all-or-nothing, found once (a gate's plan, per registry
+    generation) by asking the limiters where their state lives, so a request pays no classification.
+
+    ``remote``: some limit lives outside this process; ``mixed``: some in it too. ``acquire_all`` /
+    ``aacquire_all`` (None when every limit is in this process: decided inline) decide a subset of the
+    limiters in their order (entries as :func:`acquire_all_keyed`'s).
+    """
+
+    __slots__ = ("aacquire_all", "acquire_all", "decider", "mixed", "remote")
+
+    def __init__(self, limiters: Sequence[Any]) -> None:
+        flags = [_is_remote(limiter) for limiter in limiters]
+        self.remote = any(flags)
+        self.mixed = self.remote and not all(flags)
+        #: The remote limits' one decider (None: no remote limit, or one without a decider).
+        remote = [limiter for limiter, flag in zip(limiters, flags, strict=True) if flag]
+        self.decider = _remote_decider(remote) if remote else None
+        self.acquire_all: Any = _acquire_memory
+        self.aacquire_all: Any = None
+        decider = self.decider
+        if decider is not None and not self.mixed:  # all in one remote place: its decider, bound
+            self.acquire_all, self.aacquire_all = decider.acquire_all_keyed, decider.aacquire_all_keyed
+        elif self.remote:  # in memory and elsewhere (or one remote limit without a decider): the mixed path
+            self.acquire_all, self.aacquire_all = acquire_all_keyed, aacquire_all_keyed
 
 
 def _give_back(entries: Sequence[tuple[Any, Any]], since: Sequence[int], permits: int) -> None:
@@ -1004,20 +1024,23 @@ def acquire_all_keyed(
     """
     if permits < 1:
         raise ValueError(f"permits must be >= 1, got {permits}")
-    redis_module, flags = _remote_flags(entries)
-    if redis_module is not None:
-        if all(flags):
-            return redis_module.acquire_all_keyed(entries, permits)  # type: ignore[no-any-return]
-        local, remote = _split(entries, flags)
-        worst, local_entries, since = _mixed_first_half(entries, local, permits)
-        if worst is not None:
-            return worst
-        if len(remote) == 1:
-            outcome = _one_remote(entries[remote[0]], _one_remote_wait(entries[remote[0]], permits), permits)
-        else:
-            outcome = redis_module.acquire_all_keyed([entries[i] for i in remote], permits)
-        return _mixed_second_half(entries, local_entries, since, remote, outcome, permits)
-    return _acquire_memory(entries, permits)
+    flags = [_is_remote(limiter) for limiter, _ in entries]
+    if True not in flags:
+        return _acquire_memory(entries, permits)
+    local, remote = _split(entries, flags)
+    decider = _remote_decider([entries[i][0] for i in remote])
+    if not local:
+        if decider is not None:
+            return decider.acquire_all_keyed(entries, permits)  # type: ignore[no-any-return]
+        return _one_remote(entries[0], _one_remote_wait(entries[0], permits), permits)
+    worst, local_entries, since = _mixed_first_half(entries, local, permits)
+    if worst is not None:
+        return worst
+    if len(remote) == 1:
+        outcome = _one_remote(entries[remote[0]], _one_remote_wait(entries[remote[0]], permits), permits)
+    else:
+        outcome = decider.acquire_all_keyed([entries[i] for i in remote], permits)  # type: ignore[union-attr]
+    return _mixed_second_half(entries, local_entries, since, remote, outcome, permits)
 
 
 async def aacquire_all_keyed(
@@ -1027,21 +1050,24 @@ async def aacquire_all_keyed(
     ones are decided inline (integer work under locks, never across an ``await``)."""
     if permits < 1:
         raise ValueError(f"permits must be >= 1, got {permits}")
-    redis_module, flags = _remote_flags(entries)
-    if redis_module is None:
+    flags = [_is_remote(limiter) for limiter, _ in entries]
+    if True not in flags:
         return _acquire_memory(entries, permits)
-    if all(flags):
-        return await redis_module.aacquire_all_keyed(entries, permits)  # type: ignore[no-any-return]
     local, remote = _split(entries, flags)
+    decider = _remote_decider([entries[i][0] for i in remote])
+    if not local and decider is not None:
+        return await decider.aacquire_all_keyed(entries, permits)  # type: ignore[no-any-return]
     worst, local_entries, since = _mixed_first_half(entries, local, permits)
     if worst is not None:
         return worst
     if len(remote) == 1:
         limiter, key = entries[remote[0]]
-        wait = await (limiter.backend.aacquire(permits, 0) if key is None else limiter._adecide(key, permits, 0))
+        wait = await (
+            limiter.remote_backend.aacquire(permits, 0) if key is None else limiter._adecide(key, permits, 0)
+        )
         outcome = _one_remote(entries[remote[0]], wait, permits)
     else:
-        outcome = await redis_module.aacquire_all_keyed([entries[i] for i in remote], permits)
+        outcome = await decider.aacquire_all_keyed([entries[i] for i in remote], permits)  # type: ignore[union-attr]
     return _mixed_second_half(entries, local_entries, since, remote, outcome, permits)
 
 

@@ -43,6 +43,7 @@ import math
 import os
 import queue
 import select
+import sys
 import threading
 import time
 import weakref
@@ -1268,6 +1269,11 @@ class _RedisCycleOps:
         if now is None:
             return []
         return list(divmod(int(now()), _NS_PER_S))
+
+    def all_or_nothing(self) -> tuple[Any, object]:
+        """:class:`~..core.backend.AllOrNothingPlace`: this module decides all-or-nothing over the limits of
+        one connection (its ``acquire_all_keyed`` / ``acquire_all_quotas`` and their async twins)."""
+        return _THIS_MODULE, self._connection()
 
     def _connection(self) -> RedisConnection:
         conn = self._conn
@@ -2584,6 +2590,9 @@ def _fault_many_reply(members: list[_Member], permits: int) -> Any:
         taken.append((local, member.state, since, unkeyed))
     return [0]
 
+
+#: The all-or-nothing decider of every Redis limiter (``_RedisCycleOps.all_or_nothing``): this module.
+_THIS_MODULE = sys.modules[__name__]
 
 #: ``on_backend_error`` (the setting's words) -> the Redis backend's fault policy (defined in .base).
 _ON_ERROR_POLICY = FAULT_POLICY_OF

@@ -19,6 +19,7 @@ __all__ = [
     "GCRA",
     "MAX_SLIDING_WINDOW_LIMIT",
     "SLIDING_WINDOW",
+    "AllOrNothingPlace",
     "BackendFactory",
     "KeyedBackend",
     "RateLimiterBackend",
@@ -118,6 +119,26 @@ class RemoteRateLimiterBackend(RateLimiterBackend, Protocol):
 
     async def aacquire_quota(self, permits: int, timeout_ns: int) -> tuple[int, int, int]:
         """:meth:`acquire_quota` without blocking the event loop (same result)."""
+        ...
+
+
+@runtime_checkable
+class AllOrNothingPlace(Protocol):
+    """Optional, for a remote backend or keyed store: it can decide several limits kept in its place at once.
+
+    ``keyed.acquire_all_keyed`` (and a gate's plan) ask each remote entry's holder (``RateLimiter.backend``,
+    ``KeyedRateLimiter.store``) for this, once per call or once per plan: entries whose ``place`` is the same
+    object are handed together to that place's ``decider``. A remote holder without it is decided alone (an
+    all-or-nothing decision may then hold one such limit, next to any number of in-process ones).
+    """
+
+    def all_or_nothing(self) -> tuple[Any, object]:
+        """``(decider, place)``. ``decider`` has ``acquire_all_keyed(entries, permits)`` (timeout 0; None when
+        all granted, else ``(index, wait)``, nothing consumed), ``acquire_all_quotas(entries, permits)`` (the
+        same, with every entry's ``(remaining, reset_ns)`` read in the same step) and their async twins
+        ``aacquire_all_keyed`` / ``aacquire_all_quotas``; ``entries`` are ``(RateLimiter, None)`` and
+        ``(KeyedRateLimiter, key)`` pairs of this place. ``place`` is compared by identity (Redis: the
+        connection, one per URL and OPTIONS in a process)."""
         ...
 
 
