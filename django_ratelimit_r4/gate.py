@@ -248,7 +248,6 @@ class _RatePlan:
         #: True when some limit lives outside this process: decisions and quotas are round trips, so async
         #: paths await them and read quotas off the event loop.
         self.remote = aon.remote
-        mixed = aon.mixed
         self.acquire_all: Callable[..., tuple[int, int] | None] = aon.acquire_all
         self.aacquire_all: Callable[..., Any] | None = aon.aacquire_all
         self.limits = limits
@@ -257,16 +256,13 @@ class _RatePlan:
         self.salt = salt
         #: Limits all in one Redis with header fields on: one script call decides and reads the figures
         #: (``acquire_quota`` / ``acquire_all_quotas``), so a request costs one round trip, headers included.
-        # (A single remote limit needs no decider: its backend's or store's own acquire_quota reads them.)
-        decider = aon.decider
-        self.remote_quotas = (
-            self.remote and not mixed and style is not None and (decider is not None or len(limits) == 1)
-        )
-        self.acquire_all_quotas: Callable[..., Any] | None = (
-            decider.acquire_all_quotas if self.remote_quotas and decider is not None else None
-        )
+        # Limits in memory and in Redis too: the in-memory figures are snapshots read after the decision, the
+        # Redis ones come with it (keyed.acquire_all_quotas). A single remote limit reads them with its own
+        # acquire_quota.
+        self.remote_quotas = self.remote and style is not None
+        self.acquire_all_quotas: Callable[..., Any] | None = aon.acquire_all_quotas if self.remote_quotas else None
         self.aacquire_all_quotas: Callable[..., Any] | None = (
-            decider.aacquire_all_quotas if self.remote_quotas and decider is not None else None
+            aon.aacquire_all_quotas if self.remote_quotas else None
         )
         only = limits[0] if len(limits) == 1 else None
         # (None for remote_quotas: _call's in-memory single-limit path is not taken.)

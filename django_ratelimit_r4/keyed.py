@@ -73,7 +73,9 @@ __all__ = [
     "KeyedRateLimiterView",
     "MemoryKeyedStore",
     "aacquire_all_keyed",
+    "aacquire_all_quotas",
     "acquire_all_keyed",
+    "acquire_all_quotas",
     "memory_keyed_store",
 ]
 
@@ -936,7 +938,7 @@ class AllOrNothingPlan:
     limiters in their order (entries as :func:`acquire_all_keyed`'s).
     """
 
-    __slots__ = ("aacquire_all", "acquire_all", "decider", "mixed", "remote")
+    __slots__ = ("aacquire_all", "aacquire_all_quotas", "acquire_all", "acquire_all_quotas", "decider", "mixed", "remote")
 
     def __init__(self, limiters: Sequence[Any]) -> None:
         flags = [_is_remote(limiter) for limiter in limiters]
@@ -947,11 +949,18 @@ class AllOrNothingPlan:
         self.decider = _remote_decider(remote) if remote else None
         self.acquire_all: Any = _acquire_memory
         self.aacquire_all: Any = None
+        #: The same with every entry's ``(remaining, reset_ns)`` after it, one remote round trip at most (None
+        #: when every limit is in this process: the gate reads their snapshots itself).
+        self.acquire_all_quotas: Any = None
+        self.aacquire_all_quotas: Any = None
         decider = self.decider
         if decider is not None and not self.mixed:  # all in one remote place: its decider, bound
             self.acquire_all, self.aacquire_all = decider.acquire_all_keyed, decider.aacquire_all_keyed
+            self.acquire_all_quotas = decider.acquire_all_quotas
+            self.aacquire_all_quotas = decider.aacquire_all_quotas
         elif self.remote:  # in memory and elsewhere (or one remote limit without a decider): the mixed path
             self.acquire_all, self.aacquire_all = acquire_all_keyed, aacquire_all_keyed
+            self.acquire_all_quotas, self.aacquire_all_quotas = acquire_all_quotas, aacquire_all_quotas
 
 
 def _give_back(entries: Sequence[tuple[Any, Any]], since: Sequence[int], permits: int) -> None:
@@ -1069,6 +1078,123 @@ async def aacquire_all_keyed(
     else:
         outcome = await decider.aacquire_all_keyed([entries[i] for i in remote], permits)  # type: ignore[union-attr]
     return _mixed_second_half(entries, local_entries, since, remote, outcome, permits)
+
+
+def _quota_of(entry: tuple[Any, Any]) -> tuple[int, int]:
+    """``(remaining, reset_ns)`` of an entry now (in memory: a snapshot; remote: a round trip)."""
+    limiter, key = entry
+    return limiter.backend.quota() if key is None else limiter.quota(key)  # type: ignore[no-any-return]
+
+
+async def _aquota_of(entry: tuple[Any, Any]) -> tuple[int, int]:
+    limiter, key = entry
+    if key is not None:
+        return await limiter.aquota(key)  # type: ignore[no-any-return]
+    remote = limiter.remote_backend
+    return await remote.aquota() if remote is not None else limiter.backend.quota()  # type: ignore[no-any-return]
+
+
+def _one_remote_quota(entry: tuple[Any, Any], wait: int, remaining: int, reset_ns: int) -> tuple[int, int] | None:
+    """After a lone remote entry's ``acquire_quota`` / ``decide_quota``: its figures, None when a rejection
+    did not read them (a keyed store without ``rejection_quotas``)."""
+    limiter, key = entry
+    if wait < 0 and key is not None and not limiter.store.rejection_quotas:
+        return None
+    return remaining, reset_ns
+
+
+def _known_quotas(
+    entries: Sequence[tuple[Any, Any]], remote: list[int], remote_quotas: Sequence[tuple[int, int] | None]
+) -> list[tuple[int, int] | None]:
+    """Every entry's figures in entry order: the remote ones as given (None: not read), the in-memory ones read
+    now (after the decision and any give-back)."""
+    quotas: list[tuple[int, int] | None] = [None] * len(entries)
+    for index, quota in zip(remote, remote_quotas, strict=True):
+        quotas[index] = quota
+    return [
+        quota if quota is not None or index in remote else _quota_of(entries[index])
+        for index, quota in enumerate(quotas)
+    ]
+
+
+def acquire_all_quotas(
+    entries: Sequence[tuple[Any, str | None]], permits: int = 1
+) -> tuple[tuple[int, int] | None, list[tuple[int, int]]]:
+    """:func:`acquire_all_keyed` that also gives every entry's RateLimit figures ``(remaining, reset_ns)`` after
+    the decision, in entry order, with one round trip to a remote place at most (a gate's header fields).
+
+    The remote entries' decider decides them and reads their figures in one call (``acquire_all_quotas``;
+    a lone remote entry: its ``acquire_quota`` / ``decide_quota``); the in-memory figures are snapshots read
+    after the decision (and any give-back). When the in-memory limits refuse first, the remote ones are not
+    decided: their figures are read instead (one round trip for one remote limit, one per remote limit above).
+    """
+    if permits < 1:
+        raise ValueError(f"permits must be >= 1, got {permits}")
+    flags = [_is_remote(limiter) for limiter, _ in entries]
+    if True not in flags:
+        return _acquire_memory(entries, permits), [_quota_of(entry) for entry in entries]
+    local, remote = _split(entries, flags)
+    decider = _remote_decider([entries[i][0] for i in remote])
+    if not local and decider is not None:
+        return decider.acquire_all_quotas(entries, permits)  # type: ignore[no-any-return]
+    worst, local_entries, since = _mixed_first_half(entries, local, permits)
+    if worst is not None:
+        return worst, [_quota_of(entry) for entry in entries]
+    remote_quotas: list[tuple[int, int] | None]
+    if len(remote) == 1:
+        entry = entries[remote[0]]
+        limiter, key = entry
+        if key is None:
+            wait, remaining, reset_ns = limiter.remote_backend.acquire_quota(permits, 0)
+        else:
+            wait, remaining, reset_ns = limiter._decide_quota(key, permits, 0)
+        outcome = _one_remote(entry, wait, permits)
+        remote_quotas = [_one_remote_quota(entry, wait, remaining, reset_ns)]
+    else:
+        outcome, remote_quotas = decider.acquire_all_quotas([entries[i] for i in remote], permits)  # type: ignore[union-attr]
+    outcome = _mixed_second_half(entries, local_entries, since, remote, outcome, permits)
+    known = _known_quotas(entries, remote, remote_quotas)
+    return outcome, [
+        quota if quota is not None else _quota_of(entry) for entry, quota in zip(entries, known, strict=True)
+    ]
+
+
+async def aacquire_all_quotas(
+    entries: Sequence[tuple[Any, str | None]], permits: int = 1
+) -> tuple[tuple[int, int] | None, list[tuple[int, int]]]:
+    """Async twin of :func:`acquire_all_quotas`: remote calls awaited, in-memory work inline."""
+    if permits < 1:
+        raise ValueError(f"permits must be >= 1, got {permits}")
+    flags = [_is_remote(limiter) for limiter, _ in entries]
+    if True not in flags:
+        return _acquire_memory(entries, permits), [_quota_of(entry) for entry in entries]
+    local, remote = _split(entries, flags)
+    decider = _remote_decider([entries[i][0] for i in remote])
+    if not local and decider is not None:
+        return await decider.aacquire_all_quotas(entries, permits)  # type: ignore[no-any-return]
+    worst, local_entries, since = _mixed_first_half(entries, local, permits)
+    if worst is not None:
+        return worst, [await _aquota_of(entry) for entry in entries]
+    remote_quotas: list[tuple[int, int] | None]
+    if len(remote) == 1:
+        entry = entries[remote[0]]
+        limiter, key = entry
+        if key is None:
+            wait, remaining, reset_ns = await limiter.remote_backend.aacquire_quota(permits, 0)
+        else:
+            wait, remaining, reset_ns = await limiter._adecide_quota(key, permits, 0)
+        outcome = _one_remote(entry, wait, permits)
+        remote_quotas = [_one_remote_quota(entry, wait, remaining, reset_ns)]
+    else:
+        outcome, remote_quotas = await decider.aacquire_all_quotas(  # type: ignore[union-attr]
+            [entries[i] for i in remote], permits
+        )
+    outcome = _mixed_second_half(entries, local_entries, since, remote, outcome, permits)
+    known = _known_quotas(entries, remote, remote_quotas)
+    return outcome, [
+        quota if quota is not None else await _aquota_of(entry) for entry, quota in zip(entries, known, strict=True)
+    ]
+
 
 
 def _one_remote_wait(entry: tuple[Any, Any], permits: int) -> int:

@@ -43,13 +43,14 @@ class FarBackend:
         return self._inner.failed_calls
 
     def acquire(self, permits: int, timeout_ns: int) -> int:
-        self.calls += 1
+        self.calls += 1  # a round trip
         return self._inner.acquire(permits, timeout_ns)
 
     def state(self) -> tuple[int, int, int]:
         return self._inner.state()
 
     def quota(self) -> tuple[int, int]:
+        self.calls += 1
         return self._inner.quota()
 
     def drain(self) -> int:
@@ -74,7 +75,8 @@ class FarBackend:
         return self.acquire_many(backends, permits)
 
     def acquire_quota(self, permits: int, timeout_ns: int) -> tuple[int, int, int]:
-        return (self.acquire(permits, timeout_ns), *self.quota())
+        self.calls += 1  # one round trip: the decision and the figures after it
+        return (self._inner.acquire(permits, timeout_ns), *self._inner.quota())
 
     async def aacquire_quota(self, permits: int, timeout_ns: int) -> tuple[int, int, int]:
         return self.acquire_quota(permits, timeout_ns)
@@ -219,3 +221,33 @@ def test_a_gate_over_memory_and_a_third_party_remote_backend(r4_clock: Any) -> N
         assert outcomes[2][0].rate_limiter is registry.get_rate_limiter("far")  # type: ignore[union-attr]
         assert registry.get_rate_limiter("local").metrics.available_permissions == 3
         assert "RateLimit" in outcomes[2][1]
+
+
+@pytest.mark.django_db(databases=[])
+@pytest.mark.parametrize("first", ["local", "far"])
+def test_a_mixed_gate_with_headers_calls_the_remote_backend_once_per_request(r4_clock: Any, first: str) -> None:
+    """The header figures come with the decision (keyed.acquire_all_quotas): the remote limit is called once per
+    request, allowed or denied, and the fields are what separate quota reads give."""
+    setting = {
+        "backends": {"far": {"BACKEND": f"{__name__}.FarStore"}},
+        "ratelimiters": {
+            "configs": {"default": {"limit_refresh_period": "1s", "timeout_duration": "0s"}},
+            "instances": {
+                "local": {"limit_for_period": 2 if first == "local" else 5},
+                "far": {"limit_for_period": 2 if first == "far" else 5, "backend": "far"},
+            },
+        },
+    }
+    request = RequestFactory().get("/", REMOTE_ADDR="203.0.113.7")
+    with override_settings(RATELIMIT_R4=setting):
+        gate = RateLimitGate(["local", "far"])
+        far = registry.get_rate_limiter("far").backend
+        statuses = []
+        for _ in range(3):
+            far.calls = 0  # type: ignore[attr-defined]
+            rejection, fields = gate.check(request)
+            assert far.calls == 1  # type: ignore[attr-defined]
+            statuses.append(rejection is None)
+            assert fields == gate.headers([None, None])
+        assert statuses == [True, True, False]
+        assert registry.get_rate_limiter("local").metrics.available_permissions == (0 if first == "local" else 3)

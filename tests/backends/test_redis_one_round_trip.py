@@ -72,6 +72,28 @@ async def multi_keyed_async(request: HttpRequest) -> HttpResponse:
     return HttpResponse("ok")
 
 
+# A gate over limits in memory and in Redis (backends chosen per instance): the memory limits are decided and
+# read in this process, the Redis ones in one round trip that also reads their figures.
+@ratelimit(["mem", "one"])
+def mixed(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+@ratelimit(["mem", "one"])
+async def mixed_async(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+@ratelimit(["mem_ip", "per_ip", "sustained"])
+def mixed_keyed(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+@ratelimit(["mem_ip", "per_ip", "sustained"])
+async def mixed_keyed_async(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
 def _drf(names: str | list[str]) -> Any:
     class View(APIView):  # type: ignore[misc]
         throttle_classes = [RateLimiterThrottle]
@@ -96,6 +118,13 @@ urlpatterns = [
     path("drf-keyed/", _drf("per_ip")),
     path("drf-multi/", _drf(["one", "sustained"])),
     path("drf-multi-keyed/", _drf(["per_ip", "sustained"])),
+    path("mixed/", mixed),
+    path("mixed-mem-first/", ratelimit(["mem", "sustained"])(lambda request: HttpResponse("ok"))),
+    path("mixed-async/", mixed_async),
+    path("mixed-keyed/", mixed_keyed),
+    path("mixed-keyed-async/", mixed_keyed_async),
+    path("drf-mixed/", _drf(["mem", "one"])),
+    path("drf-mixed-keyed/", _drf(["mem_ip", "per_ip", "sustained"])),
 ]
 
 # url -> the names its gate decides (for the headers a separate quota read gives)
@@ -104,6 +133,8 @@ NAMES = {
     "keyed": ["per_ip"],
     "multi": ["one", "sustained"],
     "multi-keyed": ["per_ip", "sustained"],
+    "mixed": ["mem", "one"],
+    "mixed-keyed": ["mem_ip", "per_ip", "sustained"],
 }
 
 
@@ -111,12 +142,15 @@ def _settings(url: str, **top: Any) -> dict[str, Any]:
     value: dict[str, Any] = {
         "backend": "redis",
         "redis_url": url,
+        "backends": {"local": {"BACKEND": "memory"}},
         "ratelimiters": {
             "configs": {"default": {"limit_refresh_period": "1s", "timeout_duration": "0s"}},
             "instances": {
                 "one": {"limit_for_period": 2},
                 "per_ip": {"limit_for_period": 2, "key": "ip"},
                 "sustained": {"limit_for_period": 5, "limit_refresh_period": "60s"},
+                "mem": {"limit_for_period": 3, "backend": "local"},
+                "mem_ip": {"limit_for_period": 3, "key": "ip", "backend": "local"},
             },
         },
     }
@@ -128,9 +162,10 @@ def _settings(url: str, **top: Any) -> dict[str, Any]:
 def server(redis_server: Any, r4_clock: Any) -> Iterator[Any]:
     """Every limiter in the dedicated Redis, built (their reset is a script call) before anything is counted."""
     with override_settings(RATELIMIT_R4=_settings(redis_server.url)):
-        for name in ("one", "sustained"):
+        for name in ("one", "sustained", "mem"):
             get_rate_limiter(name)
         registry.get_keyed_rate_limiter("per_ip")
+        registry.get_keyed_rate_limiter("mem_ip")
         yield redis_server
 
 
@@ -167,7 +202,10 @@ def _fields(response: Any) -> dict[str, str]:
 
 @pytest.mark.parametrize(
     "url",
-    ["one", "keyed", "multi", "multi-keyed", "drf", "drf-keyed", "drf-multi", "drf-multi-keyed"],
+    [
+        "one", "keyed", "multi", "multi-keyed", "drf", "drf-keyed", "drf-multi", "drf-multi-keyed",
+        "mixed", "mixed-keyed", "drf-mixed", "drf-mixed-keyed",
+    ],
 )
 def test_one_evalsha_per_request_allowed_and_denied_sync(server: Any, url: str) -> None:
     client = Client(REMOTE_ADDR=PEER)
@@ -183,7 +221,9 @@ def test_one_evalsha_per_request_allowed_and_denied_sync(server: Any, url: str) 
     assert statuses == [200, 200, 429]
 
 
-@pytest.mark.parametrize("url", ["one-async", "keyed-async", "multi-async", "multi-keyed-async"])
+@pytest.mark.parametrize(
+    "url", ["one-async", "keyed-async", "multi-async", "multi-keyed-async", "mixed-async", "mixed-keyed-async"]
+)
 async def test_one_evalsha_per_request_allowed_and_denied_async(server: Any, url: str) -> None:
     from asgiref.sync import sync_to_async
 
@@ -214,6 +254,20 @@ def test_multi_limit_denied_by_the_long_limit_reports_both_figures(server: Any, 
     assert response.status_code == 429
     assert _fields(response) == _separate_reads(["one", "sustained"])
     assert "r=0" in response["RateLimit"].split(",")[1]
+
+
+def test_a_mixed_gate_refused_in_memory_reads_its_redis_figures_in_one_round_trip(server: Any) -> None:
+    """Memory says no first: Redis is not asked to decide, and its figures for the 429 cost one read."""
+    client = Client(REMOTE_ADDR=PEER)
+    statuses = []
+    for _ in range(4):
+        _scripts(server.url)
+        response = client.get("/mixed-mem-first/")
+        assert _scripts(server.url) == 1, response.status_code
+        statuses.append(response.status_code)
+        assert _fields(response) == _separate_reads(["mem", "sustained"])
+    assert statuses == [200, 200, 200, 429]
+    assert get_rate_limiter("sustained").metrics.available_permissions == 2  # the 429 took nothing from Redis
 
 
 def _cyclic_garbage(fn: Any) -> list[Any]:
