@@ -79,6 +79,21 @@ def wait_until(
         time.sleep(0.002)
 
 
+def settled(*workers: RedisCircuitBreaker) -> None:
+    """Wait until each worker's sender has nothing queued or in flight: every transition it made locally has
+    been written to Redis (or refused by the compare-and-set) and the reply taken in (its epoch).
+
+    A transition made by failures is sent by the worker's sender thread: another worker may hear it (pub/sub,
+    from inside the script) before the sender has read the script's reply, so the maker's epoch lags for that
+    moment. The outbox is read first: items leave it only under the send lock, which is held until their reply
+    is taken in."""
+    wait_until(
+        lambda: all(not w._outbox and not w._send_lock.locked() for w in workers),
+        "every local transition written to Redis",
+        detail=lambda: repr(workers),
+    )
+
+
 def fail(b: RedisCircuitBreaker, n: int = 4) -> None:
     def boom() -> None:
         raise ConnectionError("partner down")
@@ -130,6 +145,7 @@ def test_failures_on_one_worker_open_the_breaker_on_the_other(redis_url: str, pr
         b.call(lambda: "never")
     assert rejected.value.wait_ns > 55e9
     assert stored(redis_url, prefix)["s"] == State.OPEN.value
+    settled(a)  # b heard the transition from inside a's script, maybe before a's sender read its reply
     assert a.epoch == b.epoch == 1
     other = made(redis_url, prefix, name="other")
     assert other.state is State.CLOSED  # another name has its own state
@@ -161,16 +177,23 @@ def _open_at_once(a: RedisCircuitBreaker, b: RedisCircuitBreaker) -> None:
     fail(a, 3)
     fail(b, 3)
     barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
 
     def last(w: RedisCircuitBreaker) -> None:
-        barrier.wait()
-        fail(w, 1)
+        try:
+            barrier.wait(HANG_GUARD_S)
+            fail(w, 1)
+        except BaseException as exc:  # re-raised below: a thread's failure would otherwise be lost
+            errors.append(exc)
 
     threads = [threading.Thread(target=last, args=(w,)) for w in (a, b)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(HANG_GUARD_S)
+    assert not any(t.is_alive() for t in threads), f"hang guard: the last failures not made within {HANG_GUARD_S}s"
+    if errors:
+        raise errors[0]
 
 
 def test_two_workers_opening_at_once_make_one_transition(redis_url: str, prefix: str, made: Any) -> None:
@@ -180,10 +203,11 @@ def test_two_workers_opening_at_once_make_one_transition(redis_url: str, prefix:
         a, b = made(redis_url, p), made(redis_url, p)
         assert a.state is State.CLOSED and b.state is State.CLOSED
         _open_at_once(a, b)
-        wait_until(
-            lambda a=a, b=b, p=p: a.epoch == b.epoch == stored(redis_url, p)["e"], "both workers on the stored epoch"
-        )
-        assert stored(redis_url, p)["e"] == 1, f"round {round_}: two transitions"
+        # Each worker opened by itself (its transition sent by its sender thread, after the join) or heard the
+        # other's first; once both senders are idle, every transition either made is in Redis or was refused.
+        settled(a, b)
+        assert stored(redis_url, p).get("e") == 1, f"round {round_}: not one transition: {stored(redis_url, p)}"
+        assert a.epoch == b.epoch == 1, f"round {round_}: {a!r} {b!r}"
         assert a.state is State.OPEN and b.state is State.OPEN
         a.close()
         b.close()
@@ -203,7 +227,9 @@ def test_manual_transitions_propagate_both_ways(redis_url: str, prefix: str, mad
     wait_until(lambda: b.state is State.OPEN, "OPEN on b")
     assert 25e9 < b.remaining_open_ns() <= 30e9
     a.transition_to_disabled_state()
-    wait_until(lambda: b.state is State.DISABLED, "DISABLED on b")
+    # The state is installed before its event is published (after the lock): wait for the event itself.
+    wait_until(lambda: len(seen) >= 4, "the 4th transition's event on b", detail=lambda: repr(seen))
+    assert b.state is State.DISABLED
     assert seen == [
         (State.CLOSED, State.FORCED_OPEN),
         (State.FORCED_OPEN, State.CLOSED),
@@ -562,7 +588,7 @@ async def test_async_trials_never_block_the_loop(redis_url: str, prefix: str, ma
             await a.acall(ok)  # only 2 trials in the cluster
         release.set()
         assert await first == "ok" and await second == "ok"
-        for _ in range(200):
+        for _ in range(int(HANG_GUARD_S / 0.01)):  # a hang guard: the sender thread sends the outcomes
             if a.state is State.CLOSED:
                 break
             await asyncio.sleep(0.01)
