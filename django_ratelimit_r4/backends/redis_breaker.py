@@ -340,11 +340,13 @@ class RedisCircuitBreaker(CircuitBreaker):
             if state == _NEVER_WRITTEN or (epoch <= self._epoch and not force):
                 return False
             same = force and epoch == self._epoch and self._st.state.value == state
-            self._epoch = epoch
             # Local transitions not sent yet came from a state that is gone.
             self._outbox = collections.deque(x for x in self._outbox if x[0] == "set" and x[1])
             if not same:
                 self._install_locked(State(state), attempts, remaining_ms * _NS_PER_MS, out)
+            # The epoch last, once its state is in place: the epoch and state are read without the lock
+            # (wait_epoch, the state property), and an epoch seen must mean its state is what a call finds.
+            self._epoch = epoch
             self._received += 1
         if out:
             self._flush(out)
@@ -800,10 +802,10 @@ class RedisCircuitBreaker(CircuitBreaker):
         return self._listening.wait(timeout)
 
     def wait_epoch(self, epoch: int, timeout: float) -> bool:
-        """Wait until this process has heard the shared transition ``epoch`` (or a later one) and return True;
-        False if ``timeout`` seconds pass first. Returns True at once while degraded: Redis is unreachable here,
-        there is nothing to hear and this worker decides alone. (The control plane's follower of a broadcast
-        transition made once, by the sender.)"""
+        """Wait until this process has heard the shared transition ``epoch`` (or a later one), its state in
+        place, and return True; False if ``timeout`` seconds pass first. Returns True at once while degraded:
+        Redis is unreachable here, there is nothing to hear and this worker decides alone. (The control plane's
+        follower of a broadcast transition made once, by the sender.)"""
         deadline = time.monotonic() + timeout
         while self._epoch < epoch and not self._degraded:
             if time.monotonic() >= deadline:

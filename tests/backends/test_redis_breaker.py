@@ -252,6 +252,30 @@ def test_wait_epoch_is_true_once_the_transition_is_heard_and_false_before(
     assert b.epoch == a.epoch and b.state is State.FORCED_OPEN
 
 
+def test_an_epoch_is_heard_only_once_its_state_is_installed(redis_url: str, prefix: str, made: Any, monkeypatch: Any) -> None:
+    """wait_epoch (the control plane's follower) returns True only when the state of that epoch is in place:
+    b's listener is held inside the install of a's transition; meanwhile b has not heard that epoch."""
+    a, b = made(redis_url, prefix), made(redis_url, prefix)
+    assert a.wait_listening(HANG_GUARD_S) and b.wait_listening(HANG_GUARD_S)
+    installing, release = threading.Event(), threading.Event()
+    real = RedisCircuitBreaker._install_locked
+
+    def held(self: RedisCircuitBreaker, *args: Any) -> None:
+        if self is b:
+            installing.set()
+            assert release.wait(HANG_GUARD_S)
+        real(self, *args)
+
+    monkeypatch.setattr(RedisCircuitBreaker, "_install_locked", held)
+    a.transition_to_forced_open_state()
+    assert installing.wait(HANG_GUARD_S)
+    try:
+        assert not b.wait_epoch(a.epoch, 0), f"epoch heard before its state was installed: {b!r}"
+    finally:
+        release.set()
+    assert b.wait_epoch(a.epoch, HANG_GUARD_S) and b.state is State.FORCED_OPEN
+
+
 def test_the_end_of_the_open_wait_and_the_trials_decide_for_everyone(redis_url: str, prefix: str, made: Any) -> None:
     """OPEN for 1 ms: the first call after it turns the cluster HALF_OPEN; 3 trials in all (both workers),
     then their successes close the breaker everywhere."""
