@@ -360,6 +360,8 @@ class RedisCircuitBreaker(CircuitBreaker):
                 # Only after a fault: a reply read before our own first transition is not a lost state.
                 if force and (self._epoch > 0 or self._st.state is not State[self.config.initial_state]):
                     self._epoch = 0
+                    # Not degraded before the push is queued: the sender drops what it takes while degraded.
+                    self._degraded = False
                     self._queue_locked(True, self._st, self._now())
         else:
             self._adopt(snapshot, force=force)
@@ -393,8 +395,11 @@ class RedisCircuitBreaker(CircuitBreaker):
                         raise redis.exceptions.TimeoutError("no subscription confirmation")
                 force = self._degraded or self._resync
                 self._resync = False
-                self._resync_from(self._load_with(client), force)
+                snapshot = self._load_with(client)
+                # Redis answered: end the connection's cool-down (maybe another user's fault) before the
+                # resync queues a push, which the sender would drop during a cool-down.
                 self._conn.answered()
+                self._resync_from(snapshot, force)
                 self._listening.set()
                 heard = time.monotonic()
                 pinged = False

@@ -553,6 +553,44 @@ def test_redis_down_falls_back_to_a_local_breaker_and_resyncs(redis_server: Any,
     wait_until(lambda: b.state is State.CLOSED, "transitions shared again")
 
 
+def test_the_state_a_worker_pushes_after_a_fault_is_not_dropped_by_a_cool_down(
+    redis_url: str, prefix: str, made: Any, monkeypatch: Any
+) -> None:
+    """After a fault the listener reads the shared state again; Redis lost it (empty), so the worker pushes the
+    OPEN it reached alone. The shared connection may still be in the cool-down of a fault seen by another of
+    its users (another breaker's listener) when the sender takes the push: the reply the listener just read
+    ends that cool-down before the push is queued, else the sender dropped it and the cluster never heard."""
+    a = made(redis_url, prefix)
+    assert a.wait_listening(HANG_GUARD_S)
+    go = threading.Event()
+    real_load, real_resync = RedisCircuitBreaker._load_with, RedisCircuitBreaker._resync_from
+
+    def load(self: RedisCircuitBreaker, client: Any) -> list[int]:
+        if self is not a:
+            return real_load(self, client)
+        assert go.wait(HANG_GUARD_S)
+        reply = real_load(self, client)
+        self._conn.down_until = time.monotonic() + 60  # another user of the connection faulted meanwhile
+        return reply
+
+    def resync(self: RedisCircuitBreaker, snapshot: list[int], force: bool = False) -> None:
+        real_resync(self, snapshot, force)
+        if self is a:  # the sender takes the push before the listener goes on
+            deadline = time.monotonic() + HANG_GUARD_S
+            while (self._outbox or self._send_lock.locked()) and time.monotonic() < deadline:
+                time.sleep(0.002)
+
+    monkeypatch.setattr(RedisCircuitBreaker, "_load_with", load)
+    monkeypatch.setattr(RedisCircuitBreaker, "_resync_from", resync)
+    a._fault(ConnectionError("injected"), "test")  # the listener reconnects; its load waits for go
+    fail(a)  # degraded: the local breaker opens by itself, nothing is sent
+    assert a.state is State.OPEN and a.degraded and stored(redis_url, prefix) == {}
+    go.set()
+    wait_until(lambda: not a.degraded and a._listening.is_set(), "the listener's resync")
+    settled(a)
+    assert stored(redis_url, prefix).get("s") == State.OPEN.value, "the resync's push was dropped"
+
+
 def test_degraded_is_a_metric(redis_server: Any, settings: Any) -> None:
     pytest.importorskip("prometheus_client")
     from django_ratelimit_r4.contrib import prometheus
