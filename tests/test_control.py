@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import io
 import json
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -27,6 +28,9 @@ from django_ratelimit_r4.management.commands import r4 as r4_command
 TOKEN = "t0ken-" + "x" * 40
 BASE = "/ops/r4/"
 HANG_GUARD_S = 30.0  # only bounds a broken run
+# An action's --timeout: the command returns as soon as every live worker acknowledged, so only a broken run
+# waits this long; the default (2 s) is a wall-clock bet that this worker's thread answers in time under load.
+ACK_WAIT = ["--timeout", f"{HANG_GUARD_S:g}"]
 
 
 def run(*args: str) -> tuple[str, str]:
@@ -235,28 +239,56 @@ def test_totals_add_up_counters_and_count_breaker_states(cluster: control.Contro
 
 
 def test_transition_reaches_every_worker_and_reports_who_acknowledged(cluster: control.ControlPlane) -> None:
-    out, _ = run("transition", "acquirer", "--to", "FORCED_OPEN")
+    out, _ = run("transition", "acquirer", "--to", "FORCED_OPEN", *ACK_WAIT)
     me = control.worker()
     assert "transition 'acquirer': acknowledged by 1 of 1 live worker(s)" in out
     assert f"{me['host']} pid {me['pid']}: circuitbreaker 'acquirer': CLOSED -> FORCED_OPEN" in out
     assert get_circuit_breaker("acquirer").state.name == "FORCED_OPEN"
     # A reset reaches it too, and clears the stored (sticky) state.
-    run("reset", "circuitbreaker:acquirer")
+    run("reset", "circuitbreaker:acquirer", *ACK_WAIT)
     assert get_circuit_breaker("acquirer").state.name == "CLOSED"
     assert cluster.client.hgetall(cluster.sticky_key) == {}
 
 
-def test_a_worker_that_does_not_acknowledge_is_named_and_the_command_fails(cluster: control.ControlPlane) -> None:
+def test_a_worker_that_does_not_acknowledge_is_named_and_the_command_fails(
+    cluster: control.ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _fake_worker(cluster, "ghost-host", 999_999, [], ttl_ms=60_000)
+    # The ghost never acknowledges, so the command waits out its --timeout. Its clock runs out the moment it has
+    # read this worker's acknowledgement (not after a fixed 0.3 s that a loaded machine may not give this
+    # worker's thread): the acks it reports are then exactly this worker's, the ghost missing.
+    me, main = control._worker_id(), threading.current_thread()
+    read_acks = cluster.client.hgetall
+    mine_read = threading.Event()
+
+    def hgetall(key: Any) -> Any:
+        raw = read_acks(key)
+        acks = str(key).startswith(cluster._ack_prefix) and threading.current_thread() is main
+        if acks and me in {control._text(k) for k in raw}:
+            mine_read.set()
+        return raw
+
+    class Clock:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(time, name)
+
+        @staticmethod
+        def monotonic() -> float:
+            late = mine_read.is_set() and threading.current_thread() is main
+            return time.monotonic() + (HANG_GUARD_S if late else 0.0)
+
+    monkeypatch.setattr(cluster.client, "hgetall", hgetall)
+    monkeypatch.setattr(control, "time", Clock())
     with pytest.raises(CommandError, match=r"1 live worker\(s\) did not acknowledge: ghost-host pid 999999"):
-        run("drain", "slow", "--timeout", "0.3")
+        run("drain", "slow", *ACK_WAIT)
+    assert mine_read.is_set()
     assert get_rate_limiter("slow").metrics.available_permissions == 0  # this worker did drain
 
 
 def test_a_refusal_is_reported_per_worker(cluster: control.ControlPlane) -> None:
     get_circuit_breaker("acquirer").transition_to_metrics_only_state()
     with pytest.raises(CommandError, match=r"1 worker\(s\) refused"):
-        run("transition", "acquirer", "--to", "HALF_OPEN")
+        run("transition", "acquirer", "--to", "HALF_OPEN", *ACK_WAIT)
     with pytest.raises(CommandError, match="no circuitbreaker named 'nope'"):
         run("transition", "nope", "--to", "OPEN")  # checked before anything is sent
 
@@ -268,18 +300,18 @@ def test_a_dead_worker_disappears_after_its_ttl(cluster: control.ControlPlane) -
 
 
 def test_sticky_state_is_applied_by_a_worker_that_starts_later(cluster: control.ControlPlane) -> None:
-    run("transition", "acquirer", "--to", "FORCED_OPEN")
+    run("transition", "acquirer", "--to", "FORCED_OPEN", *ACK_WAIT)
     get_circuit_breaker("acquirer").transition_to_closed_state()  # as a fresh worker starts: CLOSED
     cluster.apply_sticky()  # what a starting worker's control plane does
     assert get_circuit_breaker("acquirer").state.name == "FORCED_OPEN"
-    run("transition", "acquirer", "--to", "CLOSED")
+    run("transition", "acquirer", "--to", "CLOSED", *ACK_WAIT)
     assert cluster.client.hgetall(cluster.sticky_key) == {}
 
 
 def test_the_endpoint_broadcasts_and_shows_the_cluster(cluster: control.ControlPlane, client: Client) -> None:
     response = client.post(
         BASE + "acquirer/transition",
-        json.dumps({"to": "FORCED_OPEN", "timeout": 5}),
+        json.dumps({"to": "FORCED_OPEN", "timeout": HANG_GUARD_S}),
         content_type="application/json",
         **_bearer(),
     )
@@ -374,6 +406,6 @@ def test_a_shared_breaker_is_transitioned_once_however_many_workers_acknowledge(
     assert again["ok"] and again["result"]["to_state"] == "OPEN" and again["result"]["shared"], again
     assert breaker.epoch == epoch + 1  # one shared transition
     assert breaker.remaining_open_ns() <= 10_000_000_000  # the first opening's wait, not the backoff's second
-    out, _ = run("transition", "acquirer", "--to", "CLOSED")
+    out, _ = run("transition", "acquirer", "--to", "CLOSED", *ACK_WAIT)
     assert "circuitbreaker 'acquirer': OPEN -> CLOSED (cluster-wide breaker: one shared transition)" in out
     assert breaker.state.name == "CLOSED" and breaker.epoch == epoch + 2

@@ -170,7 +170,8 @@ def test_status_transition_and_a_dead_worker_across_two_hosts(hosts: tuple[Host,
     assert len(pids) == 4 and os.getpid() not in pids  # the command itself is no worker
     assert a.fire("/pay/", 8) == [200] * 8 and b.fire("/pay/", 8) == [200] * 8
 
-    out, _ = r4("transition", "payments", "--to", "FORCED_OPEN", "--timeout", "10")
+    # --timeout: the command returns once all 4 acknowledged; a shorter one is a bet on a loaded machine.
+    out, _ = r4("transition", "payments", "--to", "FORCED_OPEN", "--timeout", f"{HANG_GUARD_S:g}")
     assert "acknowledged by 4 of 4 live worker(s)" in out, out
     acked = {int(line.split(" pid ")[1].split(":")[0]) for line in out.splitlines()[1:]}
     assert acked == pids
@@ -195,7 +196,10 @@ def test_status_transition_and_a_dead_worker_across_two_hosts(hosts: tuple[Host,
     _until(lambda: _breaker_total(_status())["state"]["states"] == {"FORCED_OPEN": 4}, "the replacement's state")
     assert a.fire("/pay/", 12) == [503] * 12 and b.fire("/pay/", 12) == [503] * 12
 
-    out, _ = r4("transition", "payments", "--to", "CLOSED", "--url", a.base + "/ops/r4/", "--token", TOKEN)
+    out, _ = r4(
+        "transition", "payments", "--to", "CLOSED", "--timeout", f"{HANG_GUARD_S:g}", "--url", a.base + "/ops/r4/",
+        "--token", TOKEN,
+    )
     assert "acknowledged by 4 of 4 live worker(s)" in out, out
     assert a.fire("/pay/", 8) == [200] * 8 and b.fire("/pay/", 8) == [200] * 8
 
