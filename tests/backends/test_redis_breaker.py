@@ -350,7 +350,9 @@ def test_a_trial_of_a_killed_worker_gives_its_place_back_after_the_trial_ttl(
     a = made(redis_url, prefix, cfg=config(permitted_number_of_calls_in_half_open_state=1))
     a.transition_to_open_state()
     a.transition_to_half_open_state()
-    code = _TRIAL_HOLDER.format(root=str(ROOT), url=redis_url, prefix=prefix, ttl="400ms")
+    # The lease must outlast the child's print, the parent's read and its refused attempt: 2 s, not a 0.4 s
+    # bet on the scheduler of a loaded machine (the wait after the kill is that long).
+    code = _TRIAL_HOLDER.format(root=str(ROOT), url=redis_url, prefix=prefix, ttl="2s")
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "trial"
