@@ -10,7 +10,7 @@ records the calls that *would* block, made on the loop's thread while the contex
 * ``threading.Condition.wait`` (and so ``Event.wait``, ``Semaphore.acquire``, ``Barrier.wait``) with a
   timeout other than 0, except ``Thread.start()``'s own hand-off (``run_in_executor`` starting a worker);
 * a blocking ``acquire`` of a ``threading.Lock`` created while the context is open that another thread holds
-  (how a bulkhead parks a thread).
+  (how a bulkhead parks a thread), except, again, ``Thread.start()``'s hand-off.
 
 Each entry names the call and where it was made. Other threads are not watched: threads may block.
 """
@@ -38,9 +38,11 @@ def _where() -> str:
 
 
 def _starting_a_thread() -> bool:
-    # Thread.start() waits on its own Event until the new thread runs: a bounded hand-off, not a park.
+    # Thread.start() waits on its own Event until the new thread runs: a bounded hand-off, not a park. That
+    # covers taking the Event's lock again after the new thread's notify (it may still hold it): from
+    # _WatchedLock.acquire up through Condition._acquire_restore, Condition.wait, this module's wait, Event.wait.
     frame = sys._getframe(2)
-    for _ in range(4):
+    for _ in range(8):
         if frame is None:
             return False
         if frame.f_code.co_name == "start" and frame.f_code.co_filename == threading.__file__:
@@ -61,7 +63,7 @@ class _WatchedLock:
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         if self._lock.acquire(False):
             return True
-        if blocking and timeout != 0:
+        if blocking and timeout != 0 and not _starting_a_thread():
             self._report(f"Lock.acquire(timeout={timeout}) waiting for another thread")
         return bool(self._lock.acquire(blocking, timeout))
 
