@@ -104,6 +104,55 @@ def test_redis_sliding_gives_the_pure_references_answers(
     assert remote.quota() == memory.quota()
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    limit=st.sampled_from([1, 2, 3, 5, 8, 40]),
+    period=st.sampled_from([1_000_000_000, 3_000]),
+    behind=st.integers(min_value=0, max_value=2_000_000_000),
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["quota", "quota", "quota", "acquire", "drain", "state", "advance", "advance", "other"]),
+            st.integers(min_value=1, max_value=9),
+            st.integers(min_value=0, max_value=1_500_000_000),
+        ),
+        max_size=50,
+    ),
+)
+def test_acquire_quota_search_hint_gives_the_reference_answers(
+    redis_url: str, prefix: str, limit: int, period: int, behind: int, ops: list[Any]
+) -> None:
+    """acquire_quota (op "q") leaves a hint in the header for the next search of the window's edge (the oldest
+    slots known to be outside it, and when); grants without figures, drains and a caller whose clock is behind
+    (the hint is from its future: not used) must keep every answer the reference's."""
+    clock, late = FakeClock(), FakeClock()
+    clock.advance_ns(10**12 + behind)
+    late.advance_ns(10**12)
+    remote = rs.RedisSlidingBackend("hint", limit, period, clock, url=redis_url, prefix=prefix)
+    other = rs.RedisSlidingBackend("hint", limit, period, late, url=redis_url, prefix=prefix)  # same key
+    times = tuple(t + late.now_ns() for t in sliding_initial(limit, period))
+    for op, permits, amount in ops:
+        if op == "advance":
+            clock.advance_ns(amount)
+            late.advance_ns(amount)
+            continue
+        backend, now = (other, late.now_ns()) if op == "other" else (remote, clock.now_ns())
+        if op in ("quota", "other"):
+            times, wait, granted = sliding_decide(times, permits, amount, now, period)
+            expected = (wait if granted else -wait, *sliding_quota(times, now, period))
+            assert backend.acquire_quota(permits, amount) == expected, (op, permits, amount)
+        elif op == "acquire":
+            times, wait, granted = sliding_decide(times, permits, amount, now, period)
+            assert backend.acquire(permits, amount) == (wait if granted else -wait)
+        elif op == "drain":
+            drained = sliding_available(times, now, period)
+            if drained:
+                times = times[drained:] + (now,) * drained
+            assert backend.drain() == drained
+        else:
+            assert backend.state()[1] == sliding_available(times, now, period)
+    assert remote.quota() == sliding_quota(times, clock.now_ns(), period)
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     limit=st.integers(min_value=250, max_value=262),

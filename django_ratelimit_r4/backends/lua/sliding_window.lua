@@ -51,10 +51,11 @@ else
   end
 end
 
-local HDR, W = 56, 16
+local HDR, W = 82, 16
 local REBASE = 1125899906842624 -- 2^50 units
-local EMPTY = string.rep('\0', W)
-local floor, sub, fmt, rep = math.floor, string.sub, string.format, string.rep
+local floor, sub, fmt, rep, call = math.floor, string.sub, string.format, string.rep, redis.call
+
+-- (Functions only some ops need are defined in their branches: a closure is built on every run.)
 
 -- Exact floor division for integers |a| < 2^53, b > 0.
 local function div_floor(a, b)
@@ -68,25 +69,28 @@ local function div_floor(a, b)
   return q
 end
 
-local function now_after(base, unit)
-  return div_floor((now_s - base) * 1000000000 + now_ns, unit)
-end
-
 local function slot(st, index)
   local from = HDR + index * W
-  return tonumber(redis.call('GETRANGE', st.key, from, from + W - 1))
+  return tonumber(call('GETRANGE', st.key, from, from + W - 1))
 end
 
-local function header(st)
-  return fmt('%020d%010d%010d%016d', st.base, st.head, st.size, st.exp)
+-- The newest logged time (nil: none), read once per state and kept up to date by write.
+local function newest_of(st)
+  local v = st.newest
+  if v == nil then
+    v = slot(st, (st.head - 1) % st.size) or false
+    st.newest = v
+  end
+  return v or nil
 end
 
 -- Rewrite the whole ring: the newest `limit` times of the log (older ones empty), shifted to `base`.
 local function rewrite(st, base, limit)
-  local raw = redis.call('GET', st.key) or ''
+  local EMPTY = rep('\0', W)
+  local raw = call('GET', st.key) or ''
   local times = {}
   local shift = (st.base - base) * (1000000000 / st.unit)
-  local edge = now_after(base, st.unit) - st.period
+  local edge = div_floor((now_s - base) * 1000000000 + now_ns, st.unit) - st.period
   for i = 0, st.size - 1 do
     local index = (st.head + i) % st.size
     local v = tonumber(sub(raw, HDR + index * W + 1, HDR + index * W + W))
@@ -105,24 +109,24 @@ local function rewrite(st, base, limit)
   for i = math.max(1, st.size - limit + 1), st.size do
     parts[#parts + 1] = times[i]
   end
-  st.base, st.head, st.size, st.exp = base, 0, limit, 0
-  redis.call('SET', st.key, header(st) .. table.concat(parts), 'KEEPTTL')
+  st.base, st.head, st.size, st.exp, st.hint, st.hint_at, st.newest = base, 0, limit, 0, 0, 0, nil
+  call('SET', st.key, fmt('%020d%010d%010d%016d%010d%016d', base, 0, limit, 0, 0, 0) .. table.concat(parts),
+    'KEEPTTL')
 end
 
 -- A limiter's state: its key, limit, period and unit, the ring's header and `now` in units after the base.
 local function load(i, limit, period, unit)
-  local st = {key = KEYS[i], limit = limit, period = period, unit = unit}
-  local h = redis.call('GETRANGE', st.key, 0, HDR - 1)
-  if #h < HDR then
-    st.base, st.head, st.size, st.exp = now_s, 0, limit, 0
-  else
+  local st = {key = KEYS[i], limit = limit, period = period, unit = unit, base = now_s, head = 0, size = limit,
+    exp = 0, hint = 0, hint_at = 0, now = 0, newest = nil, dirty = false, ttl = false} -- one allocation
+  local h = call('GETRANGE', st.key, 0, HDR - 1)
+  if #h == HDR then
     st.base, st.head, st.size = tonumber(sub(h, 1, 20)), tonumber(sub(h, 21, 30)), tonumber(sub(h, 31, 40))
-    st.exp = tonumber(sub(h, 41, 56))
+    st.exp, st.hint, st.hint_at = tonumber(sub(h, 41, 56)), tonumber(sub(h, 57, 66)), tonumber(sub(h, 67, 82))
   end
-  st.now = now_after(st.base, unit)
+  st.now = div_floor((now_s - st.base) * 1000000000 + now_ns, unit)
   if st.now > REBASE or st.now < 0 then
     rewrite(st, now_s - floor(period * unit / 1000000000) - 2, limit)
-    st.now = now_after(st.base, unit)
+    st.now = div_floor((now_s - st.base) * 1000000000 + now_ns, unit)
   elseif st.size ~= limit then
     rewrite(st, st.base, limit) -- the limit changed: keep the newest times
   end
@@ -133,13 +137,14 @@ end
 local function at_of(st, k)
   local head, size = st.head, st.size
   local oldest, newest
-  if k == 1 and head > 0 then -- the newest and the oldest slot are neighbours: one read
+  if k == 1 and head > 0 and st.newest == nil then -- the newest and the oldest slot are neighbours: one read
     local from = HDR + (head - 1) * W
-    local both = redis.call('GETRANGE', st.key, from, from + 2 * W - 1)
+    local both = call('GETRANGE', st.key, from, from + 2 * W - 1)
     newest, oldest = tonumber(sub(both, 1, W)), tonumber(sub(both, W + 1, 2 * W))
+    st.newest = newest or false
   else
     oldest = slot(st, (head + k - 1) % size)
-    newest = slot(st, (head - 1) % size)
+    newest = newest_of(st)
   end
   local at = st.now
   if oldest and oldest + st.period > at then
@@ -151,43 +156,72 @@ local function at_of(st, k)
   return at
 end
 
--- Log `k` permits handed over at `at` (they replace the oldest slots); the key outlives them by a period.
+-- Log `k` permits handed over at `at` (they replace the oldest slots); the header is written by save.
 local function write(st, at, k)
   local v = fmt('%016d', at)
   local head, size = st.head, st.size
   local first = math.min(k, size - head)
-  redis.call('SETRANGE', st.key, HDR + head * W, rep(v, first))
+  call('SETRANGE', st.key, HDR + head * W, k == 1 and v or rep(v, first))
   if k > first then
-    redis.call('SETRANGE', st.key, HDR, rep(v, k - first))
+    call('SETRANGE', st.key, HDR, rep(v, k - first))
   end
-  st.head = (head + k) % size
-  local ttl
-  if st.exp < at + st.period then
+  st.head, st.newest, st.dirty = (head + k) % size, at, true
+  -- the oldest `hint` slots were outside the window at `hint_at`: k of them were just overwritten
+  st.hint = st.hint > k and st.hint - k or 0
+  if st.exp < at + st.period then -- the key outlives the permits by a period
     st.exp = at + 2 * st.period
-    ttl = floor((st.exp - st.now) * st.unit / 1000000) + 1 + slack
-  end
-  redis.call('SETRANGE', st.key, 0, header(st))
-  if ttl then
-    redis.call('PEXPIRE', st.key, ttl)
+    st.ttl = floor((st.exp - st.now) * st.unit / 1000000) + 1 + slack
   end
 end
 
--- sliding_available: permits one request could take now (0 while a reservation is pending).
+-- After the writes of a decision: the header, and the TTL when write pushed it.
+local function save(st)
+  if st.dirty then
+    call('SETRANGE', st.key, 0, fmt('%020d%010d%010d%016d%010d%016d', st.base, st.head, st.size, st.exp, st.hint,
+      st.hint_at))
+    if st.ttl then
+      call('PEXPIRE', st.key, st.ttl)
+    end
+  end
+end
+
+-- sliding_available: permits one request could take now (0 while a reservation is pending): the logged
+-- times outside the window (now - period, now], oldest first. The header's hint says that the oldest `hint`
+-- slots were outside the window at `hint_at` (so are now, when now >= hint_at): the search gallops forward
+-- from there and leaves the answer as the new hint.
 local function available(st)
   local size, head = st.size, st.head
-  local newest = slot(st, (head - 1) % size)
+  local newest = newest_of(st)
   if not newest then
     return size
   end
-  if newest > st.now then
+  local now = st.now
+  if newest > now then
     return 0
   end
-  local edge = st.now - st.period
+  local edge = now - st.period
   if newest <= edge then
     return size
   end
-  local lo, hi = 0, size - 1 -- the first slot (oldest first) inside the window; the newest is
-  while lo < hi do
+  local lo = 0 -- slots before lo are outside the window; the newest (size - 1) is inside
+  if st.hint_at <= now then
+    lo = st.hint
+  end
+  local hi, step = lo, 1
+  while true do -- gallop: the first slot inside the window is in [lo, hi]
+    local v = slot(st, (head + hi) % size)
+    if v and v > edge then
+      break
+    end
+    lo = hi + 1
+    hi = hi + step
+    step = step * 2
+    if hi >= size - 1 then
+      hi = size - 1
+      break
+    end
+  end
+  while lo < hi do -- binary search in [lo, hi]: slot hi is inside the window
     local mid = floor((lo + hi) / 2)
     local v = slot(st, (head + mid) % size)
     if v and v > edge then
@@ -196,6 +230,7 @@ local function available(st)
       lo = mid + 1
     end
   end
+  st.hint, st.hint_at = lo, now
   return lo
 end
 
@@ -203,7 +238,7 @@ end
 local function quota_of(st)
   local remaining = available(st)
   if remaining >= 1 then
-    local newest = slot(st, (st.head - 1) % st.size)
+    local newest = newest_of(st)
     if newest and newest + st.period > st.now then
       return remaining, newest + st.period - st.now
     end
@@ -212,61 +247,64 @@ local function quota_of(st)
   return remaining, at_of(st, 1) - st.now
 end
 
--- `count` slots from the oldest-first index `from`, as one string (slots never written read as free).
-local function read_slots(st, from, count)
-  local start = (st.head + from) % st.size
-  local first = math.min(count, st.size - start)
-  local s = redis.call('GETRANGE', st.key, HDR + start * W, HDR + (start + first) * W - 1)
-  if count > first then
-    s = s .. rep('\0', first * W - #s) .. redis.call('GETRANGE', st.key, HDR, HDR + (count - first) * W - 1)
-  end
-  return s .. rep('\0', count * W - #s)
-end
-
-local function write_slots(st, from, s)
-  local count = #s / W
-  local start = (st.head + from) % st.size
-  local first = math.min(count, st.size - start)
-  redis.call('SETRANGE', st.key, HDR + start * W, sub(s, 1, first * W))
-  if count > first then
-    redis.call('SETRANGE', st.key, HDR, sub(s, first * W + 1))
-  end
-end
-
--- algorithms.sliding_give_back: drop k logged times equal to `taken` (units after the base).
-local function give_back(st, k, taken)
-  local size = st.size
-  if k > size then
-    return
-  end
-  local newest = slot(st, (st.head - 1) % size)
-  if not newest or newest >= taken + st.period then
-    return
-  end
-  local lo, hi = 0, size -- the first slot (oldest first) at or after `taken`
-  while lo < hi do
-    local mid = floor((lo + hi) / 2)
-    local v = slot(st, (st.head + mid) % size)
-    if v and v >= taken then
-      hi = mid
-    else
-      lo = mid + 1
-    end
-  end
-  if lo + k > size or slot(st, (st.head + lo + k - 1) % size) ~= taken then
-    return
-  end
-  local newer = size - lo - k
-  if newer > 0 then
-    write_slots(st, lo, read_slots(st, lo + k, newer))
-  end
-  write_slots(st, size - k, rep(EMPTY, k))
-  st.head = (st.head - k) % size
-  redis.call('SETRANGE', st.key, 0, header(st))
-end
-
 local reply
 if op == 'g' then
+  local EMPTY = rep('\0', W)
+
+  -- `count` slots from the oldest-first index `from`, as one string (slots never written read as free).
+  local function read_slots(st, from, count)
+    local start = (st.head + from) % st.size
+    local first = math.min(count, st.size - start)
+    local s = call('GETRANGE', st.key, HDR + start * W, HDR + (start + first) * W - 1)
+    if count > first then
+      s = s .. rep('\0', first * W - #s) .. call('GETRANGE', st.key, HDR, HDR + (count - first) * W - 1)
+    end
+    return s .. rep('\0', count * W - #s)
+  end
+
+  local function write_slots(st, from, s)
+    local count = #s / W
+    local start = (st.head + from) % st.size
+    local first = math.min(count, st.size - start)
+    call('SETRANGE', st.key, HDR + start * W, sub(s, 1, first * W))
+    if count > first then
+      call('SETRANGE', st.key, HDR, sub(s, first * W + 1))
+    end
+  end
+
+  -- algorithms.sliding_give_back: drop k logged times equal to `taken` (units after the base).
+  local function give_back(st, k, taken)
+    local size = st.size
+    if k > size then
+      return
+    end
+    local newest = newest_of(st)
+    if not newest or newest >= taken + st.period then
+      return
+    end
+    local lo, hi = 0, size -- the first slot (oldest first) at or after `taken`
+    while lo < hi do
+      local mid = floor((lo + hi) / 2)
+      local v = slot(st, (st.head + mid) % size)
+      if v and v >= taken then
+        hi = mid
+      else
+        lo = mid + 1
+      end
+    end
+    if lo + k > size or slot(st, (st.head + lo + k - 1) % size) ~= taken then
+      return
+    end
+    local newer = size - lo - k
+    if newer > 0 then
+      write_slots(st, lo, read_slots(st, lo + k, newer))
+    end
+    write_slots(st, size - k, rep(EMPTY, k))
+    -- free slots now lead the log: the hint starts again from none
+    st.head, st.newest, st.hint, st.hint_at, st.dirty = (st.head - k) % size, nil, 0, 0, true
+    save(st)
+  end
+
   local taken_s, taken_ns = string.match(ARGV[at_deadline], '^(%d+) (%d+)$')
   reply = {}
   for i = 1, n do
@@ -318,6 +356,9 @@ if op == 'm' or op == 'M' then
     end
     reply = {reply, quotas}
   end
+  for i = 1, n do
+    save(states[i])
+  end
 else
   local st = load(1, ARGV[5] + 0, ARGV[6] + 0, ARGV[7] + 0)
   if op == 'a' or op == 'q' then
@@ -346,6 +387,7 @@ else
     local remaining, reset = quota_of(st)
     reply = {0, remaining, at_of(st, 1) - st.now, reset}
   end
+  save(st)
 end
 if now_us and ARGV[at_deadline] == '' then
   return {reply, {now_us}}
