@@ -51,9 +51,21 @@ else
   end
 end
 
-local HDR, W = 82, 16
+local HDR, W = 48, 8
 local REBASE = 1125899906842624 -- 2^50 units
-local floor, sub, fmt, rep, call = math.floor, string.sub, string.format, string.rep, redis.call
+local floor, sub, rep, call, pack, unpack = math.floor, string.sub, string.rep, redis.call, struct.pack, struct.unpack
+
+-- A slot's time: 8 bytes, a big-endian double (times are integers below 2^52 units: exact); 0 (zero bytes, or
+-- past the string's end) is a slot never written, older than any window (logged times are > 0).
+local function time_of(s)
+  if #s == W then
+    local v = unpack('>d', s)
+    if v > 0 then
+      return v
+    end
+  end
+  return nil
+end
 
 -- (Functions only some ops need are defined in their branches: a closure is built on every run.)
 
@@ -71,7 +83,7 @@ end
 
 local function slot(st, index)
   local from = HDR + index * W
-  return tonumber(call('GETRANGE', st.key, from, from + W - 1))
+  return time_of(call('GETRANGE', st.key, from, from + W - 1))
 end
 
 -- The newest logged time (nil: none), read once per state and kept up to date by write.
@@ -93,14 +105,14 @@ local function rewrite(st, base, limit)
   local edge = div_floor((now_s - base) * 1000000000 + now_ns, st.unit) - st.period
   for i = 0, st.size - 1 do
     local index = (st.head + i) % st.size
-    local v = tonumber(sub(raw, HDR + index * W + 1, HDR + index * W + W))
+    local v = time_of(sub(raw, HDR + index * W + 1, HDR + index * W + W))
     if v then
       v = v + shift
       if v <= edge then
         v = nil -- outside every window from now on: an empty slot
       end
     end
-    times[#times + 1] = v and fmt('%016d', v) or EMPTY
+    times[#times + 1] = v and pack('>d', v) or EMPTY
   end
   local parts = {}
   for i = 1, limit - st.size do
@@ -110,21 +122,24 @@ local function rewrite(st, base, limit)
     parts[#parts + 1] = times[i]
   end
   st.base, st.head, st.size, st.exp, st.hint, st.hint_at, st.newest = base, 0, limit, 0, 0, 0, nil
-  call('SET', st.key, fmt('%020d%010d%010d%016d%010d%016d', base, 0, limit, 0, 0, 0) .. table.concat(parts),
-    'KEEPTTL')
+  call('SET', st.key, pack('>dddddd', base, 0, limit, 0, 0, 0) .. table.concat(parts), 'KEEPTTL')
 end
 
 -- A limiter's state: its key, limit, period and unit, the ring's header and `now` in units after the base.
 local function load(i, limit, period, unit)
-  local st = {key = KEYS[i], limit = limit, period = period, unit = unit, base = now_s, head = 0, size = limit,
-    exp = 0, hint = 0, hint_at = 0, now = 0, newest = nil, dirty = false, ttl = false} -- one allocation
+  local st = {key = KEYS[i], limit = limit, period = period, unit = unit, base = now_s - 1, head = 0, size = limit,
+    exp = 0, hint = 0, hint_at = 0, now = 0, newest = nil, dirty = false, ttl = false, at1 = nil} -- one allocation
   local h = call('GETRANGE', st.key, 0, HDR - 1)
   if #h == HDR then
-    st.base, st.head, st.size = tonumber(sub(h, 1, 20)), tonumber(sub(h, 21, 30)), tonumber(sub(h, 31, 40))
-    st.exp, st.hint, st.hint_at = tonumber(sub(h, 41, 56)), tonumber(sub(h, 57, 66)), tonumber(sub(h, 67, 82))
+    local base, head, size, exp, hint, hint_at = unpack('>dddddd', h)
+    -- anything else under the key (not this layout) counts as an empty log
+    if size >= 1 and size <= 100000 and size == floor(size) and head >= 0 and head < size and head == floor(head)
+      and base == floor(base) and hint >= 0 and hint < size and exp == exp and hint_at == hint_at then
+      st.base, st.head, st.size, st.exp, st.hint, st.hint_at = base, head, size, exp, hint, hint_at
+    end
   end
   st.now = div_floor((now_s - st.base) * 1000000000 + now_ns, unit)
-  if st.now > REBASE or st.now < 0 then
+  if st.now > REBASE or st.now <= 0 then -- (logged times stay > 0)
     rewrite(st, now_s - floor(period * unit / 1000000000) - 2, limit)
     st.now = div_floor((now_s - st.base) * 1000000000 + now_ns, unit)
   elseif st.size ~= limit then
@@ -140,7 +155,7 @@ local function at_of(st, k)
   if k == 1 and head > 0 and st.newest == nil then -- the newest and the oldest slot are neighbours: one read
     local from = HDR + (head - 1) * W
     local both = call('GETRANGE', st.key, from, from + 2 * W - 1)
-    newest, oldest = tonumber(sub(both, 1, W)), tonumber(sub(both, W + 1, 2 * W))
+    newest, oldest = time_of(sub(both, 1, W)), time_of(sub(both, W + 1, 2 * W))
     st.newest = newest or false
   else
     oldest = slot(st, (head + k - 1) % size)
@@ -153,19 +168,22 @@ local function at_of(st, k)
   if newest and newest > at then
     at = newest
   end
+  if k == 1 then
+    st.at1 = at -- (until write changes the log)
+  end
   return at
 end
 
 -- Log `k` permits handed over at `at` (they replace the oldest slots); the header is written by save.
 local function write(st, at, k)
-  local v = fmt('%016d', at)
+  local v = pack('>d', at)
   local head, size = st.head, st.size
   local first = math.min(k, size - head)
   call('SETRANGE', st.key, HDR + head * W, k == 1 and v or rep(v, first))
   if k > first then
     call('SETRANGE', st.key, HDR, rep(v, k - first))
   end
-  st.head, st.newest, st.dirty = (head + k) % size, at, true
+  st.head, st.newest, st.dirty, st.at1 = (head + k) % size, at, true, nil
   -- the oldest `hint` slots were outside the window at `hint_at`: k of them were just overwritten
   st.hint = st.hint > k and st.hint - k or 0
   if st.exp < at + st.period then -- the key outlives the permits by a period
@@ -177,8 +195,7 @@ end
 -- After the writes of a decision: the header, and the TTL when write pushed it.
 local function save(st)
   if st.dirty then
-    call('SETRANGE', st.key, 0, fmt('%020d%010d%010d%016d%010d%016d', st.base, st.head, st.size, st.exp, st.hint,
-      st.hint_at))
+    call('SETRANGE', st.key, 0, pack('>dddddd', st.base, st.head, st.size, st.exp, st.hint, st.hint_at))
     if st.ttl then
       call('PEXPIRE', st.key, st.ttl)
     end
@@ -207,6 +224,18 @@ local function available(st)
   if st.hint_at <= now then
     lo = st.hint
   end
+  -- first up to 4 slots from lo in one read: where the edge is, when the hint is recent
+  local pos = (head + lo) % size
+  local count = math.min(4, size - lo, size - pos)
+  local block = call('GETRANGE', st.key, HDR + pos * W, HDR + (pos + count) * W - 1)
+  for j = 0, count - 1 do
+    local v = time_of(sub(block, j * W + 1, j * W + W))
+    if v and v > edge then
+      st.hint, st.hint_at = lo + j, now
+      return lo + j
+    end
+  end
+  lo = lo + count -- <= size - 1: the newest is inside
   local hi, step = lo, 1
   while true do -- gallop: the first slot inside the window is in [lo, hi]
     local v = slot(st, (head + hi) % size)
@@ -244,7 +273,7 @@ local function quota_of(st)
     end
     return remaining, 0
   end
-  return remaining, at_of(st, 1) - st.now
+  return remaining, (st.at1 or at_of(st, 1)) - st.now
 end
 
 local reply
@@ -301,7 +330,7 @@ if op == 'g' then
     end
     write_slots(st, size - k, rep(EMPTY, k))
     -- free slots now lead the log: the hint starts again from none
-    st.head, st.newest, st.hint, st.hint_at, st.dirty = (st.head - k) % size, nil, 0, 0, true
+    st.head, st.newest, st.hint, st.hint_at, st.dirty, st.at1 = (st.head - k) % size, nil, 0, 0, true, nil
     save(st)
   end
 
@@ -385,7 +414,7 @@ else
     end
   else
     local remaining, reset = quota_of(st)
-    reply = {0, remaining, at_of(st, 1) - st.now, reset}
+    reply = {0, remaining, (st.at1 or at_of(st, 1)) - st.now, reset}
   end
   save(st)
 end
