@@ -137,8 +137,8 @@ def test_figures_come_with_the_decision_and_equal_quota(redis_url: str, prefix: 
 
 def test_async_gives_the_sync_answers(redis_url: str, prefix: str) -> None:
     sync_clock, async_clock = FakeClock(), FakeClock()
-    sync = three(redis_url, prefix + "s", sync_clock)
-    other = three(redis_url, prefix + "a", async_clock)
+    sync = three(redis_url, f"{prefix}:s", sync_clock)
+    other = three(redis_url, f"{prefix}:a", async_clock)
 
     async def run() -> list[Any]:
         out = []
