@@ -152,7 +152,8 @@ class MemoryKeyedStore:
     module doc. The default store of a :class:`KeyedRateLimiter` whose config's algorithm is ``"cycle"``."""
 
     remote = False
-    rejection_quotas = False
+    #: A rejection's figures come with it (no second read for the 429's RateLimit fields).
+    rejection_quotas = True
 
     def __init__(
         self,
@@ -258,8 +259,13 @@ class MemoryKeyedStore:
             cycle, permissions, permits, timeout_ns, now, period, self._limit
         )
         if not granted:
+            # Nothing stored; the refreshed figures are what quota() would read now (rejection_quotas).
             self.failed_calls += 1
-            return -wait, 0, 0
+            if permissions >= 1:
+                return -wait, permissions, (current + 1) * period - now
+            return -wait, permissions, wait if permits == 1 else nanos_to_wait(
+                permissions, 1, current, now, period, self._limit
+            )
         self.successful_calls += 1
         self._store(key, packed, cycle, current, permissions)
         if permissions >= 1:
@@ -328,8 +334,8 @@ class MemoryKeyedStore:
         return self.decide(key, permits, timeout_ns)
 
     def decide_quota(self, key: str, permits: int, timeout_ns: int) -> tuple[int, int, int]:
-        """``(wait, remaining, reset_ns)``: :meth:`decide`, and when granted what :meth:`quota` answers right
-        after it (a rejection answers ``(-wait, 0, 0)``)."""
+        """``(wait, remaining, reset_ns)``: :meth:`decide`, and what :meth:`quota` answers right after it
+        (a rejection's too: :attr:`rejection_quotas`)."""
         with self._lock:
             return self._decide_quota_locked(
                 key, self._states.get(key), self._now() - self._anchor, permits, timeout_ns
@@ -644,7 +650,9 @@ class KeyedRateLimiter:
         if wait:
             if wait < 0:
                 refuse_never_grantable(self, permits, self._timeout_ns)
-                raise self._rejection(key, permits, -wait)
+                # The figures read with the decision (rejection_quotas). Raised without a local holding it:
+                # that frame, kept by the traceback, would close a reference cycle for the cyclic GC.
+                raise self._rejection(key, permits, -wait, ((remaining, reset_ns),))
             self._waiters.sleep(self.clock, wait)
             remaining, reset_ns = store.quota(key)
         if self.events.wants_successful:
@@ -657,10 +665,9 @@ class KeyedRateLimiter:
         if wait:
             if wait < 0:
                 refuse_never_grantable(self, permits, self._timeout_ns)
-                exc = self._rejection(key, permits, -wait)
-                if self._rejection_quotas:  # the store read the figures with the decision
-                    exc.quotas = ((remaining, reset_ns),)
-                raise exc
+                raise self._rejection(  # no local holding it (see acquire_quota)
+                    key, permits, -wait, ((remaining, reset_ns),) if self._rejection_quotas else None
+                )
             self._waiters.sleep(self.clock, wait)
             remaining, reset_ns = self.store.quota(key)
         if self.events.wants_successful:
@@ -674,10 +681,9 @@ class KeyedRateLimiter:
         if wait:
             if wait < 0:
                 refuse_never_grantable(self, permits, self._timeout_ns)
-                exc = self._rejection(key, permits, -wait)
-                if self._rejection_quotas:  # the store read the figures with the decision
-                    exc.quotas = ((remaining, reset_ns),)
-                raise exc
+                raise self._rejection(  # no local holding it (see acquire_quota)
+                    key, permits, -wait, ((remaining, reset_ns),) if self._rejection_quotas else None
+                )
             await self._waiters.asleep(self.clock, wait)
             remaining, reset_ns = await self.store.aquota(key)
         if self.events.wants_successful:
@@ -763,10 +769,12 @@ class KeyedRateLimiter:
 
     # -- internals --------------------------------------------------------------------------------------
 
-    def _rejection(self, key: str, permits: int, wait_ns: int) -> RequestNotPermitted:
+    def _rejection(
+        self, key: str, permits: int, wait_ns: int, quotas: tuple[tuple[int, int], ...] | None = None
+    ) -> RequestNotPermitted:
         if self.events.wants_failed:
             self._publish(FAILED_ACQUIRE, permits)
-        return RequestNotPermitted(self, wait_ns, key=key)  # type: ignore[arg-type]
+        return RequestNotPermitted(self, wait_ns, key=key, quotas=quotas)  # type: ignore[arg-type]
 
     def _publish(self, event_type: str, permits: int) -> None:
         self.events.publish(RateLimiterEvent(event_type, self.name, number_of_permits=permits))

@@ -119,3 +119,56 @@ def test_check_returns_its_rejection_without_a_traceback(r4_clock, key) -> None:
     while (rejection := gate.check(request)[0]) is None:
         pass
     assert isinstance(rejection, RequestNotPermitted) and rejection.__traceback__ is None
+
+
+def _cyclic_garbage(fn) -> list:
+    """What ``fn()`` leaves for the cyclic GC (objects only a reference cycle keeps alive)."""
+    import gc
+
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        fn()
+        gc.collect()
+        return list(gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+
+
+@pytest.mark.parametrize("drf", [False, True], ids=["decorator", "DRF throttle"])
+def test_an_in_memory_keyed_429_leaves_nothing_to_the_cyclic_gc(r4_clock, drf) -> None:
+    """The rejection carries its figures (rejection_quotas) and is raised with no local holding it, so its
+    traceback closes no reference cycle through a frame (the request and response would wait for the GC)."""
+    from django.http import HttpResponse
+
+    from django_ratelimit_r4.decorators import ratelimit
+
+    if drf:
+        from rest_framework.response import Response
+        from rest_framework.views import APIView
+
+        from django_ratelimit_r4.rest_framework import RateLimiterThrottle
+
+        class View(APIView):
+            throttle_classes = [RateLimiterThrottle]
+            rate_limiter = "per_ip"
+
+            def get(self, request):
+                return Response({"ok": True})
+
+        view = View.as_view()
+    else:
+        view = ratelimit("per_ip")(lambda request: HttpResponse("ok"))
+    factory = RequestFactory()
+
+    def requests() -> None:
+        for _ in range(4):
+            response = view(factory.get("/", REMOTE_ADDR="198.51.100.77"))
+        assert response.status_code == 429
+        assert response["RateLimit"].startswith('"per_ip";r=0;t=')
+
+    left = _cyclic_garbage(requests)
+    assert not [o for o in left if isinstance(o, RequestNotPermitted) or type(o).__name__ in ("frame", "traceback")]

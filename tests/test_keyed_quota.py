@@ -88,14 +88,14 @@ def test_acquire_quota_equals_acquire_then_quota(inlined, ops, limit, timeout_ms
             try:
                 got: Any = subject.acquire_quota(key, permits)
             except RequestNotPermitted as exc:
-                got = ("rejected", exc.wait_ns)
+                got = ("rejected", exc.wait_ns, exc.quotas)  # the figures come with the rejection
             except ValueError:  # more permits than could ever be granted
                 got = ("never",)
             try:
                 reference.acquire_or_raise(key, permits)
                 expected: Any = reference.quota(key)
             except RequestNotPermitted as exc:
-                expected = ("rejected", exc.wait_ns)
+                expected = ("rejected", exc.wait_ns, (reference.quota(key),))
             except ValueError:
                 expected = ("never",)
             assert got == expected
