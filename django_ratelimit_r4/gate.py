@@ -63,13 +63,8 @@ UNSAFE_METHODS: frozenset[str] = frozenset({"DELETE", "PATCH", "POST", "PUT"})
 _UNCOUNTED_BY_DEFAULT: frozenset[str] = frozenset({"OPTIONS"})
 _METHOD_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")  # RFC 9110 token
 
-#: Backends whose quota is read without I/O: the allowed-request fast paths take them (keyed: _in_memory).
+#: Backends whose quota is read without I/O: the unkeyed allowed-request fast path takes them.
 _IN_MEMORY_BACKENDS = (MemoryBackend, GcraBackend, SlidingWindowBackend)
-
-
-def _in_memory(keyed: Any) -> bool:
-    """True for a keyed limiter whose store decides without I/O (its acquire_quota is the fast path's)."""
-    return isinstance(keyed, KeyedRateLimiter) and not keyed.store.remote
 
 
 _SKIP = object()  # a key function said None: that limit does not apply to this request
@@ -274,12 +269,13 @@ class _RatePlan:
         self.fast_quota: Callable[[], tuple[int, int]] | None = (
             backend.quota if self.draft10 and backend is not None and type(backend) in _IN_MEMORY_BACKENDS else None
         )
-        # The same for a single in-memory keyed limit: KeyedRateLimiter.acquire_quota() decides and
-        # returns the header figures in one locked step, and each client's constants (key, pk hash,
-        # policy string) are built once. With key "ip" and no trusted proxies they are found by the
-        # REMOTE_ADDR text itself, so a returning client costs one dict read, no key function call.
+        # The same for a single keyed limit: KeyedRateLimiter.acquire_quota() decides and returns the header
+        # figures in one step (in memory one locked step; on Redis one round trip, a rejection carrying them),
+        # and each client's constants (key, pk hash, policy string) are built once. With key "ip" and no
+        # trusted proxies they are found by the REMOTE_ADDR text itself, so a returning client costs one dict
+        # read, no key function call. (The async paths of a remote limit take remote_quotas first.)
         keyed = self.single_keyed
-        fast = keyed if self.draft10 and keyed is not None and _in_memory(keyed.keyed) else None
+        fast = keyed if self.draft10 and keyed is not None else None
         self.fast_keyed: _Limit | None = fast
         self.keyed_entries: dict[str, _KeyedEntry] = {}
         self.keyed_by_remote_addr = fast is not None and fast.by_remote_addr
