@@ -34,6 +34,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 
 from . import registry
+from .core.backend import HealthReporting, LeaseReporting
 from .core.durations import Nanos, format_duration
 from .core.exceptions import IllegalStateTransition
 
@@ -179,8 +180,7 @@ def _lease(backend: Any, keyed: Any) -> dict[str, int] | None:
     """This process's permit-lease counters (``"lease": N``, backends/redis_lease.py), or None without leases.
 
     The shared and the keyed store of one name lease separately: their counters are added up."""
-    readers = [getattr(x, "lease_snapshot", None) for x in (backend, keyed) if x is not None]
-    parts = [read() for read in readers if read is not None]
+    parts = [x.lease_snapshot() for x in (backend, keyed) if isinstance(x, LeaseReporting)]
     if not parts:
         return None
     out = dict(parts[0])
@@ -196,8 +196,7 @@ def _backend_health(backend: Any, keyed: Any) -> dict[str, Any] | None:
 
     The shared and the keyed store of one name use one connection: their fault decisions are added up.
     """
-    readers = [getattr(x, "backend_health", None) for x in (keyed, backend) if x is not None]
-    reports = [read() for read in readers if read is not None]
+    reports = [x.backend_health() for x in (keyed, backend) if isinstance(x, HealthReporting)]
     if not reports:
         return None
     health = dict(reports[0])

@@ -101,6 +101,7 @@ from prometheus_client.registry import Collector
 
 from .. import registry as r4_registry
 from .. import state as r4_state
+from ..core.backend import HealthReporting, LeaseReporting
 from ..core.circuitbreaker import State
 
 try:  # written separately and optional: no stall series without it
@@ -426,17 +427,15 @@ def _read(out: _Reading) -> None:
         degraded = None
         keyed_store = k.store if k is not None else None
         for owner, source in (("shared", rl.backend), ("keyed", keyed_store)):
-            read_health = getattr(source, "backend_health", None)
-            if read_health is not None:  # a remote backend (Redis): plain reads, no round trip
-                health = read_health()
+            if isinstance(source, HealthReporting):  # a remote backend (Redis): plain reads, no round trip
+                health = source.backend_health()
                 counter((RL_BACKEND_FAULTS, (name,), owner, source, health["fault_decisions"]))
                 degraded = bool(degraded) or health["degraded"]
         if degraded is not None:
             gauge((RL_BACKEND_DEGRADED, (name,), 1.0 if degraded else 0.0))
         for owner, source in (("shared", rl.backend), ("keyed", keyed_store)):
-            read_lease = getattr(source, "lease_snapshot", None)
-            if read_lease is not None:  # permit leases: this process's plain counters, no round trip
-                lease = read_lease()
+            if isinstance(source, LeaseReporting):  # permit leases: this process's plain counters, no round trip
+                lease = source.lease_snapshot()
                 counter((RL_LEASE_BATCHES, (name,), owner, source, lease["batches"]))
                 for outcome in _LEASE_OUTCOMES:
                     counter((RL_LEASE_PERMITS, (name, outcome), owner, source, lease[f"{outcome}_permits"]))

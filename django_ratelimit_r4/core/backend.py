@@ -21,7 +21,9 @@ __all__ = [
     "SLIDING_WINDOW",
     "AllOrNothingPlace",
     "BackendFactory",
+    "HealthReporting",
     "KeyedBackend",
+    "LeaseReporting",
     "RateLimiterBackend",
     "RemoteRateLimiterBackend",
     "as_remote",
@@ -139,6 +141,30 @@ class AllOrNothingPlace(Protocol):
         ``aacquire_all_keyed`` / ``aacquire_all_quotas``; ``entries`` are ``(RateLimiter, None)`` and
         ``(KeyedRateLimiter, key)`` pairs of this place. ``place`` is compared by identity (Redis: the
         connection, one per URL and OPTIONS in a process)."""
+        ...
+
+
+@runtime_checkable
+class HealthReporting(Protocol):
+    """Optional, for the operator tools: a backend or keyed store whose state lives elsewhere reports how that
+    place answers as this process sees it (Redis: ``backends.redis._RedisCycleOps.backend_health``).
+
+    ``state.snapshot`` (``r4 status``, the health check) and the Prometheus collector ask ``RateLimiter.backend``
+    and ``KeyedRateLimiter.store`` with one ``isinstance`` each; plain reads, no round trip.
+    """
+
+    def backend_health(self) -> dict[str, Any]:
+        """At least ``degraded`` (bool) and ``fault_decisions`` (decisions its fault policy made, an int)."""
+        ...
+
+
+@runtime_checkable
+class LeaseReporting(Protocol):
+    """Optional, for the operator tools: a backend or keyed store leasing permits in batches reports this
+    process's lease counters (``backends.redis_lease``), read like :class:`HealthReporting`."""
+
+    def lease_snapshot(self) -> dict[str, int]:
+        """``lease`` (permits per batch), ``batches`` and ``<outcome>_permits`` counters of this process."""
         ...
 
 

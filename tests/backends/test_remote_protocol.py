@@ -56,3 +56,20 @@ def test_every_redis_backend_implements_the_whole_remote_protocol(redis_url: str
     quota, granted, rejected, all_outcome = asyncio.run(run())
     assert quota[0] == 1 and granted and not rejected
     assert all_outcome is not None and all_outcome[0] is limiter
+
+
+@pytest.mark.parametrize("which", [*ALGORITHMS, "lease"])
+def test_the_operator_reads_are_protocols_redis_backends_implement(redis_url: str, prefix: str, which: str) -> None:
+    """``backend_health()`` / ``lease_snapshot()`` are the optional operator protocols (``HealthReporting``,
+    ``LeaseReporting``) that state and the Prometheus collector check with isinstance, not getattr."""
+    from django_ratelimit_r4.core.backend import HealthReporting, LeaseReporting
+    from django_ratelimit_r4.keyed import KeyedRateLimiter
+
+    factory = _redis_factories(redis_url, prefix)[which]
+    limiter = RateLimiter(f"o-{which}", _config("cycle" if which == "lease" else which), clock=FakeClock(), backend=factory)
+    assert isinstance(limiter.backend, HealthReporting)
+    assert isinstance(limiter.backend, LeaseReporting) is (which == "lease")
+    memory = RateLimiter("m", _config("cycle"), clock=FakeClock())
+    assert not isinstance(memory.backend, (HealthReporting, LeaseReporting))
+    store = KeyedRateLimiter("k", _config("cycle"), clock=FakeClock()).store
+    assert not isinstance(store, (HealthReporting, LeaseReporting))
