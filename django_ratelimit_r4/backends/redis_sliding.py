@@ -3,10 +3,10 @@
 ``lua/sliding_window.lua`` is a script of its own (:data:`SLIDING_SCRIPT`): :func:`~.algorithms.sliding_decide`
 over the hand-over times of the last ``limit`` permits, kept per limiter (or client key) in one Redis string
 (a ring of fixed-width slots: a decision for ``k`` permits reads two slots and writes ``k``; the header
-figures use a binary search). Same guarantee as in memory: **never more than ``limit`` permits in any window
-of length ``period``**, for the whole cluster. Memory in Redis: 16 bytes per logged permit plus a 56-byte
-header, growing with use up to ``limit`` slots; the key expires at most a period after every logged permit
-has left the window.
+figures start from a hint kept in the header, usually one read of a few slots). Same guarantee as in memory:
+**never more than ``limit`` permits in any window of length ``period``**, for the whole cluster. Memory in
+Redis: 8 bytes per logged permit plus a 48-byte header, growing with use up to ``limit`` slots; the key
+expires at most a period after every logged permit has left the window.
 
 * :class:`RedisSlidingBackend` -- a :class:`~.redis.RedisBackend` (same keys, fault policies, connection)
   deciding by the sliding log; built by :func:`~.redis.redis_backend`'s factory for a sliding-window config.

@@ -2,17 +2,26 @@
 -- sliding_decide in Lua 5.1: an exact sliding log, never more than `limit` permits in any window of `period`.
 -- A script of its own (own SHA): the cycle script and gcra.lua are untouched.
 --
--- State per limiter (or client key), KEYS[i]: one string, a 56-byte header then a ring of `size` slots of 16
--- bytes. Header: "%020d%010d%010d%016d" base (whole seconds), head (ring index of the oldest slot), size (the
--- limit the ring was written for), expiry (units after base until which the key's TTL keeps it; 0 unknown).
--- Slot: "%016d", a hand-over time in units (1 ns, or 1 us for periods over ~10.4 days) after `base`; a slot
--- never written (zero bytes, or past the string's end) is older than any window. A decision for k permits
--- reads the header and two slots (one GETRANGE when they are neighbours) and writes k slots and the header;
--- the TTL is pushed to two periods past the newest permit when it would end before one (so PEXPIRE runs about
--- once per period). The string grows with use up to 56 + 16 * limit bytes and expires at most two periods
--- after the last permit, so an idle limiter costs nothing. Times stay below 2^52 units (the base moves
--- forward, rewriting the ring once, when `now` is 2^50 units past it: every ~13 days of continuous use in
--- ns), so Lua's doubles are exact; the client caps the timeout at 2^51 units.
+-- State per limiter (or client key), KEYS[i]: one string, a 48-byte header then a ring of `size` slots of 8
+-- bytes, every number a big-endian double (struct.pack '>d': integers below 2^53 are exact, and one C call
+-- reads or writes the whole header). Header: base (whole seconds), head (ring index of the oldest slot), size
+-- (the limit the ring was written for), expiry (units after base until which the key's TTL keeps it; 0
+-- unknown), hint, hint_at (the oldest `hint` slots were outside the window at `hint_at`: the header figures'
+-- search starts there instead of a binary search over the ring). Slot: a hand-over time in units (1 ns, or
+-- 1 us for periods over ~10.4 days) after `base`, always > 0; 0 (zero bytes, or past the string's end) is a
+-- slot never written, older than any window. A value of any other shape under the key counts as an empty log.
+-- A decision for k permits costs TIME, one GETRANGE of the header, one of the newest and oldest slot (when
+-- they are neighbours, else two), a SETRANGE of the k slots and one of the header; the header figures read
+-- up to 4 slots at the hint (more, galloping, only when the hint is stale). The TTL is pushed to two periods
+-- past the newest permit when it would end before one (so PEXPIRE runs about once per period). The string
+-- grows with use up to 48 + 8 * limit bytes and expires at most two periods after the last permit, so an
+-- idle limiter costs nothing. Times stay below 2^52 units (the base moves forward, rewriting the ring once,
+-- when `now` is 2^50 units past it: every ~13 days of continuous use in ns), so Lua's doubles are exact; the
+-- client caps the timeout at 2^51 units.
+-- Cost (python benchmarks/bench_redis_server.py): every redis.call costs ~0.7 us of server CPU and every
+-- closure the script builds ~0.1 us per run, so calls are counted and rarely used functions are built only
+-- in the branch that needs them. A whole-value GET + SET (tried) costs more than these ranges: ~2 us to
+-- copy a log of 100 into Lua and back, and more for each string the script builds from it.
 --
 -- ARGV: op, permits, timeout (units of limiter 1), n, then per limiter i three arguments at j = 5 + 3 * (i - 1):
 --   limit, period (units), unit (ns per unit: 1 or 1000); then the deadline (server microseconds, '' for none);
@@ -96,35 +105,6 @@ local function newest_of(st)
   return v or nil
 end
 
--- Rewrite the whole ring: the newest `limit` times of the log (older ones empty), shifted to `base`.
-local function rewrite(st, base, limit)
-  local EMPTY = rep('\0', W)
-  local raw = call('GET', st.key) or ''
-  local times = {}
-  local shift = (st.base - base) * (1000000000 / st.unit)
-  local edge = div_floor((now_s - base) * 1000000000 + now_ns, st.unit) - st.period
-  for i = 0, st.size - 1 do
-    local index = (st.head + i) % st.size
-    local v = time_of(sub(raw, HDR + index * W + 1, HDR + index * W + W))
-    if v then
-      v = v + shift
-      if v <= edge then
-        v = nil -- outside every window from now on: an empty slot
-      end
-    end
-    times[#times + 1] = v and pack('>d', v) or EMPTY
-  end
-  local parts = {}
-  for i = 1, limit - st.size do
-    parts[i] = EMPTY
-  end
-  for i = math.max(1, st.size - limit + 1), st.size do
-    parts[#parts + 1] = times[i]
-  end
-  st.base, st.head, st.size, st.exp, st.hint, st.hint_at, st.newest = base, 0, limit, 0, 0, 0, nil
-  call('SET', st.key, pack('>dddddd', base, 0, limit, 0, 0, 0) .. table.concat(parts), 'KEEPTTL')
-end
-
 -- A limiter's state: its key, limit, period and unit, the ring's header and `now` in units after the base.
 local function load(i, limit, period, unit)
   local st = {key = KEYS[i], limit = limit, period = period, unit = unit, base = now_s - 1, head = 0, size = limit,
@@ -139,11 +119,40 @@ local function load(i, limit, period, unit)
     end
   end
   st.now = div_floor((now_s - st.base) * 1000000000 + now_ns, unit)
+  local base
   if st.now > REBASE or st.now <= 0 then -- (logged times stay > 0)
-    rewrite(st, now_s - floor(period * unit / 1000000000) - 2, limit)
-    st.now = div_floor((now_s - st.base) * 1000000000 + now_ns, unit)
+    base = now_s - floor(period * unit / 1000000000) - 2
   elseif st.size ~= limit then
-    rewrite(st, st.base, limit) -- the limit changed: keep the newest times
+    base = st.base -- the limit changed: keep the newest times
+  end
+  if base then
+    -- Rewrite the whole ring: the newest `limit` times of the log (older ones empty), shifted to `base`.
+    local EMPTY = rep('\0', W)
+    local raw = call('GET', st.key) or ''
+    local times = {}
+    local shift = (st.base - base) * (1000000000 / st.unit)
+    local edge = div_floor((now_s - base) * 1000000000 + now_ns, st.unit) - st.period
+    for i = 0, st.size - 1 do
+      local index = (st.head + i) % st.size
+      local v = time_of(sub(raw, HDR + index * W + 1, HDR + index * W + W))
+      if v then
+        v = v + shift
+        if v <= edge then
+          v = nil -- outside every window from now on: an empty slot
+        end
+      end
+      times[#times + 1] = v and pack('>d', v) or EMPTY
+    end
+    local parts = {}
+    for i = 1, limit - st.size do
+      parts[i] = EMPTY
+    end
+    for i = math.max(1, st.size - limit + 1), st.size do
+      parts[#parts + 1] = times[i]
+    end
+    st.base, st.head, st.size, st.exp, st.hint, st.hint_at, st.newest = base, 0, limit, 0, 0, 0, nil
+    call('SET', st.key, pack('>dddddd', base, 0, limit, 0, 0, 0) .. table.concat(parts), 'KEEPTTL')
+    st.now = div_floor((now_s - st.base) * 1000000000 + now_ns, unit)
   end
   return st
 end
@@ -202,78 +211,81 @@ local function save(st)
   end
 end
 
--- sliding_available: permits one request could take now (0 while a reservation is pending): the logged
--- times outside the window (now - period, now], oldest first. The header's hint says that the oldest `hint`
--- slots were outside the window at `hint_at` (so are now, when now >= hint_at): the search gallops forward
--- from there and leaves the answer as the new hint.
-local function available(st)
-  local size, head = st.size, st.head
-  local newest = newest_of(st)
-  if not newest then
-    return size
-  end
-  local now = st.now
-  if newest > now then
-    return 0
-  end
-  local edge = now - st.period
-  if newest <= edge then
-    return size
-  end
-  local lo = 0 -- slots before lo are outside the window; the newest (size - 1) is inside
-  if st.hint_at <= now then
-    lo = st.hint
-  end
-  -- first up to 4 slots from lo in one read: where the edge is, when the hint is recent
-  local pos = (head + lo) % size
-  local count = math.min(4, size - lo, size - pos)
-  local block = call('GETRANGE', st.key, HDR + pos * W, HDR + (pos + count) * W - 1)
-  for j = 0, count - 1 do
-    local v = time_of(sub(block, j * W + 1, j * W + W))
-    if v and v > edge then
-      st.hint, st.hint_at = lo + j, now
-      return lo + j
-    end
-  end
-  lo = lo + count -- <= size - 1: the newest is inside
-  local hi, step = lo, 1
-  while true do -- gallop: the first slot inside the window is in [lo, hi]
-    local v = slot(st, (head + hi) % size)
-    if v and v > edge then
-      break
-    end
-    lo = hi + 1
-    hi = hi + step
-    step = step * 2
-    if hi >= size - 1 then
-      hi = size - 1
-      break
-    end
-  end
-  while lo < hi do -- binary search in [lo, hi]: slot hi is inside the window
-    local mid = floor((lo + hi) / 2)
-    local v = slot(st, (head + mid) % size)
-    if v and v > edge then
-      hi = mid
-    else
-      lo = mid + 1
-    end
-  end
-  st.hint, st.hint_at = lo, now
-  return lo
-end
-
--- sliding_quota's (remaining, reset).
-local function quota_of(st)
-  local remaining = available(st)
-  if remaining >= 1 then
+local available, quota_of -- (not needed by "a": no closures built for it)
+if op ~= 'a' then
+  -- sliding_available: permits one request could take now (0 while a reservation is pending): the logged
+  -- times outside the window (now - period, now], oldest first. The header's hint says that the oldest `hint`
+  -- slots were outside the window at `hint_at` (so are now, when now >= hint_at): the search gallops forward
+  -- from there and leaves the answer as the new hint.
+  function available(st)
+    local size, head = st.size, st.head
     local newest = newest_of(st)
-    if newest and newest + st.period > st.now then
-      return remaining, newest + st.period - st.now
+    if not newest then
+      return size
     end
-    return remaining, 0
+    local now = st.now
+    if newest > now then
+      return 0
+    end
+    local edge = now - st.period
+    if newest <= edge then
+      return size
+    end
+    local lo = 0 -- slots before lo are outside the window; the newest (size - 1) is inside
+    if st.hint_at <= now then
+      lo = st.hint
+    end
+    -- first up to 4 slots from lo in one read: where the edge is, when the hint is recent
+    local pos = (head + lo) % size
+    local count = math.min(4, size - lo, size - pos)
+    local block = call('GETRANGE', st.key, HDR + pos * W, HDR + (pos + count) * W - 1)
+    for j = 0, count - 1 do
+      local v = time_of(sub(block, j * W + 1, j * W + W))
+      if v and v > edge then
+        st.hint, st.hint_at = lo + j, now
+        return lo + j
+      end
+    end
+    lo = lo + count -- <= size - 1: the newest is inside
+    local hi, step = lo, 1
+    while true do -- gallop: the first slot inside the window is in [lo, hi]
+      local v = slot(st, (head + hi) % size)
+      if v and v > edge then
+        break
+      end
+      lo = hi + 1
+      hi = hi + step
+      step = step * 2
+      if hi >= size - 1 then
+        hi = size - 1
+        break
+      end
+    end
+    while lo < hi do -- binary search in [lo, hi]: slot hi is inside the window
+      local mid = floor((lo + hi) / 2)
+      local v = slot(st, (head + mid) % size)
+      if v and v > edge then
+        hi = mid
+      else
+        lo = mid + 1
+      end
+    end
+    st.hint, st.hint_at = lo, now
+    return lo
   end
-  return remaining, (st.at1 or at_of(st, 1)) - st.now
+
+  -- sliding_quota's (remaining, reset).
+  function quota_of(st)
+    local remaining = available(st)
+    if remaining >= 1 then
+      local newest = newest_of(st)
+      if newest and newest + st.period > st.now then
+        return remaining, newest + st.period - st.now
+      end
+      return remaining, 0
+    end
+    return remaining, (st.at1 or at_of(st, 1)) - st.now
+  end
 end
 
 local reply
