@@ -49,6 +49,8 @@ from itertools import islice
 from typing import Any
 
 from .backends.base import decide, div_ceil, nanos_to_wait, refresh
+from .backends.memory import _IN_MEMORY
+from .backends.memory import acquire_many as _memory_acquire_many
 from .core.backend import CYCLE, AllOrNothingPlace, KeyedBackend
 from .core.clock import SYSTEM_CLOCK, Clock
 from .core.exceptions import RequestNotPermitted
@@ -702,10 +704,14 @@ class KeyedRateLimiter:
             self._publish(FAILED_ACQUIRE, permits)
         return -1
 
-    def give_back(self, key: str, permits: int, since_ns: int) -> None:
+    def give_back(self, key: str, permits: int, since_ns: int, taken: Any = None) -> None:
         """Undo a grant of ``permits`` to ``key`` decided at or after ``since_ns`` (in-memory stores only: the
-        mixed all-or-nothing decision gives its in-memory permits back when Redis rejects)."""
-        self.store.give_back(key, permits, since_ns)  # type: ignore[attr-defined]
+        mixed all-or-nothing decision gives its in-memory permits back when Redis rejects); ``taken``: what the
+        store's take returned, when not None (GCRA: the tat it wrote)."""
+        if taken is None:
+            self.store.give_back(key, permits, since_ns)  # type: ignore[attr-defined]
+        else:
+            self.store.give_back(key, permits, since_ns, taken)  # type: ignore[attr-defined]
 
     def drain_permissions(self, key: str) -> int:
         """Set ``key``'s refreshed permissions to 0 (debt kept) and return how many were drained (0 when a
@@ -971,13 +977,16 @@ class AllOrNothingPlan:
             self.acquire_all_quotas, self.aacquire_all_quotas = acquire_all_quotas, aacquire_all_quotas
 
 
-def _give_back(entries: Sequence[tuple[Any, Any]], since: Sequence[int], permits: int) -> None:
-    """Undo the grants of in-memory entries decided after ``since`` (see ``MemoryBackend.give_back``)."""
-    for (limiter, key), since_ns in zip(entries, since, strict=True):
+def _give_back(entries: Sequence[tuple[Any, Any]], since: Sequence[tuple[int, Any]], permits: int) -> None:
+    """Undo the grants of in-memory entries, each ``(clock reading before the take, what the take returned)``
+    (see ``MemoryBackend.give_back``; GCRA undoes exactly the tat its take wrote)."""
+    for (limiter, key), (since_ns, taken) in zip(entries, since, strict=True):
         if isinstance(limiter, KeyedRateLimiter):
-            limiter.give_back(key, permits, since_ns)
-        else:
+            limiter.give_back(key, permits, since_ns, taken)
+        elif taken is None:
             limiter.backend.give_back(permits, since_ns)
+        else:
+            limiter.backend.give_back(permits, since_ns, taken)
 
 
 def _split(entries: Sequence[tuple[Any, Any]], flags: list[bool]) -> tuple[list[int], list[int]]:
@@ -988,11 +997,14 @@ def _split(entries: Sequence[tuple[Any, Any]], flags: list[bool]) -> tuple[list[
 
 def _mixed_first_half(
     entries: Sequence[tuple[Any, Any]], local: list[int], permits: int
-) -> tuple[tuple[int, int] | None, list[tuple[Any, Any]], list[int]]:
-    """Decide the in-memory entries (all-or-nothing, committed); the clock readings taken before it."""
+) -> tuple[tuple[int, int] | None, list[tuple[Any, Any]], list[tuple[int, Any]]]:
+    """Decide the in-memory entries (all-or-nothing, committed); per entry, the clock reading taken before it
+    and what its take returned (what a give-back needs)."""
     local_entries = [entries[i] for i in local]
-    since = [limiter.clock.now_ns() for limiter, _ in local_entries]
-    outcome = _acquire_memory(local_entries, permits, publish_granted=False)
+    readings = [limiter.clock.now_ns() for limiter, _ in local_entries]
+    taken: list[Any] = [None] * len(local_entries)
+    outcome = _acquire_memory(local_entries, permits, publish_granted=False, taken=taken)
+    since = list(zip(readings, taken, strict=True))
     if outcome is not None:
         return (local[outcome[0]], outcome[1]), local_entries, since
     return None, local_entries, since
@@ -1001,7 +1013,7 @@ def _mixed_first_half(
 def _mixed_second_half(
     entries: Sequence[tuple[Any, Any]],
     local_entries: list[tuple[Any, Any]],
-    since: list[int],
+    since: list[tuple[int, Any]],
     remote: list[int],
     outcome: tuple[int, int] | None,
     permits: int,
@@ -1227,12 +1239,16 @@ def _one_remote(entry: tuple[Any, Any], wait: int, permits: int) -> tuple[int, i
 
 
 def _acquire_memory(
-    entries: Sequence[tuple[Any, str | None]], permits: int, publish_granted: bool = True
+    entries: Sequence[tuple[Any, str | None]],
+    permits: int,
+    publish_granted: bool = True,
+    taken: list[Any] | None = None,
 ) -> tuple[int, int] | None:
     """:func:`acquire_all_keyed` over in-memory entries only (see there).
 
     ``publish_granted=False`` leaves the SUCCESSFUL_ACQUIRE events to the caller (a mixed decision publishes
-    them only once Redis granted too).
+    them only once Redis granted too). ``taken`` (one slot per entry): when granted, what each entry's take
+    returned (GCRA: the tat it wrote, for an exact give-back; None otherwise).
     """
     keyed: list[tuple[int, Any, str]] = []  # (index, the limiter's in-memory store, key)
     plain: list[tuple[int, RateLimiter]] = []
@@ -1266,13 +1282,21 @@ def _acquire_memory(
             outcome = None
             if plain:
                 backends = [lim.backend for _, lim in plain]
-                outcome = backends[0].acquire_many(backends, permits)
+                if taken is None or not all(isinstance(b, _IN_MEMORY) for b in backends):
+                    outcome = backends[0].acquire_many(backends, permits)
+                else:
+                    tokens: list[Any] = []
+                    outcome = _memory_acquire_many(backends, permits, tokens)
+                    for (index, _), token in zip(plain, tokens, strict=False):
+                        taken[index] = token
             if outcome is not None:
                 worst = (plain[outcome[0]][0], outcome[1])
             else:
-                for (_, store, key), peek in zip(keyed, peeks, strict=True):
+                for (index, store, key), peek in zip(keyed, peeks, strict=True):
                     store.successful_calls += 1
-                    store._commit_peek_locked(key, peek, permits)
+                    token = store._commit_peek_locked(key, peek, permits)
+                    if taken is not None:
+                        taken[index] = token
     finally:
         for store in reversed(held):
             store._lock.release()

@@ -51,13 +51,15 @@ class SmoothKeyedStore(MemoryKeyedStore):
     def _grantable(self, permits: int) -> bool:
         return permits <= (self._burst if self._gcra else self._limit)
 
-    def _take(self, key: str, state: Any, now: int, permits: int, wait: int) -> None:
-        """Hand ``permits`` over at ``now + wait`` and store the key's new state."""
+    def _take(self, key: str, state: Any, now: int, permits: int, wait: int) -> Any:
+        """Hand ``permits`` over at ``now + wait`` and store the key's new state; GCRA returns the tat written
+        (what :meth:`give_back` needs to undo exactly this take), the sliding window None."""
         if self._gcra:
             scaled = now * self._limit
             base = state if state is not None and state > scaled else scaled
-            self._put(key, state, base + permits * self._period)
-            return
+            tat = base + permits * self._period
+            self._put(key, state, tat)
+            return tat
         ring = state if state is not None else _ring_new(self._limit, now - self._period)
         _ring_write(ring, self._limit, now + wait, permits)
         self._put(key, state, ring)
@@ -209,12 +211,14 @@ class SmoothKeyedStore(MemoryKeyedStore):
         wait = self._wait(self._states.get(key), self._now(), permits)
         return (wait if self._grantable(permits) else max(wait, 1)), None
 
-    def _commit_peek_locked(self, key: str, peek: Any, permits: int) -> None:
-        self._take(key, self._states.get(key), self._now(), permits, 0)
+    def _commit_peek_locked(self, key: str, peek: Any, permits: int) -> Any:
+        """Take ``permits`` after a :meth:`_peek_locked` with wait 0; returns :meth:`_take`'s (GCRA: its tat)."""
+        return self._take(key, self._states.get(key), self._now(), permits, 0)
 
-    def give_back(self, key: str, permits: int, since_ns: int) -> None:
+    def give_back(self, key: str, permits: int, since_ns: int, taken: Any = None) -> None:
         """Undo a grant of ``permits`` to ``key`` decided at or after ``since_ns``, as the unkeyed backends of
-        the same algorithm do (``GcraBackend.give_back``, ``SlidingWindowBackend.give_back``)."""
+        the same algorithm do (``GcraBackend.give_back``, ``SlidingWindowBackend.give_back``); GCRA's
+        ``taken`` is the tat its take wrote (:meth:`_commit_peek_locked`)."""
         with self._lock:
             state = self._states.get(key)
             if state is None or since_ns < self._anchor:
@@ -224,7 +228,11 @@ class SmoothKeyedStore(MemoryKeyedStore):
                 scaled = now * self._limit
                 if state <= scaled:
                     return
-                state = max(state - permits * self._period, scaled)
+                step = permits * self._period
+                back = min(step, (since_ns * self._limit + step if taken is None else taken) - scaled)
+                if back <= 0:
+                    return  # absorbed: the limiter was full again at a decision in between
+                state = max(state - back, scaled)
                 if state <= scaled:
                     del self._states[key]  # full again: absent
                 else:

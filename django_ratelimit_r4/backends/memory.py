@@ -346,20 +346,29 @@ class GcraBackend:
                 self._tat = max(self._tat, scaled) + drained * self._step
             return drained
 
-    def give_back(self, permits: int, since_ns: int) -> None:
+    def give_back(self, permits: int, since_ns: int, taken: Any = None) -> None:
         """Undo a grant of ``permits`` decided at or after ``since_ns`` (another part of an all-or-nothing
-        decision rejected): ``tat`` moves back by their emission intervals, no earlier than now (full).
+        decision rejected): :func:`~.algorithms.gcra_give_back` with the tat the take wrote, ``taken`` (what
+        :meth:`_take_locked` returned). Only what is still ahead of now of that grant comes back: when the
+        limiter was full again at a decision in between, that decision absorbed the grant and nothing (or less)
+        comes back. Never more permissive than had the grant not happened; exact when nothing came in between.
 
-        Exact unless the limiter was idle (full) at a decision between the grant and now; never credits more
-        than the limiter would hold had the grant not happened, up to that case.
+        Without ``taken`` (or after a change of scale), the take's tat is bounded below by a take at
+        ``since_ns`` on a full limiter: as safe, exact only when the limiter was full at the take.
         """
         with self._lock:
             if since_ns < self._anchor:
                 return  # reset since
             scaled = self._now() * self._scale
-            if self._tat <= scaled:
+            tat = self._tat
+            if tat <= scaled:
                 return  # full again: nothing of the grant is left
-            self._tat = max(self._tat - permits * self._step, scaled)
+            step = permits * self._step
+            granted = taken[0] if taken is not None and taken[1] == self._scale else since_ns * self._scale + step
+            back = min(step, granted - scaled)
+            if back <= 0:
+                return
+            self._tat = max(tat - back, scaled)
             self.successful_calls -= 1
 
     def change_limit(self, limit_for_period: int) -> None:
@@ -381,9 +390,11 @@ class GcraBackend:
     def _peek_locked(self, permits: int) -> int:
         return self._wait_locked(self._now(), permits) if permits <= self._burst else max(1, self._period)
 
-    def _take_locked(self, permits: int) -> None:
+    def _take_locked(self, permits: int) -> tuple[int, int]:
+        """Commit ``permits``; returns what :meth:`give_back` needs to undo exactly this take (tat, scale)."""
         scaled = self._now() * self._scale
-        self._tat = max(self._tat, scaled) + permits * self._step
+        self._tat = tat = max(self._tat, scaled) + permits * self._step
+        return tat, self._scale
 
     def __repr__(self) -> str:
         return (
@@ -676,10 +687,13 @@ class SlidingWindowBackend:
 _IN_MEMORY = (MemoryBackend, GcraBackend, SlidingWindowBackend)
 
 
-def acquire_many(backends: Sequence[RateLimiterBackend], permits: int) -> tuple[int, int] | None:
+def acquire_many(
+    backends: Sequence[RateLimiterBackend], permits: int, taken: list[Any] | None = None
+) -> tuple[int, int] | None:
     """All-or-nothing with timeout 0 over in-memory backends, algorithms mixed (see the protocol).
 
-    The locks are taken in ``id`` order, so two overlapping multi-limit calls can never deadlock; every
+    ``taken``: when given and granted, gets what each backend's take returned, in order (GCRA: what its
+    ``give_back`` needs to undo exactly that take; None for the others). The locks are taken in ``id`` order, so two overlapping multi-limit calls can never deadlock; every
     backend is peeked and, only when all waits are 0, committed while all of them are held.
     """
     members: list[Any] = []
@@ -706,7 +720,9 @@ def acquire_many(backends: Sequence[RateLimiterBackend], permits: int) -> tuple[
         if worst is not None:
             return worst
         for backend in members:
-            backend._take_locked(permits)
+            token = backend._take_locked(permits)
+            if taken is not None:
+                taken.append(token)
             backend.successful_calls += 1
         return None
     finally:

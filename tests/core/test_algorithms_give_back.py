@@ -220,3 +220,104 @@ def test_memory_sliding_give_back_is_never_more_permissive_than_no_grant(
     assert all(g >= i for g, i in zip(got, ideal, strict=True))  # never more permissive
     if all(t < since + period for t in handed):
         assert got == ideal  # exact
+
+
+def _memory_gcra(keyed: bool, limit: int, period: int, burst: int, clock: Any) -> tuple[Any, Any, Any, Any]:
+    """``(acquire(k, timeout), take(k) -> since | None, give_back(k, since), tat())`` of an in-memory GCRA limit
+    of ``limit`` per ``period`` ns, keyed or not. ``take`` and ``give_back`` are the in-memory halves of a mixed
+    (memory + Redis) all-or-nothing decision whose Redis part then rejects; ``tat()`` is the state scaled by
+    ``limit`` as :func:`gcra_decide` keeps it (0: full)."""
+    from django_ratelimit_r4.core.ratelimiter import RateLimiter
+    from django_ratelimit_r4.keyed import _mixed_first_half, _mixed_second_half
+
+    config = RateLimiterConfig(
+        limit_for_period=limit, limit_refresh_period=f"{period}ns", algorithm="gcra", burst=burst
+    )
+    limiter: Any = KeyedRateLimiter("k", config, clock=clock) if keyed else RateLimiter("g", config, clock=clock)
+    entry = (limiter, "x" if keyed else None)
+
+    def take(k: int) -> Any:
+        worst, local_entries, since = _mixed_first_half([entry], [0], k)
+        return None if worst is not None else (local_entries, since)
+
+    def give_back(k: int, taken: Any) -> None:
+        local_entries, since = taken
+        assert _mixed_second_half([entry, None], local_entries, since, [1], (0, 1), k) == (1, 1)
+
+    if keyed:
+        store = limiter.store
+        return (
+            (lambda k, t: store.decide("x", k, t)), take, give_back, (lambda: store._states.get("x") or 0)
+        )
+    backend = limiter.backend
+    return backend.acquire, take, give_back, (lambda: backend._tat * (limit // backend._scale))
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+def test_memory_gcra_give_back_after_the_limiter_was_full_again_gives_nothing(keyed: bool) -> None:
+    """1 per 10 ms, burst 1: the all-or-nothing take at 0; at 50 ms the limiter is full again and another
+    caller takes the permit; the Redis part then rejects and the take is given back. It used to move tat back
+    by one interval (the other caller's permit) and grant a second permit at 50 ms: more than the limit."""
+    clock = FakeClock(start_ns=0)
+    acquire, take, give_back, _ = _memory_gcra(keyed, 1, 10 * MS, 1, clock)
+    taken = take(1)
+    assert taken is not None
+    clock.advance_ns(50 * MS)
+    assert acquire(1, 0) == 0  # another caller's permit
+    give_back(1, taken)
+    assert acquire(1, 0) < 0  # still one permit per 10 ms
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+def test_memory_gcra_give_back_is_exact_when_nothing_came_in_between(keyed: bool) -> None:
+    """1 per 10 ms, burst 2, one permit already reserved ahead (tat 10 ms): the take at 0 (tat 20 ms), given
+    back 5 ms later, leaves tat at 10 ms, as if never taken (a bound from the take's clock reading alone would
+    keep 5 ms of it)."""
+    clock = FakeClock(start_ns=0)
+    acquire, take, give_back, tat = _memory_gcra(keyed, 1, 10 * MS, 2, clock)
+    assert acquire(1, 0) == 0
+    before = tat()
+    taken = take(1)
+    assert taken is not None
+    clock.advance_ns(5 * MS)
+    give_back(1, taken)
+    assert tat() == before
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+@settings(max_examples=150, deadline=None)
+@given(limits, periods, st.integers(min_value=1, max_value=10), traffic, st.integers(min_value=1, max_value=9),
+       later, st.integers(min_value=0, max_value=600))
+def test_memory_gcra_give_back_matches_the_reference(
+    keyed: bool, limit: int, period: int, burst: int, before: list, permits: int, after: list, tail: int
+) -> None:
+    """The in-memory GCRA backends (unkeyed and keyed) through the mixed all-or-nothing path give back exactly
+    what :func:`gcra_give_back` does with the tat their take wrote, whatever came in between."""
+    clock = FakeClock(start_ns=0)
+    acquire, take, give_back, tat_of = _memory_gcra(keyed, limit, period, burst, clock)
+    tat = 0
+
+    def same(now: int) -> bool:
+        return max(tat_of(), now * limit) == max(tat, now * limit)
+
+    for step, k, timeout in before:
+        clock.advance_ns(step)
+        tat = gcra_decide(tat, k, timeout, clock.now_ns(), period, limit, burst)[0]
+        acquire(k, timeout)
+    assert same(clock.now_ns())
+    if permits > burst:
+        return  # never grantable: refused with an error, nothing taken
+    granted_tat, _, granted = gcra_decide(tat, permits, 0, clock.now_ns(), period, limit, burst)
+    taken = take(permits)
+    assert (taken is not None) == granted
+    assume(granted)
+    tat = granted_tat
+    for step, k, timeout in after:
+        clock.advance_ns(step)
+        tat = gcra_decide(tat, k, timeout, clock.now_ns(), period, limit, burst)[0]
+        acquire(k, timeout)
+    clock.advance_ns(tail)
+    now = clock.now_ns()
+    give_back(permits, taken)
+    tat = gcra_give_back(tat, permits, granted_tat, now, period, limit)
+    assert same(now)
