@@ -7,6 +7,7 @@ from django.test import RequestFactory
 
 from django_ratelimit_r4.core.exceptions import RequestNotPermitted
 from django_ratelimit_r4.gate import RateLimitGate
+from tests.cyclic import cyclic_garbage
 
 pytestmark = pytest.mark.django_db(databases=[])
 
@@ -121,23 +122,6 @@ def test_check_returns_its_rejection_without_a_traceback(r4_clock, key) -> None:
     assert isinstance(rejection, RequestNotPermitted) and rejection.__traceback__ is None
 
 
-def _cyclic_garbage(fn) -> list:
-    """What ``fn()`` leaves for the cyclic GC (objects only a reference cycle keeps alive)."""
-    import gc
-
-    gc.collect()
-    gc.disable()
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
-        fn()
-        gc.collect()
-        return list(gc.garbage)
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-        gc.enable()
-
-
 @pytest.mark.parametrize("drf", [False, True], ids=["decorator", "DRF throttle"])
 def test_an_in_memory_keyed_429_leaves_nothing_to_the_cyclic_gc(r4_clock, drf) -> None:
     """The rejection carries its figures (rejection_quotas) and is raised with no local holding it, so its
@@ -170,5 +154,5 @@ def test_an_in_memory_keyed_429_leaves_nothing_to_the_cyclic_gc(r4_clock, drf) -
         assert response.status_code == 429
         assert response["RateLimit"].startswith('"per_ip";r=0;t=')
 
-    left = _cyclic_garbage(requests)
+    left = cyclic_garbage(requests)
     assert not [o for o in left if isinstance(o, RequestNotPermitted) or type(o).__name__ in ("frame", "traceback")]

@@ -23,6 +23,7 @@ from django_ratelimit_r4 import get_rate_limiter, registry
 from django_ratelimit_r4.core.exceptions import RequestNotPermitted
 from django_ratelimit_r4.decorators import RateLimitGate, ratelimit
 from django_ratelimit_r4.rest_framework import RateLimiterThrottle
+from tests.cyclic import cyclic_garbage
 
 redis = pytest.importorskip("redis")
 rb = pytest.importorskip("django_ratelimit_r4.backends.redis")
@@ -270,23 +271,6 @@ def test_a_mixed_gate_refused_in_memory_reads_its_redis_figures_in_one_round_tri
     assert get_rate_limiter("sustained").metrics.available_permissions == 2  # the 429 took nothing from Redis
 
 
-def _cyclic_garbage(fn: Any) -> list[Any]:
-    """What ``fn()`` leaves for the cyclic GC (objects only a reference cycle keeps alive)."""
-    import gc
-
-    gc.collect()
-    gc.disable()
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
-        fn()
-        gc.collect()
-        return list(gc.garbage)
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-        gc.enable()
-
-
 @pytest.mark.parametrize("view", [one, keyed, multi, _drf("one"), _drf("per_ip")], ids=["one", "keyed", "multi", "drf", "drf-keyed"])
 def test_a_rejected_request_leaves_nothing_to_the_cyclic_gc(server: Any, view: Any) -> None:
     """A 429 is freed as soon as it is answered: the rejection (returned by the one-round-trip decision, then
@@ -299,5 +283,5 @@ def test_a_rejected_request_leaves_nothing_to_the_cyclic_gc(server: Any, view: A
             response = view(factory.get("/", REMOTE_ADDR=PEER))
         assert response.status_code == 429
 
-    left = _cyclic_garbage(requests)
+    left = cyclic_garbage(requests)
     assert not [o for o in left if isinstance(o, RequestNotPermitted) or type(o).__name__ in ("frame", "traceback")]
