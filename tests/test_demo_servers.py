@@ -183,13 +183,34 @@ def wait_for_metric(url: str, metric: str, minimum: float, timeout: float = 6.0,
         time.sleep(0.2)
 
 
+def _partner_refresh_s() -> float:
+    """demo_project/cards/partner.py's REFRESH_S, read from the file (the demo's packages are not importable here)."""
+    spec = importlib.util.spec_from_file_location("_demo_partner", DEMO / "cards" / "partner.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return float(module.REFRESH_S)
+
+
+#: How long a worker may keep its cached copy of the shared partner knobs.
+PARTNER_REFRESH_S = _partner_refresh_s()
+
+
+def set_partner(url: str, *, down: bool, latency_ms: float) -> None:
+    """Set the simulated partner for every worker: write the shared knobs, then let every worker's cached copy
+    age past REFRESH_S. The cache lives in other processes, so wall time is its clock; once it has passed, the
+    next read in each worker sees the change, however loaded the machine is."""
+    body = json.dumps({"down": down, "latency_ms": latency_ms}).encode()
+    assert request(url + "/partner", "POST", body, {"Content-Type": "application/json"}).status == 200
+    time.sleep(2.5 * PARTNER_REFRESH_S)
+
+
 def open_breakers(url: str, authorize: str) -> list[dict[str, object]]:
     """Partner down, then authorizations (from distinct clients) until every worker's breaker refuses calls.
 
     Returns the JSON answers; stops once the last 10 were all refused by an open breaker.
     """
-    assert request(url + "/partner", "POST", json.dumps({"down": True, "latency_ms": 0}).encode()).status == 200
-    time.sleep(0.25)  # other workers re-read the shared knobs at most every 0.1 s
+    set_partner(url, down=True, latency_ms=0)
     answers: list[dict[str, object]] = []
     for i in range(200):
         response = request(f"{url}{authorize}", "POST", b"", {"X-Forwarded-For": f"198.18.1.{i % 250}"})
@@ -301,8 +322,7 @@ def test_gunicorn_two_workers(tmp_path: Path) -> None:
         assert len(worker_pids(url)) == 2  # keepalive 0: the dashboard sees every worker
 
         if shutil.which("node"):
-            assert request(url + "/partner", "POST", b'{"down": false, "latency_ms": 20}').status == 200
-            time.sleep(0.25)
+            set_partner(url, down=False, latency_ms=20)
             seen = run_dashboard_script(tmp_path, url, workers=2)
             assert seen["server"] == "wsgi" and seen["backend"] == "memory"
             assert len(seen["pids"]) == 2, seen["pids"]  # type: ignore[arg-type]
@@ -421,9 +441,7 @@ def test_gunicorn_cluster_two_hosts_one_control_plane(tmp_path: Path) -> None:
         assert view["scope"] == "cluster"  # type: ignore[index]
 
         # The partner contract: 16 request threads on two hosts, a partner answering in 300 ms, 4 slots.
-        slow = json.dumps({"down": False, "latency_ms": 300}).encode()
-        assert request(hosts[0] + "/partner", "POST", slow, {"Content-Type": "application/json"}).status == 200
-        time.sleep(0.25)  # other workers re-read the shared knobs at most every 0.1 s
+        set_partner(hosts[0], down=False, latency_ms=300)
 
         def authorize(i: int) -> dict[str, object]:
             answer = request(f"{hosts[i % 2]}/authorize", "POST", b"", {"X-Forwarded-For": f"198.18.7.{i}"},
@@ -459,9 +477,7 @@ def test_gunicorn_cluster_two_hosts_one_control_plane(tmp_path: Path) -> None:
 
         # The shared breaker: failures on the first host open it; the second host, which served none of those
         # calls, refuses too. The partner is down for both, so a worker still CLOSED would answer 502, not 503.
-        down = json.dumps({"down": True, "latency_ms": 0}).encode()
-        assert request(hosts[0] + "/partner", "POST", down, {"Content-Type": "application/json"}).status == 200
-        time.sleep(0.25)  # other workers re-read the shared knobs at most every 0.1 s
+        set_partner(hosts[0], down=True, latency_ms=0)
         failing: list[int] = []
         for i in range(60):  # 10 calls with >= 50 % failures on one worker open it (demo settings)
             failing.append(request(f"{hosts[0]}/authorize?fallback=0", "POST", b"",
