@@ -483,38 +483,52 @@ class RedisCircuitBreaker(CircuitBreaker):
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            self._drain()
+            if self._drain() is not None:
+                self._wake.set()  # held by a cool-down: the sender sends it when the cool-down ends
         else:
             self._wake.set()
 
     def _send_loop(self, proc: str) -> None:
+        wait: float | None = None
         while not self._shutdown and proc == self._proc:
-            self._wake.wait()
+            self._wake.wait(wait)
             self._wake.clear()
             if self._shutdown or proc != self._proc:
                 return
             try:
-                self._drain()
+                wait = self._drain()
             except Exception:  # never let the thread die
+                wait = None
                 logger.exception("circuit breaker %r: the sender failed", self.name)
 
-    def _drain(self) -> None:
+    def _drain(self) -> float | None:
+        """Send what is queued; return the seconds until the URL's cool-down ends when it holds items back
+        (the sender waits that long), else None."""
         with self._send_lock:
             while True:
-                with self._lock:
-                    if not self._outbox:
-                        return
-                    item = self._outbox.popleft()
-                    expected = -1 if item[0] == "set" and item[1] else self._epoch
-                if self._degraded or self._conn.is_down():
+                if self._degraded:
+                    # This worker's own fault: the listener's resync reconciles with the shared state.
                     with self._lock:
                         self._outbox.clear()
-                    return
+                    return None
+                if self._conn.is_down():
+                    # Another user of the URL's connection faulted (a rate limiter, another breaker): keep
+                    # the transitions for the end of the cool-down instead of dropping them, or this worker
+                    # would stay alone in a state the cluster never hears of.
+                    with self._lock:
+                        if not self._outbox:
+                            return None
+                    return max(0.001, self._conn.down_until - time.monotonic())
+                with self._lock:
+                    if not self._outbox:
+                        return None
+                    item = self._outbox.popleft()
+                    expected = -1 if item[0] == "set" and item[1] else self._epoch
                 try:
                     self._send(item, expected)
                 except _FAULTS as exc:
                     self._fault(exc, f"{item[0]} ({item[2] if item[0] == 'set' else item[1]})")
-                    return
+                    return None
 
     def _send(self, item: tuple[Any, ...], expected: int) -> None:
         kind = item[0]

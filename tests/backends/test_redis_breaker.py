@@ -593,6 +593,55 @@ def test_the_state_a_worker_pushes_after_a_fault_is_not_dropped_by_a_cool_down(
     assert stored(redis_url, prefix).get("s") == State.OPEN.value, "the resync's push was dropped"
 
 
+def test_transitions_made_during_another_users_cool_down_are_sent_when_it_ends(
+    redis_url: str, prefix: str, made: Any, monkeypatch: Any
+) -> None:
+    """The URL's connection is shared with the rate limiters of that URL: a fault one of them sees starts a
+    cool-down (no call to Redis for FAULT_COOLDOWN_S). A healthy worker's breaker that opens meanwhile (or an
+    operator's transition) must reach the cluster once the cool-down is over: the sender used to drop it, so
+    this worker stayed OPEN alone and the others never heard. Nothing is sent during the cool-down (it is
+    there so that nobody pays a connect timeout), and the sender waits for its end instead of spinning."""
+    a, b = made(redis_url, prefix), made(redis_url, prefix)
+    assert a.wait_listening(HANG_GUARD_S) and b.wait_listening(HANG_GUARD_S)
+    sent_at: list[float] = []
+    drains = [0]
+    real_send, real_drain = RedisCircuitBreaker._send, RedisCircuitBreaker._drain
+
+    def send(self: RedisCircuitBreaker, item: tuple[Any, ...], expected: int) -> None:
+        if self is a:
+            sent_at.append(time.monotonic())
+        real_send(self, item, expected)
+
+    def drain(self: RedisCircuitBreaker) -> Any:
+        if self is a:
+            drains[0] += 1
+        return real_drain(self)
+
+    monkeypatch.setattr(RedisCircuitBreaker, "_send", send)
+    monkeypatch.setattr(RedisCircuitBreaker, "_drain", drain)
+    cool_down = 1.0  # longer than the real 0.5 s, so that the transitions below fall inside it on a busy machine
+
+    # 1. By failures (the sender thread sends).
+    until = a._conn.down_until = time.monotonic() + cool_down  # another user of the connection faulted
+    fail(a)
+    assert a.state is State.OPEN and not a.degraded
+    wait_until(lambda: b.state is State.OPEN, "b hears the OPEN a reached during the cool-down")
+    settled(a)
+    assert stored(redis_url, prefix)["s"] == State.OPEN.value
+    assert sent_at and sent_at[0] >= until, "sent during the cool-down"
+    assert drains[0] < 20, f"the sender spun during the cool-down ({drains[0]} drains)"
+
+    # 2. An operator's transition (sent inline, or by the sender once the cool-down is over).
+    sent_at.clear()
+    until = a._conn.down_until = time.monotonic() + cool_down
+    a.transition_to_closed_state()
+    assert a.state is State.CLOSED
+    wait_until(lambda: b.state is State.CLOSED, "b hears the operator's CLOSED made during the cool-down")
+    settled(a)
+    assert stored(redis_url, prefix)["s"] == State.CLOSED.value
+    assert sent_at and sent_at[0] >= until, "sent during the cool-down"
+
+
 def test_degraded_is_a_metric(redis_server: Any, settings: Any) -> None:
     pytest.importorskip("prometheus_client")
     from django_ratelimit_r4.contrib import prometheus
