@@ -1024,7 +1024,7 @@ def _sentinel_primary(settings: Mapping[str, Any], options: Mapping[str, Any], a
         "socket_timeout": options.get("socket_timeout"),
         "socket_connect_timeout": options.get("socket_connect_timeout"),
     }
-    sentinel = module.Sentinel(settings["sentinels"], **timeouts)  # type: ignore[no-untyped-call]
+    sentinel = module.Sentinel(settings["sentinels"], **timeouts)  # type: ignore[no-untyped-call, arg-type, unused-ignore]  # typed in redis-py 8.2
 
     class BlockingSentinelPool(module.SentinelConnectionPool, blocking):  # type: ignore[misc]
         pass
