@@ -56,6 +56,8 @@ import redis
 import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
+from redis._parsers.resp2 import _AsyncRESP2Parser
+from redis._parsers.resp3 import _AsyncRESP3Parser
 from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, RedisError
 
@@ -213,6 +215,151 @@ def _pack_evalsha(sha: str, numkeys: int, args: Sequence[Any], utf8: bool) -> by
     return b"".join(parts)
 
 
+# redis-py's python parsers: a connection using one reads its replies with _aread_replies (same results).
+_PY_PARSERS = (_AsyncRESP2Parser, _AsyncRESP3Parser)
+
+
+class _Incomplete(Exception):
+    """The bytes read so far end inside a reply (read more)."""
+
+
+_SERVER_CLOSED = "Connection closed by server."
+
+
+def _timeout_factory() -> Any:
+    # What redis.asyncio uses: asyncio.timeout from 3.11.3 (sound under cancellation), else async_timeout.
+    if sys.version_info >= (3, 11, 3):
+        return asyncio.__dict__["timeout"]
+    import async_timeout  # a dependency of redis-py on these versions
+
+    return async_timeout.timeout
+
+
+_async_timeout = _timeout_factory()
+# What one read of a reply asks the stream for (whatever is there, up to this much).
+_READ_SIZE = 65536
+
+
+class _Push:
+    """A RESP3 push frame met while reading replies (handed to the parser's push handler, not a reply)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: list[Any]) -> None:
+        self.value = value
+
+
+def _parse_reply(buf: bytes, pos: int, parser: Any) -> tuple[Any, int]:
+    """One RESP2/RESP3 reply of ``buf`` at ``pos``, as redis-py's python parsers return it without
+    ``decode_responses`` (an error reply as its exception; one that means a broken connection raised; a push
+    frame as :class:`_Push`), and the position after it. Raises :class:`_Incomplete` when ``buf`` ends
+    inside it.
+    """
+    end = buf.find(b"\r\n", pos)
+    if end < 0:
+        raise _Incomplete
+    kind = buf[pos]
+    if kind == 58 or kind == 40:  # ":" integer, "(" big number
+        return int(buf[pos + 1 : end]), end + 2
+    if kind == 36 or kind == 61 or kind == 33:  # "$" bulk string, "=" verbatim string, "!" bulk error
+        size = int(buf[pos + 1 : end])
+        if size < 0:
+            return None, end + 2
+        stop = end + 2 + size
+        if len(buf) < stop + 2:
+            raise _Incomplete
+        value = buf[end + 2 : stop]
+        if kind == 61:
+            return value[4:], stop + 2
+        if kind == 33:
+            return _error_reply(parser, value), stop + 2
+        return value, stop + 2
+    if kind == 42 or kind == 126 or kind == 62:  # "*" array, "~" set (a list, as redis-py), ">" push
+        count = int(buf[pos + 1 : end])
+        if count < 0:
+            return None, end + 2
+        items = []
+        pos = end + 2
+        for _ in range(count):
+            item, pos = _parse_reply(buf, pos, parser)
+            items.append(item)
+        return (_Push(items) if kind == 62 else items), pos
+    if kind == 37:  # "%" map
+        count = int(buf[pos + 1 : end])
+        mapping = {}
+        pos = end + 2
+        for _ in range(count):
+            key, pos = _parse_reply(buf, pos, parser)
+            mapping[key], pos = _parse_reply(buf, pos, parser)
+        return mapping, pos
+    if kind == 43:  # "+" status
+        return buf[pos + 1 : end], end + 2
+    if kind == 45:  # "-" error
+        return _error_reply(parser, buf[pos + 1 : end]), end + 2
+    if kind == 95:  # "_" null
+        return None, end + 2
+    if kind == 35:  # "#" boolean
+        return buf[pos + 1 : end] == b"t", end + 2
+    if kind == 44:  # "," double
+        return float(buf[pos + 1 : end]), end + 2
+    raise redis.exceptions.InvalidResponse(f"Protocol Error: {buf[pos:end]!r}")
+
+
+def _error_reply(parser: Any, text: bytes) -> Any:
+    # As redis-py's parsers map an error reply: its exception, raised at once if it means a broken connection.
+    error = parser.parse_error(text.decode("utf-8", errors="replace"))
+    if isinstance(error, redis.exceptions.ConnectionError):
+        raise error
+    return error
+
+
+async def _aread_replies(reader: asyncio.StreamReader, count: int, parser: Any) -> list[Any]:
+    """``count`` replies from ``reader``, read as they arrive and parsed in one pass each time.
+
+    redis-py's async parser reads a reply line by line (a ``readline`` coroutine per element, an encoder call
+    per value); here whatever has arrived is taken at once. A push frame goes to the parser's handler, as
+    redis-py does. The connection carries only these replies (it was clean when taken): anything after them
+    is a protocol error, and the caller drops the connection.
+    """
+    data = await reader.read(_READ_SIZE)
+    replies: list[Any] = []
+    pos = 0
+    while True:
+        if not data:
+            raise redis.exceptions.ConnectionError(_SERVER_CLOSED)
+        try:
+            while len(replies) < count:
+                reply, pos = _parse_reply(data, pos, parser)
+                if type(reply) is _Push:
+                    await parser.handle_push_response(reply.value)
+                    continue
+                replies.append(reply)
+            break
+        except _Incomplete:
+            more = await reader.read(_READ_SIZE)
+            if not more:
+                raise redis.exceptions.ConnectionError(_SERVER_CLOSED) from None
+            data, pos = data[pos:] + more, 0
+    if pos != len(data):
+        raise redis.exceptions.InvalidResponse("Protocol Error: data after the replies")
+    return replies
+
+
+def _aio_pool_is_lean(pool: Any, utf8: bool) -> bool:
+    """Whether :meth:`RedisConnection._atake` / ``_agive`` / ``_aexchange`` may work on ``pool`` directly: a
+    plain ``redis.asyncio.BlockingConnectionPool`` without decoding or health checks, and the private names
+    they use present (else redis-py's own path)."""
+    if type(pool) is not redis.asyncio.BlockingConnectionPool or not utf8:
+        return False
+    names = ("_available_connections", "_in_use_connections", "_condition", "_lock", "_in_maintenance")
+    if not all(hasattr(pool, name) for name in names) or not hasattr(pool._condition, "_waiters"):
+        return False
+    if not hasattr(pool.connection_class, "_force_disconnect"):
+        return False
+    kwargs = pool.connection_kwargs
+    return not kwargs.get("decode_responses") and not kwargs.get("health_check_interval")
+
+
 class RedisConnection:
     """The clients of one Redis URL in this process, plus its fault state.
 
@@ -250,6 +397,10 @@ class RedisConnection:
         self._stale_topology = False
         self.sync: Any = self.new_client()
         self._aio: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+        # Per loop: (its client's pool, whether _atake/_agive/_aexchange may bypass redis-py's per-call work).
+        self._aio_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Any, bool]] = (
+            weakref.WeakKeyDictionary()
+        )
         # Async cluster clients open connections per node without waiting: this bounds them (per loop).
         self._aio_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
             weakref.WeakKeyDictionary()
@@ -342,9 +493,120 @@ class RedisConnection:
 
     async def aclose(self) -> None:
         """Close the running loop's asyncio client (before the loop ends: a cluster client warns otherwise)."""
-        client = self._aio.pop(asyncio.get_running_loop(), None)
+        loop = asyncio.get_running_loop()
+        self._aio_pools.pop(loop, None)
+        client = self._aio.pop(loop, None)
         if client is not None:
             await client.aclose()
+
+    def _apool(self) -> tuple[Any, bool]:
+        """The running loop's connection pool (plain or Sentinel), and whether it takes the lean path."""
+        entry = self._aio_pools.get(asyncio.get_running_loop())
+        if entry is None:
+            pool = self.aio().connection_pool
+            entry = self._aio_pools[asyncio.get_running_loop()] = (pool, _aio_pool_is_lean(pool, self._utf8))
+        return entry
+
+    async def _atake(self, pool: Any, lean: bool) -> tuple[Any, bool]:
+        """A connection of ``pool`` checked as ``get_connection`` checks it; and whether it was taken the lean
+        way and reads its replies with :func:`_aread_replies` (see :meth:`_aexchange`).
+
+        redis-py's ``get_connection`` + ``release`` take two locks (the pool's condition and lock), an
+        ``async_timeout``, observability recorders and an event dispatch per call. When nobody else is in or
+        waiting at the pool (so nothing is held across an await, and nobody needs waking), a free connection
+        is popped, or a new one made under ``max_connections``, exactly as ``get_available_connection``
+        does, without suspending; otherwise (and on a full pool: that wait has the pool's ``timeout``) the
+        standard way. A connection with data waiting, or whose stream saw the server close it, gets redis-py's
+        own check (``ensure_connection``: reopened, or refused when it holds data).
+        """
+        if lean and not (
+            pool._in_maintenance
+            or pool._condition._waiters
+            or pool._condition.locked()
+            or pool._lock.locked()
+        ):
+            available = pool._available_connections
+            if available:
+                conn = available.pop()
+            elif len(pool._in_use_connections) < pool.max_connections:
+                conn = pool.make_connection()
+            else:
+                conn = None
+            if conn is not None:
+                pool._in_use_connections.add(conn)
+                try:
+                    parser = conn._parser
+                    reader = conn._reader
+                    if reader is None or conn._writer is None:
+                        await conn.connect()
+                    elif (
+                        type(parser) not in _PY_PARSERS
+                        or parser._buffer
+                        or reader._buffer
+                        or reader.at_eof()
+                        or reader.exception() is not None
+                    ):
+                        await pool.ensure_connection(conn)
+                except BaseException:
+                    await self._agive(pool, conn, True)
+                    raise
+                return conn, type(conn._parser) in _PY_PARSERS
+        return await pool.get_connection(), False
+
+    async def _agive(self, pool: Any, conn: Any, lean: bool) -> None:
+        """``pool.release(conn)``, without suspending when :meth:`_atake` took it and nobody waits (a waiter
+        is woken by redis-py's release; a connection due to reconnect or re-authenticate goes that way too)."""
+        if (
+            lean
+            and not conn.should_reconnect()
+            and getattr(conn, "_re_auth_token", None) is None
+            and not (
+                pool._in_maintenance
+                or pool._condition._waiters
+                or pool._condition.locked()
+                or pool._lock.locked()
+            )
+        ):
+            pool._in_use_connections.discard(conn)
+            pool._available_connections.append(conn)
+            return
+        await pool.release(conn)
+
+    @staticmethod
+    async def _aexchange(conn: Any, packed: bytes, count: int) -> list[Any]:
+        """Write ``packed`` (``count`` commands) on ``conn`` and read their ``count`` replies within its
+        ``socket_timeout``, with the errors redis-py raises (``TimeoutError``, ``ConnectionError``). Any
+        failure, a cancellation included, closes the connection before it goes back to the pool (synchronously:
+        a cancelled task must not await again), so no reply is ever left unread in it.
+
+        redis-py's ``send_packed_command`` wraps each write in ``asyncio.wait_for`` (a task per command) and
+        ``read_response`` reads line by line; a command of a few hundred bytes leaves in the ``write`` itself,
+        and the one timeout covers the drain (when the transport buffered it) and the replies.
+        """
+        try:
+            writer = conn._writer
+            if writer is None or writer.transport.is_closing():
+                raise redis.exceptions.ConnectionError("Connection closed by the server before write")
+            writer.write(packed)
+            timeout = conn.socket_timeout
+            if timeout:
+                async with _async_timeout(timeout):
+                    if writer.transport.get_write_buffer_size():
+                        await writer.drain()
+                    return await _aread_replies(conn._reader, count, conn._parser)
+            if writer.transport.get_write_buffer_size():
+                await writer.drain()
+            return await _aread_replies(conn._reader, count, conn._parser)
+        except asyncio.TimeoutError:
+            conn._force_disconnect()
+            raise redis.exceptions.TimeoutError(f"Timeout reading from {conn._host_error()}") from None
+        except OSError as exc:
+            conn._force_disconnect()
+            message = f"Error while reading from {conn._host_error()} : {exc.args}"
+            raise redis.exceptions.ConnectionError(message) from exc
+        except BaseException:
+            conn._force_disconnect()
+            raise
 
     def is_down(self) -> bool:
         """True while in the cool-down after a fault (decisions then skip Redis)."""
@@ -796,10 +1058,10 @@ class RedisConnection:
     ) -> list[tuple[Any, int, bool]]:
         """:meth:`arun_scripts` on one server: every call in one write on one pooled connection, then the
         replies in order (a NOSCRIPT one, which ran nothing, is sent again on its own afterwards)."""
-        pool = self.aio().connection_pool
+        pool, lean = self._apool()
         results: list[list[Any]] = [[None, 0, False] for _ in calls]
         again: list[int] = []
-        conn = await pool.get_connection()
+        conn, lean = await self._atake(pool, lean)
         try:
             commands: list[bytes] = []
             for index, (numkeys, args, at, tokens) in enumerate(calls):
@@ -810,25 +1072,40 @@ class RedisConnection:
                     commands += conn.pack_command("EVALSHA", scripts[index][0], numkeys, *args)
                 else:
                     commands.append(packed)
-            await conn.send_packed_command(commands)
+            if lean:
+                replies = await self._aexchange(conn, b"".join(commands), len(calls))
+            else:
+                await conn.send_packed_command(commands)
+                replies = None
             for index in range(len(calls)):
-                try:
-                    results[index][0] = await conn.read_response()
-                except NoScriptError:
+                if replies is None:
+                    try:
+                        reply = await conn.read_response()
+                    except redis.exceptions.ResponseError as exc:
+                        reply = exc  # an error reply: the connection is still in step
+                else:
+                    reply = replies[index]
+                if isinstance(reply, NoScriptError):
                     again.append(index)
-                except redis.exceptions.ResponseError as exc:
-                    results[index][0] = exc  # an error reply: the connection is still in step
+                else:
+                    results[index][0] = reply
         except _FAULTS as exc:
-            await conn.disconnect()
+            if lean:
+                conn._force_disconnect()
+            else:
+                await conn.disconnect()
             for result in results:
                 if result[0] is None:
                     result[0] = exc
             again.clear()  # a broken connection: nothing more is sent
         except BaseException:
-            await conn.disconnect()
+            if lean:
+                conn._force_disconnect()
+            else:
+                await conn.disconnect()
             raise
         finally:
-            await pool.release(conn)
+            await self._agive(pool, conn, lean)
         for index in again:
             numkeys, args, at, tokens = calls[index]
             try:
@@ -850,29 +1127,40 @@ class RedisConnection:
         deadline_at: int | None = None,
         tokens: Sequence[int] = (),
     ) -> tuple[Any, int, bool]:
-        """Async twin of :meth:`run_script`, on this loop's ``redis.asyncio`` client."""
+        """Async twin of :meth:`run_script`, on this loop's ``redis.asyncio`` client (the lean way of
+        :meth:`_atake` / :meth:`_aexchange` on a plain pool)."""
         if self.cluster:
             return await self._arun_cluster(sha, source, numkeys, args, deadline_at, tokens)
-        pool = self.aio().connection_pool
-        conn = await pool.get_connection()
+        pool, lean = self._apool()
+        conn, lean = await self._atake(pool, lean)
         try:
             started = time.monotonic_ns()
             unknown = self._stamp(args, deadline_at, tokens, started)
             try:
                 packed = _pack_evalsha(sha, numkeys, args, self._utf8)
-                if packed is None:
-                    await conn.send_command("EVALSHA", sha, numkeys, *args)
+                if lean:
+                    if packed is None:
+                        packed = b"".join(conn.pack_command("EVALSHA", sha, numkeys, *args))
+                    (reply,) = await self._aexchange(conn, packed, 1)
+                    if isinstance(reply, redis.exceptions.ResponseError):
+                        raise reply
                 else:
-                    await conn.send_packed_command([packed])
-                reply = await conn.read_response()
+                    if packed is None:
+                        await conn.send_command("EVALSHA", sha, numkeys, *args)
+                    else:
+                        await conn.send_packed_command([packed])
+                    reply = await conn.read_response()
             except NoScriptError:
                 await conn.send_command("EVAL", source, numkeys, *args)
                 reply = await conn.read_response()
         except BaseException:
-            await conn.disconnect()
+            if lean:
+                conn._force_disconnect()
+            else:
+                await conn.disconnect()
             raise
         finally:
-            await pool.release(conn)
+            await self._agive(pool, conn, lean)
         self.replies += 1
         if self.outage_since is not None:
             self.answered()
@@ -958,6 +1246,7 @@ class RedisConnection:
         else:
             self.sync.connection_pool.disconnect()
         self._aio.clear()
+        self._aio_pools.clear()
         self._aio_slots.clear()
         self.down_until = 0.0
         self.outage_since = None

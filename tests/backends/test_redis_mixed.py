@@ -217,10 +217,19 @@ def test_async_one_round_trip_when_granted(redis_url: str, prefix: str, monkeypa
         events.append("read")
         return await read(self, *args, **kw)
 
+    exchange = rb.RedisConnection._aexchange  # the lean path's one write and its replies
+
+    async def exchanging(conn: Any, packed: bytes, count: int) -> Any:
+        events.append("send")
+        replies = await exchange(conn, packed, count)
+        events.extend(["read"] * len(replies))
+        return replies
+
     async def run() -> list[Any]:
         await aacquire_all(limiters[1:])  # the scripts are loaded (a first EVALSHA may answer NOSCRIPT)
         monkeypatch.setattr(connection, "send_packed_command", sending)
         monkeypatch.setattr(connection, "read_response", reading)
+        monkeypatch.setattr(rb.RedisConnection, "_aexchange", staticmethod(exchanging))
         first = await aacquire_all(limiters)
         seen = list(events)
         events.clear()
