@@ -2,7 +2,9 @@
 
 One private ``redis-server`` (``bench_redis_server.dedicated_redis``), the same limiters built twice (one set
 per script, the script swapped on ``_Sliding``), rows alternated old/new, ``usec_per_call`` of ``EVALSHA`` from
-``INFO commandstats``, best of REPEAT. Layouts may differ between the versions: each has its own keys.
+``INFO commandstats``, best of REPEAT; and the commands each script ran per decision (its ``redis.call``s,
+counted in the same table: a figure a busy machine does not disturb). Layouts may differ between the
+versions: each has its own keys.
 
 Run: ``git show <commit>:django_ratelimit_r4/backends/lua/sliding_window.lua > /tmp/old.lua`` then
 ``python benchmarks/ab_sliding_script.py /tmp/old.lua [N] [REPEAT] [NEW.lua]`` (NEW defaults to this checkout's).
@@ -27,10 +29,10 @@ from bench_redis_server import _server_us, dedicated_redis
 
 from django_ratelimit_r4.backends import redis_scripted as scripted
 from django_ratelimit_r4.backends import redis_sliding as rs
-from django_ratelimit_r4.backends.redis import RedisStore
+from django_ratelimit_r4.backends.redis import RedisStore, acquire_all_quotas
 from django_ratelimit_r4.core.clock import SYSTEM_CLOCK
 from django_ratelimit_r4.core.exceptions import RequestNotPermitted
-from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig
+from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig, acquire_all
 from django_ratelimit_r4.keyed import KeyedRateLimiter
 
 
@@ -67,7 +69,24 @@ def _rows(url: str, prefix: str) -> list[tuple[str, Callable[[], Any]]]:
         store=store.keyed_store("k", cfg, clock=SYSTEM_CLOCK, max_keys=1, idle_timeout_ns=None, on_error="allow"),
     )
     out.append(("keyed allowed, log of 100", lambda: keyed.acquire_permission("203.0.113.7")))
+    trio = [RateLimiter(f"m{i}", cfg, clock=SYSTEM_CLOCK, backend=factory) for i in range(3)]
+    entries = [(r, None) for r in trio]
+    out += [
+        ("all-or-nothing over 3, log of 100", lambda: acquire_all(trio)),
+        ("all-or-nothing over 3 + figures", lambda: acquire_all_quotas(entries)),
+    ]
     return out
+
+
+def _calls_per_run(client: redis.Redis, fn: Callable[[], Any], number: int) -> float:
+    """Commands the script runs per call of ``fn`` (``redis.call``s: every command but the script's own),
+    from ``INFO commandstats``: a count, so the same on a busy machine as on a quiet one."""
+    client.config_resetstat()
+    for _ in range(number):
+        fn()
+    stats = client.info("commandstats")
+    outside = {"cmdstat_evalsha", "cmdstat_eval", "cmdstat_config", "cmdstat_info", "cmdstat_script"}
+    return sum(v["calls"] for k, v in stats.items() if k not in outside) / number
 
 
 def main() -> None:
@@ -93,9 +112,20 @@ def main() -> None:
                     row, fn = rows[name][i]
                     us = _server_us(client, fn, number)[0]
                     best[(name, row)] = min(best.get((name, row), float("inf")), us)
-        print(f"load {os.getloadavg()[0]:.2f}, {number} decisions per row, best of {repeat} (µs of script time)")
+        calls: dict[tuple[str, str], float] = {}
+        for name, script in variants.items():
+            rs._Sliding._script = script
+            for row, fn in rows[name]:
+                calls[(name, row)] = _calls_per_run(client, fn, min(number, 2000))
+        print(
+            f"load {os.getloadavg()[0]:.2f}, {number} decisions per row, best of {repeat} "
+            "(µs of script time; commands the script ran per decision)"
+        )
         for row, _ in rows["old"]:
-            print(f"{row:36} old {best[('old', row)]:6.2f}  new {best[('new', row)]:6.2f}")
+            print(
+                f"{row:36} old {best[('old', row)]:6.2f}  new {best[('new', row)]:6.2f}"
+                f"   calls old {calls[('old', row)]:5.2f}  new {calls[('new', row)]:5.2f}"
+            )
 
 
 if __name__ == "__main__":

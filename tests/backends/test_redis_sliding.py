@@ -21,7 +21,7 @@ import pytest
 from django.http import HttpRequest, HttpResponse
 from django.test import Client, override_settings
 from django.urls import path
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from django_ratelimit_r4 import get_rate_limiter, registry
@@ -150,6 +150,52 @@ def test_acquire_quota_search_hint_gives_the_reference_answers(
             assert backend.drain() == drained
         else:
             assert backend.state()[1] == sliding_available(times, now, period)
+    assert remote.quota() == sliding_quota(times, clock.now_ns(), period)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    limit=st.sampled_from([2, 3, 5, 17, 40]),
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["quota", "quota", "quota", "quota", "acquire", "drain", "state", "advance"]),
+            st.one_of(st.integers(min_value=0, max_value=400_000_000), st.sampled_from([1_000_000_000, 1_500_000_000])),
+        ),
+        max_size=120,
+    ),
+)
+# The slot just written is read back from the read-ahead (one granted, the window passes, one more granted).
+@example(limit=5, ops=[("quota", 0), ("advance", 1_500_000_000), ("quota", 0), ("advance", 1_500_000_000), ("quota", 0)])
+def test_single_permit_quotas_read_ahead_give_the_reference_answers(
+    redis_url: str, prefix: str, limit: int, ops: list[Any]
+) -> None:
+    """acquire_quota of one permit reads the slots its header figures need together with the newest and the
+    oldest (one GETRANGE around the hint, cached for the search): every answer stays the reference's, as the
+    ring wraps, the hint moves and the window fills and empties."""
+    period = 1_000_000_000
+    clock = FakeClock()
+    clock.advance_ns(10**12)
+    remote = rs.RedisSlidingBackend("ahead", limit, period, clock, url=redis_url, prefix=prefix)
+    times = tuple(t + clock.now_ns() for t in sliding_initial(limit, period))
+    for op, amount in ops:
+        now = clock.now_ns()
+        if op == "advance":
+            clock.advance_ns(amount)
+        elif op == "quota":
+            times, wait, granted = sliding_decide(times, 1, amount, now, period)
+            expected = (wait if granted else -wait, *sliding_quota(times, now, period))
+            assert remote.acquire_quota(1, amount) == expected, (op, amount)
+            clock.advance_ns(amount // 8)
+        elif op == "acquire":
+            times, wait, granted = sliding_decide(times, 1, amount, now, period)
+            assert remote.acquire(1, amount) == (wait if granted else -wait)
+        elif op == "drain":
+            drained = sliding_available(times, now, period)
+            if drained:
+                times = times[drained:] + (now,) * drained
+            assert remote.drain() == drained
+        else:
+            assert remote.state()[1] == sliding_available(times, now, period)
     assert remote.quota() == sliding_quota(times, clock.now_ns(), period)
 
 

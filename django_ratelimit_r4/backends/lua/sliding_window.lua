@@ -61,14 +61,17 @@ else
 end
 
 local HDR, W = 48, 8
+-- Ops that read the header figures after the decision (at_of then reads ahead for them).
+local figures = op == 'q' or op == 'M' or op == 'N'
 local REBASE = 1125899906842624 -- 2^50 units
 local floor, sub, rep, call, pack, unpack = math.floor, string.sub, string.rep, redis.call, struct.pack, struct.unpack
 
--- A slot's time: 8 bytes, a big-endian double (times are integers below 2^52 units: exact); 0 (zero bytes, or
--- past the string's end) is a slot never written, older than any window (logged times are > 0).
-local function time_of(s)
-  if #s == W then
-    local v = unpack('>d', s)
+-- The time of the slot at byte `off` (0-based) of `s`: 8 bytes, a big-endian double (times are integers below
+-- 2^52 units: exact); 0 (zero bytes, or past the string's end) is a slot never written, older than any window
+-- (logged times are > 0).
+local function time_at(s, off)
+  if #s >= off + W then
+    local v = unpack('>d', s, off + 1)
     if v > 0 then
       return v
     end
@@ -90,9 +93,18 @@ local function div_floor(a, b)
   return q
 end
 
+-- The slot at ring index `index`: from the slots at_of read around the newest (st.blk, ring indexes
+-- [blk_from, blk_to); st.over is one written since) when they hold it, else one GETRANGE.
 local function slot(st, index)
+  local b = st.blk
+  if b and index >= st.blk_from and index < st.blk_to then
+    if index == st.over then
+      return st.over_v
+    end
+    return time_at(b, (index - st.blk_from) * W)
+  end
   local from = HDR + index * W
-  return time_of(call('GETRANGE', st.key, from, from + W - 1))
+  return time_at(call('GETRANGE', st.key, from, from + W - 1), 0)
 end
 
 -- The newest logged time (nil: none), read once per state and kept up to date by write.
@@ -108,7 +120,8 @@ end
 -- A limiter's state: its key, limit, period and unit, the ring's header and `now` in units after the base.
 local function load(i, limit, period, unit)
   local st = {key = KEYS[i], limit = limit, period = period, unit = unit, base = now_s - 1, head = 0, size = limit,
-    exp = 0, hint = 0, hint_at = 0, now = 0, newest = nil, dirty = false, ttl = false, at1 = nil} -- one allocation
+    exp = 0, hint = 0, hint_at = 0, now = 0, newest = nil, dirty = false, ttl = false, at1 = nil,
+    blk = false, blk_from = 0, blk_to = 0, over = false, over_v = 0} -- one allocation
   local h = call('GETRANGE', st.key, 0, HDR - 1)
   if #h == HDR then
     local base, head, size, exp, hint, hint_at = unpack('>dddddd', h)
@@ -134,7 +147,7 @@ local function load(i, limit, period, unit)
     local edge = div_floor((now_s - base) * 1000000000 + now_ns, st.unit) - st.period
     for i = 0, st.size - 1 do
       local index = (st.head + i) % st.size
-      local v = time_of(sub(raw, HDR + index * W + 1, HDR + index * W + W))
+      local v = time_at(raw, HDR + index * W)
       if v then
         v = v + shift
         if v <= edge then
@@ -161,11 +174,35 @@ end
 local function at_of(st, k)
   local head, size = st.head, st.size
   local oldest, newest
-  if k == 1 and head > 0 and st.newest == nil then -- the newest and the oldest slot are neighbours: one read
-    local from = HDR + (head - 1) * W
-    local both = call('GETRANGE', st.key, from, from + 2 * W - 1)
-    newest, oldest = time_of(sub(both, 1, W)), time_of(sub(both, W + 1, 2 * W))
-    st.newest = newest or false
+  if k == 1 and (head > 0 or figures) and st.newest == nil then
+    -- The oldest and (unless the ring just wrapped) the newest slot are neighbours: one read.
+    local from, to = head, head
+    if head > 0 then
+      from = head - 1
+    end
+    if figures then
+      -- The header figures' first read (available: up to 4 slots at the hint, whether this decision writes
+      -- or not) is near them, usually just before the newest: read it too when the whole range is short.
+      local pos = head
+      if st.hint >= 1 and st.hint_at <= st.now then
+        pos = (head + st.hint) % size
+      end
+      local lo, hi = math.min(from, pos), math.min(size - 1, math.max(to, pos + 4))
+      if hi - lo < 16 then
+        from, to = lo, hi
+      end
+    end
+    local both = call('GETRANGE', st.key, HDR + from * W, HDR + to * W + W - 1)
+    oldest = time_at(both, (head - from) * W)
+    if figures then
+      st.blk, st.blk_from, st.blk_to = both, from, to + 1
+    end
+    if head > 0 then
+      newest = time_at(both, (head - 1 - from) * W)
+      st.newest = newest or false
+    else
+      newest = newest_of(st)
+    end
   else
     oldest = slot(st, (head + k - 1) % size)
     newest = newest_of(st)
@@ -187,6 +224,13 @@ end
 local function write(st, at, k)
   local v = pack('>d', at)
   local head, size = st.head, st.size
+  if st.blk then -- the slots read ahead: the one written is known, more are not
+    if k == 1 and not st.over then
+      st.over, st.over_v = head, at
+    else
+      st.blk = false
+    end
+  end
   local first = math.min(k, size - head)
   call('SETRANGE', st.key, HDR + head * W, k == 1 and v or rep(v, first))
   if k > first then
@@ -235,12 +279,21 @@ if op ~= 'a' then
     if st.hint_at <= now then
       lo = st.hint
     end
-    -- first up to 4 slots from lo in one read: where the edge is, when the hint is recent
+    -- first up to 4 slots from lo in one read (or none: at_of read them): where the edge is, when the hint
+    -- is recent
     local pos = (head + lo) % size
     local count = math.min(4, size - lo, size - pos)
-    local block = call('GETRANGE', st.key, HDR + pos * W, HDR + (pos + count) * W - 1)
+    local block = false
+    if not (st.blk and pos >= st.blk_from and pos + count <= st.blk_to) then
+      block = call('GETRANGE', st.key, HDR + pos * W, HDR + (pos + count) * W - 1)
+    end
     for j = 0, count - 1 do
-      local v = time_of(sub(block, j * W + 1, j * W + W))
+      local v
+      if block then
+        v = time_at(block, j * W)
+      else
+        v = slot(st, pos + j)
+      end
       if v and v > edge then
         st.hint, st.hint_at = lo + j, now
         return lo + j
@@ -305,6 +358,7 @@ if op == 'g' then
 
   local function write_slots(st, from, s)
     local count = #s / W
+    st.blk = false
     local start = (st.head + from) % st.size
     local first = math.min(count, st.size - start)
     call('SETRANGE', st.key, HDR + start * W, sub(s, 1, first * W))
