@@ -5,13 +5,15 @@ so it should cost at most 1.10x one bare ``EVALSHA`` of a trivial script (``retu
 (``bench_redis.bare_evalsha``). Rows: unkeyed allowed and denied, keyed,
 the decision with the RateLimit header figures (what ``@ratelimit`` runs), an all-or-nothing decision over 3
 limits, and the async path against an async bare ``EVALSHA``; the cycle limiter's row for context, and an
-all-or-nothing decision over the three algorithms (one call each, pipelined), granted and refused. Informational rows
+all-or-nothing decision over the three algorithms (one run of the mixed script), granted and refused, beside the
+old split of the same decisions (one call per algorithm pipelined, a give-back round trip when refused). Informational rows
 put the peers' Redis limiters beside them (limits' moving window and sliding-window counter, pyrate-limiter's
 GCRA and sliding log), each against the same bare ``EVALSHA``, when they are installed (the ``bench`` extra).
 
 Run: ``python benchmarks/bench_redis_algorithms.py`` (needs Redis at ``R4_REDIS_URL``, default
 redis://127.0.0.1:6379/15; keys go under a random ``r4bench:`` prefix and are deleted afterwards). Subject and
 baseline alternate call by call so a noisy neighbour hurts both alike; each figure is the median call.
+``R4_BENCH_MIXED_ONLY=1``: only the cycle row and the all-or-nothing rows over the three algorithms.
 """
 
 from __future__ import annotations
@@ -115,6 +117,21 @@ def _peers(url: str, prefix: str) -> list[tuple[str, Callable[[], Any]]]:
     return rows
 
 
+def _split(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn`` with the all-or-nothing decision over several algorithms split as before the mixed script."""
+    from django_ratelimit_r4.backends import redis as rb
+
+    def call() -> Any:
+        saved = rb._one_slot
+        rb._one_slot = lambda conn, members, groups: False  # type: ignore[assignment]
+        try:
+            return fn()
+        finally:
+            rb._one_slot = saved  # type: ignore[assignment]
+
+    return call
+
+
 def run(number: int = NUMBER, repeat: int = REPEAT) -> list[dict[str, Any]]:
     """Measure every row; each is ``{name, ns_per_op, baseline_ns, ratio, target}`` (target None = info)."""
     prefix = f"r4bench:{uuid.uuid4().hex[:8]}"
@@ -173,23 +190,37 @@ def run(number: int = NUMBER, repeat: int = REPEAT) -> list[dict[str, Any]]:
 
     try:
         for algorithm in ("gcra", "sliding_window"):
-            rows_of(algorithm)
+            if not os.environ.get("R4_BENCH_MIXED_ONLY"):
+                rows_of(algorithm)
         cycle = limiter("cycle-allowed", "cycle", 10**12)
         add("info: redis cycle acquire_permission allowed", *_best_pair(cycle.acquire_permission, bare, number, repeat), None)
-        # All-or-nothing over three algorithms: one call per algorithm, pipelined in one write (one round trip);
-        # rejected by the cycle limit, the two others are given back (a second round trip).
+        # All-or-nothing over three algorithms in one slot: ONE run of the mixed script (redis_mixed.py), whether
+        # granted or refused (the give-backs run inside it). For comparison, the same decisions through the old
+        # split (one call per algorithm pipelined, and a second round trip for the give-back when refused): what
+        # cross-slot decisions on a cluster still do.
         gcra_big, sliding_big = (
             RateLimiter(f"mixed-{a}", RateLimiterConfig(limit_for_period=limit, limit_refresh_period=period,
                                                          algorithm=a), clock=SYSTEM_CLOCK, backend=factory)
             for a, (limit, period) in (("gcra", allowed_limits["gcra"]), ("sliding_window", allowed_limits["sliding_window"]))
         )
         mixed = [cycle, gcra_big, sliding_big]
-        add("info: redis acquire_all over cycle + gcra + sliding_window", *_best_pair(lambda: acquire_all(mixed), bare, number, repeat), None)
         spent = limiter("mixed-cycle-spent", "cycle", 1)
         spent.acquire_permission()
         refused = [spent, gcra_big, sliding_big]
-        assert acquire_all(refused) is not None
-        add("info: redis acquire_all over the three, refused by cycle (+ give-back)", *_best_pair(lambda: acquire_all(refused), bare, number, repeat), None)
+        assert acquire_all(mixed) is None and acquire_all(refused) is not None
+        mixed_rows: list[tuple[str, Callable[[], Any]]] = [
+            ("redis acquire_all over cycle + gcra + sliding_window (one script)", lambda: acquire_all(mixed)),
+            ("redis acquire_all over the three, refused by cycle (one script, give-backs inside)",
+             lambda: acquire_all(refused)),
+            ("redis acquire_all_quotas over the three (+ figures, one script)",
+             lambda: acquire_all_quotas([(r, None) for r in mixed])),
+            ("old split: acquire_all over the three (3 calls pipelined)", _split(lambda: acquire_all(mixed))),
+            ("old split: refused by cycle (+ give-back round trip)", _split(lambda: acquire_all(refused))),
+        ]
+        for name, fn in mixed_rows:
+            add(f"info: {name}", *_best_pair(fn, bare, number, repeat), None)
+        if os.environ.get("R4_BENCH_MIXED_ONLY"):
+            return rows
         for name, fn in _peers(URL, prefix):
             fn()
             add(name, *_best_pair(fn, bare, number, repeat), None)

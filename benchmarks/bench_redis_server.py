@@ -13,7 +13,7 @@ Rows: unkeyed allowed / denied, keyed allowed / denied, an all-or-nothing decisi
 window and sliding-window counter and pyrate-limiter's GCRA and sliding log on the same server. The last column is decisions per second one Redis core can serve (1e6 / µs).
 
 Run: ``python benchmarks/bench_redis_server.py [N]`` (default N = 20000 decisions per row; needs
-``redis-server`` on the PATH). Each row is measured REPEAT times, interleaved with the others, and the best
+``redis-server`` on the PATH; ``R4_BENCH_ONLY=<text>``: only the rows whose name contains it). Each row is measured REPEAT times, interleaved with the others, and the best
 repeat is kept: the server is dedicated but the machine may not be. Exit status 1 if a row of ours costs more
 than :data:`TARGET_US` per limit it decides (the all-or-nothing row decides three).
 """
@@ -157,6 +157,7 @@ def _rows(url: str, prefix: str) -> list[tuple[str, Callable[[], Any], int]]:
         ("ours all-or-nothing over 3 + header figures", lambda: acquire_all_quotas([(r, None) for r in trio]), 3),
     ]
     rows += _smooth_rows(url, prefix, refused)
+    rows += _mixed_rows(url, prefix)
     bare = redis.Redis.from_url(url)
     incr = bare.register_script(_INCR_PEXPIRE)
     rows.append(("bare INCR + PEXPIRE script", lambda: incr(keys=[prefix + ":incr"], args=[3_600_000]), 0))
@@ -223,6 +224,46 @@ def _smooth_rows(
     return rows
 
 
+def _mixed_rows(url: str, prefix: str) -> list[tuple[str, Callable[[], Any], int]]:
+    """All-or-nothing over a cycle, a GCRA and a sliding-window limit: one run of the mixed script (granted,
+    refused with the give-backs inside, with figures), and the old split of the same decisions (three scripts,
+    plus the give-back calls when refused) for comparison."""
+    from django_ratelimit_r4.backends import redis as rb
+    from django_ratelimit_r4.core.clock import SYSTEM_CLOCK
+    from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig, acquire_all
+
+    factory = rb.redis_backend(url, prefix=prefix)
+    shapes = {"cycle": (10**12, "1h"), "gcra": (10**12, "1h"), "sliding_window": (100, "1ms")}
+    mixed = [
+        RateLimiter(f"mx-{a}", RateLimiterConfig(limit_for_period=n, limit_refresh_period=p, algorithm=a),
+                    clock=SYSTEM_CLOCK, backend=factory)
+        for a, (n, p) in shapes.items()
+    ]
+    spent = RateLimiter("mx-spent", RateLimiterConfig(limit_for_period=1, limit_refresh_period="1h"),
+                        clock=SYSTEM_CLOCK, backend=factory)
+    spent.acquire_permission()
+    refused = [spent, *mixed[1:]]
+
+    def split(fn: Callable[[], Any]) -> Callable[[], Any]:
+        def call() -> Any:
+            saved = rb._one_slot
+            rb._one_slot = lambda conn, members, groups: False  # type: ignore[assignment]
+            try:
+                return fn()
+            finally:
+                rb._one_slot = saved  # type: ignore[assignment]
+
+        return call
+
+    return [
+        ("ours mixed cycle + gcra + sliding granted (one script)", lambda: acquire_all(mixed), 3),
+        ("ours mixed refused by cycle (one script, give-backs inside)", lambda: acquire_all(refused), 3),
+        ("ours mixed granted + header figures", lambda: rb.acquire_all_quotas([(r, None) for r in mixed]), 3),
+        ("old split: mixed granted (three scripts)", split(lambda: acquire_all(mixed)), 3),
+        ("old split: mixed refused (three scripts + two give-backs)", split(lambda: acquire_all(refused)), 3),
+    ]
+
+
 def _pyrate_rows(url: str, prefix: str) -> list[tuple[str, Callable[[], Any], int]]:
     """pyrate-limiter's Redis limiters (the ``bench`` extra), allowed."""
     try:
@@ -255,6 +296,9 @@ def run(number: int = NUMBER, repeat: int = REPEAT) -> list[dict[str, Any]]:
         prefix = f"r4bench:{uuid.uuid4().hex[:8]}"
         client = redis.Redis.from_url(url)
         rows = _rows(url, prefix)
+        only = os.environ.get("R4_BENCH_ONLY")  # a substring: measure only the rows (and the floor) naming it
+        if only:
+            rows = [r for r in rows if only in r[0] or r[0] == "bare INCR + PEXPIRE script"]
         for _, fn, _ours in rows:  # connect, load scripts and fill caches outside the measurement
             for _ in range(10):
                 fn()

@@ -48,7 +48,6 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
-from importlib import resources
 from typing import Any, ClassVar
 from urllib.parse import quote, unquote, urlsplit
 
@@ -81,6 +80,7 @@ from .base import (
     redis_period_error,
 )
 from .memory import MemoryBackend
+from .redis_mixed import CYCLE_FILES, MIXED_SCRIPT, MIXED_SCRIPT_SHA, lua_text, mixed_args, mixed_reply
 
 __all__ = [
     "CLUSTER_CLOCK_SKEW_US",
@@ -161,10 +161,7 @@ _TIMEOUTS = (redis.exceptions.TimeoutError, TimeoutError)
 
 
 def _load_script() -> str:
-    lua = resources.files(__package__) / "lua"
-    return "\n".join(
-        (lua / name).read_text(encoding="utf-8") for name in ("fast.lua", "decide.lua", "ratelimiter.lua")
-    )
+    return "\n".join(lua_text(name) for name in CYCLE_FILES)
 
 
 #: The Lua source of every operation, and its SHA1 for EVALSHA.
@@ -2090,6 +2087,8 @@ def _sync_many(leader: _RedisCycleOps, members: list[_Member], permits: int, op:
     try:
         groups = _groups(conn, members)
         if groups is not None:
+            if _one_slot(conn, members, groups):
+                return _mixed_call(conn, leader, members, groups, permits, op)
             return _split_many(conn, leader, members, groups, permits, op)
         return _many_call(conn, leader, members, permits, op)
     except _FAULTS as exc:
@@ -2106,11 +2105,74 @@ async def _async_many(leader: _RedisCycleOps, members: list[_Member], permits: i
     try:
         groups = _groups(conn, members)
         if groups is not None:
+            if _one_slot(conn, members, groups):
+                return await _amixed_call(conn, leader, members, groups, permits, op)
             return await _asplit_many(conn, leader, members, groups, permits, op)
         return await _amany_call(conn, leader, members, permits, op)
     except _FAULTS as exc:
         leader._fault(conn, exc, "acquire_many", replies)
         return _fault_reply(members, permits, op)
+
+
+# ------------------------------------------------- all-or-nothing over several algorithms in one slot
+#
+# One run of redis_mixed.MIXED_SCRIPT: every algorithm's script, composed into one, takes and (when a group
+# rejects) gives back in the same run: atomic, exact, one round trip whether granted or refused.
+
+
+def _one_slot(conn: RedisConnection, members: list[_Member], groups: list[list[int]]) -> bool:
+    """True when ``groups`` (several algorithms, or one algorithm in several slots) can share one script run:
+    one server, or every key in one cluster slot."""
+    if not conn.cluster:
+        return True
+    keyslot = conn.sync.keyslot
+    return len({keyslot(members[group[0]].state) for group in groups}) == 1 and len(groups) > 1
+
+
+def _mixed_once(conn: RedisConnection, leader: _RedisCycleOps, members: list[_Member], groups: list[list[int]],
+                permits: int, op: bytes) -> tuple[list[int], int, list[Any], int | None]:
+    order, numkeys, args, at = mixed_args(members, groups, permits, op, leader._client_now)
+    return order, numkeys, args, at if leader._now is None else None
+
+
+def _mixed_settle(conn: RedisConnection, leader: _RedisCycleOps, members: list[_Member], order: list[int],
+                  outcome: tuple[Any, int, bool], op: bytes) -> Any:
+    reply, started, _ = outcome
+    reply = leader._settle(conn._timed(reply, started), [members[i].phase for i in order])
+    return mixed_reply(order, reply, op)
+
+
+def _mixed_call(
+    conn: RedisConnection, leader: _RedisCycleOps, members: list[_Member], groups: list[list[int]], permits: int,
+    op: bytes,
+) -> Any:
+    """An all-or-nothing decision over several algorithms in one slot: one run of the mixed script (a LATE
+    reply, nothing changed, is retried once with a fresh deadline)."""
+    try:
+        order, numkeys, args, at = _mixed_once(conn, leader, members, groups, permits, op)
+        outcome = conn.run_script(MIXED_SCRIPT_SHA, MIXED_SCRIPT, numkeys, args, at)
+        return _mixed_settle(conn, leader, members, order, outcome, op)
+    except _Late:
+        pass
+    order, numkeys, args, at = _mixed_once(conn, leader, members, groups, permits, op)
+    outcome = conn.run_script(MIXED_SCRIPT_SHA, MIXED_SCRIPT, numkeys, args, at)
+    return _mixed_settle(conn, leader, members, order, outcome, op)
+
+
+async def _amixed_call(
+    conn: RedisConnection, leader: _RedisCycleOps, members: list[_Member], groups: list[list[int]], permits: int,
+    op: bytes,
+) -> Any:
+    """Async twin of :func:`_mixed_call`."""
+    try:
+        order, numkeys, args, at = _mixed_once(conn, leader, members, groups, permits, op)
+        outcome = await conn.arun_script(MIXED_SCRIPT_SHA, MIXED_SCRIPT, numkeys, args, at)
+        return _mixed_settle(conn, leader, members, order, outcome, op)
+    except _Late:
+        pass
+    order, numkeys, args, at = _mixed_once(conn, leader, members, groups, permits, op)
+    outcome = await conn.arun_script(MIXED_SCRIPT_SHA, MIXED_SCRIPT, numkeys, args, at)
+    return _mixed_settle(conn, leader, members, order, outcome, op)
 
 
 # ------------------------------- all-or-nothing over several algorithms (scripts) or several cluster slots

@@ -39,9 +39,10 @@ _NS_PER_S = 1_000_000_000
 class Script:
     """One algorithm's Lua script (``lua/<filename>``), its SHA1 for EVALSHA, and its name in messages."""
 
-    __slots__ = ("label", "sha", "text")
+    __slots__ = ("filename", "label", "sha", "text")
 
     def __init__(self, filename: str, label: str) -> None:
+        self.filename = filename
         self.text = (resources.files(__package__) / "lua" / filename).read_text(encoding="utf-8")
         self.sha = hashlib.sha1(self.text.encode("utf-8")).hexdigest()
         self.label = label

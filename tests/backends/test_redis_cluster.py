@@ -503,3 +503,65 @@ def test_settings_name_a_cluster_backend(redis_cluster: LocalCluster) -> None:
         keyed = registry.get_keyed_rate_limiter("per_ip")
         assert keyed.store._phases is not None
         assert keyed.acquire_permission("198.51.100.1") and not keyed.acquire_permission("198.51.100.1")
+
+
+def _same_slot_names(count: int, stem: str) -> list[str]:
+    """``count`` limiter names whose hash tags (the names) fall in one cluster slot."""
+    from redis.crc import key_slot
+
+    names = [f"{stem}0"]
+    slot = key_slot(names[0].encode())
+    i = 1
+    while len(names) < count:
+        if key_slot(f"{stem}{i}".encode()) == slot:
+            names.append(f"{stem}{i}")
+        i += 1
+    return names
+
+
+def test_mixed_algorithms_in_one_slot_run_one_script_on_the_cluster(
+    redis_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cycle, a GCRA and a sliding-window limiter whose keys share a slot: one run of the mixed script (no
+    split, no give-back round trip), all-or-nothing, nothing leaked; sync and async."""
+    from django_ratelimit_r4.backends.redis_mixed import MIXED_SCRIPT_SHA
+    from django_ratelimit_r4.core.ratelimiter import aacquire_all, acquire_all
+
+    prefix = _prefix()
+    names = _same_slot_names(3, "one")
+    factory = rb.redis_backend(redis_cluster.url, prefix=prefix, connection_options=CLUSTER)
+    clock = FakeClock()
+    limiters = [
+        RateLimiter(
+            n,
+            RateLimiterConfig(limit_for_period=limit, limit_refresh_period="60s", timeout_duration=0, algorithm=a),
+            backend=factory,
+            clock=clock,
+        )
+        for n, a, limit in zip(names, ("cycle", "gcra", "sliding_window"), (5, 2, 4), strict=True)
+    ]
+    conn = limiters[0].backend._connection()  # type: ignore[attr-defined]
+    runs: list[str] = []
+    run_script = conn.run_script
+
+    def counting(sha: str, *args: Any, **kw: Any) -> Any:
+        runs.append(sha)
+        return run_script(sha, *args, **kw)
+
+    arun_script = conn.arun_script
+
+    async def acounting(sha: str, *args: Any, **kw: Any) -> Any:
+        runs.append(sha)
+        return await arun_script(sha, *args, **kw)
+
+    monkeypatch.setattr(conn, "run_script", counting)
+    monkeypatch.setattr(conn, "arun_script", acounting)
+    monkeypatch.setattr(conn, "run_scripts", None)  # the split's paths: must not be taken
+    monkeypatch.setattr(conn, "arun_scripts", None)
+    assert acquire_all(limiters) is None and asyncio.run(aacquire_all(limiters)) is None
+    for _ in range(3):
+        rejected = acquire_all(limiters)
+        assert rejected is not None and rejected[0] is limiters[1]
+    assert runs == [MIXED_SCRIPT_SHA] * 5
+    monkeypatch.undo()
+    assert [rl.backend.quota()[0] for rl in limiters] == [3, 0, 2]  # type: ignore[attr-defined]

@@ -1,6 +1,7 @@
 """All-or-nothing decisions on Redis over limiters of several algorithms (cycle, GCRA, sliding window; keyed and
-unkeyed): one call per algorithm, all sent at once, and a give-back (op "g" of each script) of the groups that
-granted when another rejected. A rejection by any limit leaves the others' budgets as they were (no ghost
+unkeyed): one run of the mixed script (``backends/redis_mixed.py``), whose takes and give-backs (op "g" of each
+script) of the groups that granted when another rejected run in that one script (atomicity, LATE and the one
+EVALSHA: ``test_redis_mixed_one_script.py``). A rejection by any limit leaves the others' budgets as they were (no ghost
 charges), Retry-After is the largest wait among the rejecting limits, the RateLimit figures come from the
 replies; exact across processes; the fault policies decide while Redis is down.
 
@@ -175,8 +176,8 @@ def test_server_time_mixed_decision_gives_back_exactly(redis_url: str, prefix: s
 
 
 def test_one_round_trip_when_granted(redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The groups' calls go out in one write on one connection before any reply is read (one round trip); a
-    rejection adds one write for the give-back."""
+    """One script run: one write, one reply, granted or refused (the split sent three calls, and a rejection
+    added a write for the give-back)."""
     clock = FakeClock()
     limiters = three(redis_url, prefix, clock, limits=(1, 5, 5))
     acquire_all(limiters[1:])  # the scripts are loaded (a first EVALSHA may answer NOSCRIPT)
@@ -195,14 +196,14 @@ def test_one_round_trip_when_granted(redis_url: str, prefix: str, monkeypatch: p
     monkeypatch.setattr(connection, "send_packed_command", sending)
     monkeypatch.setattr(connection, "read_response", reading)
     assert acquire_all(limiters) is None
-    assert events == ["send", "read", "read", "read"]  # three scripts, one write, then the three replies
+    assert events == ["send", "read"]
     events.clear()
     assert acquire_all(limiters)[0] is limiters[0]  # type: ignore[index]
-    assert events == ["send", "read", "read", "read", "send", "read", "read"]  # the give-back of two groups
+    assert events == ["send", "read"]  # the give-back of two groups ran inside the script
 
 
 def test_async_one_round_trip_when_granted(redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The async twin: one write on one of the loop's connections, then the three replies."""
+    """The async twin: one write on one of the loop's connections, one reply, granted or refused."""
     clock = FakeClock()
     limiters = three(redis_url, prefix, clock, limits=(1, 5, 5))
     events: list[str] = []
@@ -237,14 +238,14 @@ def test_async_one_round_trip_when_granted(redis_url: str, prefix: str, monkeypa
         return [first, seen, second, list(events)]
 
     first, seen, second, then = asyncio.run(run())
-    assert first is None and seen == ["send", "read", "read", "read"]
-    assert second[0] is limiters[0] and then == ["send", "read", "read", "read", "send", "read", "read"]
+    assert first is None and seen == ["send", "read"]
+    assert second[0] is limiters[0] and then == ["send", "read"]
 
 
 @pytest.mark.parametrize("asynchronous", [False, True])
 def test_a_server_that_knows_no_script_yet(redis_server: Any, asynchronous: bool) -> None:
-    """A fresh server answers every pipelined EVALSHA with NOSCRIPT (nothing ran): each is sent again with its
-    source, and the decision is the same."""
+    """A fresh server answers the mixed script's EVALSHA with NOSCRIPT (nothing ran): it is sent again with its
+    source (EVAL), and the decision is the same."""
     clock = FakeClock()
     limiters = three(redis_server.url, "fresh", clock, limits=(1, 5, 5))
 
@@ -305,9 +306,9 @@ def test_exact_across_four_processes(redis_url: str, prefix: str, limits: tuple[
     for trial in range(3):
         name = f"mp{trial}"
         start = time.time() + 2.0
-        # The cycle starts now: a cycle give-back is refused when the cycle may have begun after its take
-        # (within the server-time margin, a few ms), which would be the case for decisions at its very start.
-        limiter(redis_url, prefix, f"{name}-c", "cycle", limits[0], "60s", SYSTEM_CLOCK).backend.reset(SYSTEM_CLOCK)
+        # No reset beforehand: the first decision anchors the cycle limiter, and its give-backs in the same
+        # script run see the same instant, so even decisions at a cycle's very start give back exactly (the
+        # split refused a give-back when the cycle might have begun after its take).
         code = _CHILD.format(root=str(ROOT), name=name, url=redis_url, prefix=prefix, start=start, limits=limits)
         procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(4)]
         granted = sum(int(p.communicate(timeout=120)[0]) for p in procs)

@@ -1,0 +1,216 @@
+-- mixed.lua: the driver of the ONE all-or-nothing script over limits of several algorithms in one slot.
+-- backends/redis_mixed.py composes the script at import time: first each algorithm's whole script, unchanged,
+-- as a local function whose parameters shadow the globals it reads,
+--   local function r4_cycle(KEYS, ARGV, redis) <fast.lua decide.lua ratelimiter.lua> end
+--   local function r4_gcra(KEYS, ARGV, redis) <gcra.lua> end
+--   local function r4_sliding(KEYS, ARGV, redis) <sliding_window.lua> end
+-- then this file. Each group of limits (one algorithm) takes with its script's own all-or-nothing op ("m"/"M"
+-- for cycle limits, "n"/"N" for GCRA and the sliding window: the grant names what a give-back needs); when
+-- any group rejects, the groups that granted give back with their op "g" in this same run. Nothing runs in
+-- between (a script is atomic), so the give-back is exact and no other decision sees the taken permits.
+--
+-- KEYS: every group's keys, group after group (cycle: anchor, state per limiter; GCRA, sliding: the state).
+-- ARGV: op ('m' or 'M'), permits, G (groups), then per group: its kind ('c', 'g', 's'), n (its limiters),
+--   then n times its script's per-limiter arguments (cycle: 6, GCRA: 4, sliding: 3; see each script); then
+--   the deadline (server microseconds, '' unknown); then now_s, now_ns of a caller on its own clock (absent:
+--   server TIME).
+-- Reply: the cycle script's shape over the limits in KEYS order, waits and resets in each limiter's unit:
+--   "m": {0} granted everywhere, else {worst, its wait, every rejecting index...} (the largest wait compared
+--   in ns; GCRA and the sliding window name their worst rejection only); "M": {remaining_1, reset_1, ..., then
+--   "m"'s reply}, each limit's figures after the decision (after its give-back). Wrapped as {reply, {now_us,
+--   i, anchor, cycle, ...}} when a cycle limiter's anchor must be reported to the client (as the cycle script
+--   does) or, on server time, when the deadline was unknown (the client learns the server time); now_us 0 on
+--   a caller's clock. A deadline in the past: nothing changes, the status LATE (checked once, here).
+--
+-- Time: one instant for the whole decision. On server time this driver reads TIME once and every script it
+-- runs gets that reply for its own TIME (the proxy below; the scripts' other calls go to Redis unchanged), so
+-- a cycle give-back always finds the cycle of its take, and the decision is the pure references' at one now.
+
+local r4_many, r4_permits, r4_count = ARGV[1], ARGV[2], ARGV[3] + 0
+local r4_width = {c = 6, g = 4, s = 3}
+local r4_keys_per = {c = 2, g = 1, s = 1}
+local r4_run = {c = r4_cycle, g = r4_gcra, s = r4_sliding}
+local r4_groups = {}
+do
+  local j, k, first = 4, 1, 1 -- ARGV index, KEYS index, index (in KEYS order) of the group's first limiter
+  for g = 1, r4_count do
+    local kind, n = ARGV[j], ARGV[j + 1] + 0
+    if not r4_width[kind] then
+      return redis.error_reply('mixed.lua: unknown kind ' .. tostring(kind))
+    end
+    r4_groups[g] = {kind = kind, n = n, at = j + 2, keys = k, first = first}
+    j = j + 2 + r4_width[kind] * n
+    k = k + r4_keys_per[kind] * n
+    first = first + n
+  end
+  r4_groups.deadline_at = j
+end
+local r4_deadline = ARGV[r4_groups.deadline_at]
+local r4_now_s, r4_now_ns = ARGV[r4_groups.deadline_at + 1], ARGV[r4_groups.deadline_at + 2]
+local r4_time, r4_now_us
+if not r4_now_s then
+  r4_time = redis.call('TIME')
+  r4_now_us = r4_time[1] * 1000000 + r4_time[2]
+  if r4_deadline ~= '' and r4_now_us > r4_deadline + 0 then
+    return redis.status_reply('LATE') -- the caller has given up: nothing changed
+  end
+end
+
+-- The `redis` each script sees: Redis's own, except that its first TIME answers this decision's instant.
+local r4_call = redis.call
+local r4_proxy = setmetatable({}, {__index = redis})
+local function r4_timed(command, ...)
+  if command == 'TIME' then
+    r4_proxy.call = r4_call
+    return r4_time
+  end
+  return r4_call(command, ...)
+end
+
+-- One run of group `gr`'s script with `op`; `slot` fills its deadline slot (a take: no deadline left to
+-- check; a give-back: what its take reported).
+local function r4_group_run(gr, op, slot)
+  local kind, n = gr.kind, gr.n
+  local keys = {}
+  for i = 0, r4_keys_per[kind] * n - 1 do
+    keys[i + 1] = KEYS[gr.keys + i]
+  end
+  local argv
+  if kind == 'c' then
+    argv = {op, r4_permits, n}
+  else
+    argv = {op, r4_permits, 0, n}
+  end
+  local base = #argv
+  for i = 0, r4_width[kind] * n - 1 do
+    argv[base + i + 1] = ARGV[gr.at + i]
+  end
+  argv[#argv + 1] = slot
+  if r4_now_s then
+    argv[#argv + 1] = r4_now_s
+    argv[#argv + 1] = r4_now_ns
+    r4_proxy.call = r4_call
+  else
+    r4_proxy.call = r4_timed
+  end
+  return r4_run[kind](keys, argv, r4_proxy)
+end
+
+local r4_stale -- {i, anchor, cycle, ...} of cycle limiters whose anchor the client must learn
+
+-- A cycle reply without its stale wrapping (its limiter indexes moved to KEYS order).
+local function r4_unwrap(gr, reply)
+  if type(reply[1]) == 'table' then
+    local stale = reply[2]
+    r4_stale = r4_stale or {}
+    for k = 2, #stale, 3 do
+      r4_stale[#r4_stale + 1] = gr.first + stale[k] - 1
+      r4_stale[#r4_stale + 1] = stale[k + 1]
+      r4_stale[#r4_stale + 1] = stale[k + 2]
+    end
+    return reply[1]
+  end
+  return reply
+end
+
+local quota = r4_many == 'M'
+local figures = {} -- per limiter in KEYS order: remaining, reset
+local worst, worst_wait, worst_ns = 0, 0, -1
+local rejecting = {}
+local granted = {} -- groups that took, with what their give-back needs
+for g = 1, r4_count do
+  local gr = r4_groups[g]
+  local kind, n = gr.kind, gr.n
+  local verdict, own
+  if kind == 'c' then
+    local reply = r4_unwrap(gr, r4_group_run(gr, r4_many, ''))
+    if quota then
+      own = reply
+      verdict = {}
+      for k = 2 * n + 1, #reply do
+        verdict[#verdict + 1] = reply[k]
+      end
+    else
+      verdict = reply
+    end
+  else
+    local reply = r4_group_run(gr, quota and 'N' or 'n', r4_now_us or '')
+    if quota then
+      verdict, own = reply[1], reply[2]
+    else
+      verdict = reply
+    end
+  end
+  if quota then
+    for i = 1, 2 * n do
+      figures[2 * (gr.first - 1) + i] = own[i]
+    end
+  end
+  if verdict[1] == 0 then
+    local taken -- the give-back's slot: cycle: the take's time (this instant); GCRA: the states written;
+    if kind == 'c' then -- sliding: the time logged
+      taken = r4_now_us or 0
+    elseif kind == 'g' then
+      taken = table.concat(verdict, ',', 2, n + 1)
+    else
+      taken = string.format('%d %d', verdict[2], verdict[3])
+    end
+    granted[#granted + 1] = {gr, taken}
+  else
+    local i = verdict[1]
+    -- the wait in ns: cycle units are 1000 / m ns (m: units per microsecond), GCRA's ns, the sliding window's
+    -- `unit` ns
+    local ns
+    if kind == 'c' then
+      ns = verdict[2] * 1000 / ARGV[gr.at + 6 * (i - 1) + 5]
+    elseif kind == 'g' then
+      ns = verdict[2]
+    else
+      ns = verdict[2] * ARGV[gr.at + 3 * (i - 1) + 2]
+    end
+    if ns > worst_ns then
+      worst, worst_wait, worst_ns = gr.first + i - 1, verdict[2], ns
+    end
+    if kind == 'c' then
+      for k = 3, #verdict do
+        rejecting[#rejecting + 1] = gr.first + verdict[k] - 1
+      end
+    else
+      rejecting[#rejecting + 1] = gr.first + i - 1
+    end
+  end
+end
+
+local reply
+if worst > 0 then
+  for k = 1, #granted do
+    local gr, taken = granted[k][1], granted[k][2]
+    local back = r4_group_run(gr, 'g', taken)
+    if gr.kind == 'c' then
+      back = r4_unwrap(gr, back)
+    end
+    if quota then
+      for i = 1, 2 * gr.n do
+        figures[2 * (gr.first - 1) + i] = back[i]
+      end
+    end
+  end
+  table.sort(rejecting)
+  reply = figures
+  reply[#reply + 1] = worst
+  reply[#reply + 1] = worst_wait
+  for k = 1, #rejecting do
+    reply[#reply + 1] = rejecting[k]
+  end
+else
+  reply = figures
+  reply[#reply + 1] = 0
+end
+if r4_stale or (r4_now_us and r4_deadline == '') then
+  local tail = {r4_now_us or 0}
+  for k = 1, r4_stale and #r4_stale or 0 do
+    tail[k + 1] = r4_stale[k]
+  end
+  return {reply, tail}
+end
+return reply
