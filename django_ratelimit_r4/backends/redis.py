@@ -2129,14 +2129,24 @@ def _one_slot(conn: RedisConnection, members: list[_Member], groups: list[list[i
     return len({keyslot(members[group[0]].state) for group in groups}) == 1 and len(groups) > 1
 
 
-def _mixed_once(conn: RedisConnection, leader: _RedisCycleOps, members: list[_Member], groups: list[list[int]],
-                permits: int, op: bytes) -> tuple[list[int], int, list[Any], int | None]:
+def _mixed_once(
+    leader: _RedisCycleOps, members: list[_Member], groups: list[list[int]], permits: int, op: bytes
+) -> tuple[list[int], int, list[Any], int | None]:
+    """The mixed script's call: member order, key count, arguments, deadline slot (None on a caller's clock)."""
     order, numkeys, args, at = mixed_args(members, groups, permits, op, leader._client_now)
     return order, numkeys, args, at if leader._now is None else None
 
 
-def _mixed_settle(conn: RedisConnection, leader: _RedisCycleOps, members: list[_Member], order: list[int],
-                  outcome: tuple[Any, int, bool], op: bytes) -> Any:
+def _mixed_settle(
+    conn: RedisConnection,
+    leader: _RedisCycleOps,
+    members: list[_Member],
+    order: list[int],
+    outcome: tuple[Any, int, bool],
+    op: bytes,
+) -> Any:
+    """The reply in member order (the cycle script's shape); LATE raises ``_Late``; a reported anchor and the
+    server time are learned."""
     reply, started, _ = outcome
     reply = leader._settle(conn._timed(reply, started), [members[i].phase for i in order])
     return mixed_reply(order, reply, op)
@@ -2149,12 +2159,12 @@ def _mixed_call(
     """An all-or-nothing decision over several algorithms in one slot: one run of the mixed script (a LATE
     reply, nothing changed, is retried once with a fresh deadline)."""
     try:
-        order, numkeys, args, at = _mixed_once(conn, leader, members, groups, permits, op)
+        order, numkeys, args, at = _mixed_once(leader, members, groups, permits, op)
         outcome = conn.run_script(MIXED_SCRIPT_SHA, MIXED_SCRIPT, numkeys, args, at)
         return _mixed_settle(conn, leader, members, order, outcome, op)
     except _Late:
         pass
-    order, numkeys, args, at = _mixed_once(conn, leader, members, groups, permits, op)
+    order, numkeys, args, at = _mixed_once(leader, members, groups, permits, op)
     outcome = conn.run_script(MIXED_SCRIPT_SHA, MIXED_SCRIPT, numkeys, args, at)
     return _mixed_settle(conn, leader, members, order, outcome, op)
 
@@ -2165,12 +2175,12 @@ async def _amixed_call(
 ) -> Any:
     """Async twin of :func:`_mixed_call`."""
     try:
-        order, numkeys, args, at = _mixed_once(conn, leader, members, groups, permits, op)
+        order, numkeys, args, at = _mixed_once(leader, members, groups, permits, op)
         outcome = await conn.arun_script(MIXED_SCRIPT_SHA, MIXED_SCRIPT, numkeys, args, at)
         return _mixed_settle(conn, leader, members, order, outcome, op)
     except _Late:
         pass
-    order, numkeys, args, at = _mixed_once(conn, leader, members, groups, permits, op)
+    order, numkeys, args, at = _mixed_once(leader, members, groups, permits, op)
     outcome = await conn.arun_script(MIXED_SCRIPT_SHA, MIXED_SCRIPT, numkeys, args, at)
     return _mixed_settle(conn, leader, members, order, outcome, op)
 
@@ -2178,7 +2188,8 @@ async def _amixed_call(
 # ------------------------------- all-or-nothing over several algorithms (scripts) or several cluster slots
 #
 # Redis runs a script on one slot only, and each algorithm has a script of its own (cycle: SCRIPT; GCRA,
-# sliding window: redis_scripted.Script). A decision over limits of several algorithms, or in several slots, is
+# sliding window: redis_scripted.Script). A decision over limits of several algorithms in ONE slot is one run
+# of redis_mixed's composed script (above). A decision in several slots (a cluster) is
 # split: one "m"/"M" call per (algorithm, slot) group, all sent at once (pipelined on one connection per node:
 # one round trip). Each call is all-or-nothing in its group. When every slot granted, the
 # decision is granted. When one rejected (or failed), the slots that granted get their permits back with one
@@ -2429,8 +2440,9 @@ async def _asplit_many(
 
 def mixed_many(leader: _RedisCycleOps, pairs: Sequence[tuple[Any, str]], permits: int, op: bytes = b"m") -> Any:
     """All-or-nothing (timeout 0) over ``(limiter, its Redis state key)`` pairs of any algorithms on one Redis:
-    one call per algorithm (and cluster slot), all sent at once, a give-back of the granted groups when
-    another rejected (see above). :func:`~.redis_scripted.acquire_all`'s result: ``None`` or ``(index of the
+    one run of the mixed script when their keys share a slot (always on one server); across cluster slots one
+    call per algorithm and slot, all sent at once, a give-back of the granted groups when another rejected
+    (see above). :func:`~.redis_scripted.acquire_all`'s result: ``None`` or ``(index of the
     largest wait, that wait)``; with ``op=b"M"`` a pair ``(that, [(remaining, reset_ns), ...])``."""
     if permits < 1:
         raise ValueError(f"permits must be >= 1, got {permits!r}")

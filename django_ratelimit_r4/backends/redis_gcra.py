@@ -13,8 +13,9 @@ Time: the same two modes as the cycle limiters -- Redis server ``TIME`` (every c
 :meth:`~.redis.RedisConnection.deadline`; run after it, the script changes nothing and answers ``LATE``), or
 the limiter's own clock (a ``FakeClock``) sent with each call. All-or-nothing decisions combine GCRA limiters
 of one Redis in one script (:meth:`RedisGcraBackend.acquire_many`, :func:`gcra_acquire_all`); with limiters of
-other algorithms, :func:`~.redis.mixed_many` sends one call per algorithm at once and gives a granted take back
-(op ``"g"``, :func:`~.algorithms.gcra_give_back`) when another algorithm's limiter rejects.
+other algorithms, :func:`~.redis.mixed_many` runs :mod:`.redis_mixed`'s composed script, which gives a granted
+take back (op ``"g"``, :func:`~.algorithms.gcra_give_back`) in the same run when another algorithm's limiter
+rejects (across cluster slots: one call per algorithm and slot, and a give-back round trip).
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ which arguments its script takes per limiter (``_margs``) and which in-process l
 "local" fault policy (``_local_type``). Everything else is here once: the script call with its deadline stamp
 and ``LATE`` retry, the reset, the fault policy's figures, and the all-or-nothing decision over several limiters
 of one algorithm in one script call (sync and async twins, differing only in ``await``). A decision over
-limiters of several algorithms is :func:`~.redis.mixed_many`'s: one call per algorithm, sent at once, with a
-give-back (op ``"g"`` of every script) when one rejects.
+limiters of several algorithms is :func:`~.redis.mixed_many`'s: one run of the composed script of
+:mod:`.redis_mixed` when their keys share a slot, else (several cluster slots) one call per algorithm and slot,
+sent at once, with a give-back (op ``"g"`` of every script) when one rejects.
 """
 
 from __future__ import annotations
@@ -211,8 +212,9 @@ def acquire_all(leader: Any, members: list[tuple[Any, str]], permits: int, op: b
 
     A Redis fault (or a connection cooling down after one) answers with the leader's fault policy ("local": its
     in-process limiter alone decides), counted as a fault decision. Limiters of other algorithms among
-    ``members``, or keys in several cluster slots: :func:`~.redis.mixed_many` decides (one call per algorithm
-    and slot, sent at once, a give-back when one rejects).
+    ``members``, or keys in several cluster slots: :func:`~.redis.mixed_many` decides (one run of the mixed
+    script in one slot; across slots one call per algorithm and slot, sent at once, a give-back when one
+    rejects).
     """
     if _split(leader, members):
         return mixed_many(leader, members, permits, op)

@@ -18,8 +18,9 @@ of :meth:`~.redis.RedisConnection.deadline`; run after it, the script changes no
 or the limiter's own clock (a ``FakeClock``) sent with each call. Times are counted in ns (in whole µs for
 periods over ~10.4 days, like the cycle limiters). All-or-nothing decisions combine sliding-window limiters
 of one Redis in one script (:meth:`RedisSlidingBackend.acquire_many`, :func:`sliding_acquire_all`); with
-limiters of other algorithms, :func:`~.redis.mixed_many` sends one call per algorithm at once and gives a
-granted take back (op ``"g"``, :func:`~.algorithms.sliding_give_back`) when another algorithm's limiter rejects.
+limiters of other algorithms, :func:`~.redis.mixed_many` runs :mod:`.redis_mixed`'s composed script, which
+gives a granted take back (op ``"g"``, :func:`~.algorithms.sliding_give_back`) in the same run when another
+algorithm's limiter rejects (across cluster slots: one call per algorithm and slot, and a give-back round trip).
 """
 
 from __future__ import annotations
