@@ -267,7 +267,7 @@ def test_a_late_decision_changes_nothing(redis_url: str, prefix: str, monkeypatc
     assert len(calls) == 2
     monkeypatch.undo()
     assert remaining(limiters) == before == [4, 4, 4]
-    assert all(rl.backend.faults == 1 for rl in limiters[:1])  # type: ignore[attr-defined]
+    assert limiters[0].backend.faults == 1  # type: ignore[attr-defined]  # the leader's policy decided, once
 
 
 def _open(pool: Any, n: int) -> None:
