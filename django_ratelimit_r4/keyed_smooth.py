@@ -179,7 +179,9 @@ class SmoothKeyedStore(MemoryKeyedStore):
             wait = self._wait(state, now, permits)
             if not (self._grantable(permits) and (wait == 0 or (timeout_ns and timeout_ns >= wait))):
                 self.failed_calls += 1
-                return -wait, 0, 0
+                # What quota() reads now: a rejection's figures are the 429's RateLimit fields (rejection_quotas).
+                remaining, reset_ns = self._quota_of(state, now)
+                return -wait, remaining, reset_ns
             self._take(key, state, now, permits, wait)
             self.successful_calls += 1
             remaining, reset_ns = self._quota_of(self._states.get(key), now)

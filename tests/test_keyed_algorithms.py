@@ -169,7 +169,10 @@ def test_drf_throttles_with_gcra_and_a_keyed_sliding_window(r4_clock: FakeClock)
         r4_clock.advance(0.1)
         assert client.get("/drf/").status_code == 200
         a = {"REMOTE_ADDR": "203.0.113.7"}
-        assert [client.get("/drf-keyed/", **a).status_code for _ in range(3)] == [200, 200, 429]
+        responses = [client.get("/drf-keyed/", **a) for _ in range(3)]
+        assert [r.status_code for r in responses] == [200, 200, 429]
+        # The 429's fields come with the rejection (rejection_quotas): the wait, not t=0 as they were.
+        assert responses[2]["RateLimit"].startswith('"per_ip";r=0;t=1;')
         r4_clock.advance(0.95)
         rejected = client.get("/drf-keyed/", **a)
         assert rejected.status_code == 429 and rejected["Retry-After"] == "1"  # 50 ms left, rounded up

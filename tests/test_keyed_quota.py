@@ -110,6 +110,72 @@ def test_acquire_quota_equals_acquire_then_quota(inlined, ops, limit, timeout_ms
         )
 
 
+def smooth_pair(algorithm: str, limit: int, timeout_ms: int, max_keys: int) -> tuple[Any, FakeClock, Any, FakeClock]:
+    """:func:`pair` for GCRA (burst ``limit``) and the sliding window: two in-memory keyed limiters in lockstep."""
+    config = RateLimiterConfig(
+        limit_for_period=limit, limit_refresh_period="1s", timeout_duration=f"{timeout_ms}ms", algorithm=algorithm
+    )
+    clock_a, clock_b = FakeClock(start_ns=7 * S), FakeClock(start_ns=7 * S)
+    a = KeyedRateLimiter("a", config, clock=clock_a, max_keys=max_keys)
+    b = KeyedRateLimiter("b", config, clock=clock_b, max_keys=max_keys)
+    return a, clock_a, b, clock_b
+
+
+@pytest.mark.parametrize("algorithm", ["gcra", "sliding_window"])
+@settings(max_examples=150, deadline=None)
+@given(
+    ops=_ops,
+    limit=st.integers(1, 4),
+    timeout_ms=st.sampled_from([0, 500, 3000]),
+    max_keys=st.sampled_from([2, 10]),
+)
+def test_smooth_acquire_quota_equals_acquire_then_quota(algorithm, ops, limit, timeout_ms, max_keys):
+    """The GCRA and sliding-window stores' ``decide_quota`` (their keyed ``@ratelimit`` path) against a decision
+    then quota(), a rejection's figures included (the stores say ``rejection_quotas``: a 429's RateLimit fields
+    are these). They used to answer a rejection with ``(0, 0)`` where quota() read ``(0, wait)``."""
+    subject, clock_s, reference, clock_r = smooth_pair(algorithm, limit, timeout_ms, max_keys)
+    assert subject.store.rejection_quotas
+    for op in ops:
+        if op[0] == "advance":
+            clock_s.advance_ns(op[1] * 1_000_000)
+            clock_r.advance_ns(op[1] * 1_000_000)
+        elif op[0] == "drain":
+            assert subject.drain_permissions(op[1]) == reference.drain_permissions(op[1])
+        elif op[0] == "reset":
+            subject.reset(op[1])
+            reference.reset(op[1])
+        elif op[0] == "set_clock":
+            clock_s, clock_r = FakeClock(start_ns=op[1] * 1_000_000), FakeClock(start_ns=op[1] * 1_000_000)
+            subject.set_clock(clock_s)
+            reference.set_clock(clock_r)
+        else:
+            _, key, permits = op
+            try:
+                got: Any = subject.acquire_quota(key, permits)
+            except RequestNotPermitted as exc:
+                got = ("rejected", exc.wait_ns, exc.quotas)
+            except ValueError:
+                got = ("never",)
+            try:
+                reference.acquire_or_raise(key, permits)
+                expected: Any = reference.quota(key)
+            except RequestNotPermitted as exc:
+                expected = ("rejected", exc.wait_ns, (reference.quota(key),))
+            except ValueError:
+                expected = ("never",)
+            assert got == expected
+        assert clock_s.now_ns() == clock_r.now_ns()
+        for k in "abc":
+            assert subject.state(k) == reference.state(k)
+            assert subject.quota(k) == reference.quota(k)
+        assert len(subject) == len(reference)
+        assert (subject.successful_calls, subject.failed_calls, subject.lossy_evictions) == (
+            reference.successful_calls,
+            reference.failed_calls,
+            reference.lossy_evictions,
+        )
+
+
 def test_acquire_quota_crosses_cycle_boundaries_on_the_real_clock_anchor():
     """The cached cycle moves on at the boundary: the first call of a new cycle refreshes the key."""
     limiter, clock, _, _ = pair(limit=3, timeout_ms=0, max_keys=10)
