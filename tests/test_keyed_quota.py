@@ -110,10 +110,15 @@ def test_acquire_quota_equals_acquire_then_quota(inlined, ops, limit, timeout_ms
         )
 
 
-def smooth_pair(algorithm: str, limit: int, timeout_ms: int, max_keys: int) -> tuple[Any, FakeClock, Any, FakeClock]:
+def smooth_pair(
+    algorithm: str, limit: int, timeout_ms: int, max_keys: int
+) -> tuple[Any, FakeClock, Any, FakeClock]:
     """:func:`pair` for GCRA (burst ``limit``) and the sliding window: two in-memory keyed limiters in lockstep."""
     config = RateLimiterConfig(
-        limit_for_period=limit, limit_refresh_period="1s", timeout_duration=f"{timeout_ms}ms", algorithm=algorithm
+        limit_for_period=limit,
+        limit_refresh_period="1s",
+        timeout_duration=f"{timeout_ms}ms",
+        algorithm=algorithm,
     )
     clock_a, clock_b = FakeClock(start_ns=7 * S), FakeClock(start_ns=7 * S)
     a = KeyedRateLimiter("a", config, clock=clock_a, max_keys=max_keys)
