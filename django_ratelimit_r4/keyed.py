@@ -42,6 +42,7 @@ path pays a branch for the other).
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -533,8 +534,12 @@ class KeyedRateLimiter:
         self._decide_quota = store.decide_quota
         self._adecide_quota = store.adecide_quota
         if type(store) is not MemoryKeyedStore:
-            # acquire_quota inlines the default store's common case; every other store decides through the protocol.
-            self.acquire_quota = self._acquire_quota_of_store  # type: ignore[method-assign]
+            # acquire_quota inlines the default store's common case; a store may write out its own
+            # (limiter_acquire_quota: the in-memory sliding window); every other store decides through the protocol.
+            inline = getattr(store, "limiter_acquire_quota", None)
+            self.acquire_quota = (  # type: ignore[method-assign]
+                self._acquire_quota_of_store if inline is None else functools.partial(inline, self)
+            )
         self._rejection_quotas = store.rejection_quotas
 
     @property

@@ -1,15 +1,22 @@
 """Per-client GCRA and sliding-window state in bounded memory (``algorithm`` ``"gcra"`` / ``"sliding_window"``).
 
 :class:`SmoothKeyedStore` is the store ``KeyedRateLimiter(name, config)`` builds when the config's algorithm is
-not ``"cycle"``: a :class:`~django_ratelimit_r4.core.backend.KeyedBackend` with the store policy of
-:class:`~django_ratelimit_r4.keyed.MemoryKeyedStore` (an ``OrderedDict`` of live keys, a key whose state is full is absent, the oldest entries swept two at a time,
-the least recently used evicted at ``max_keys`` and counted in ``lossy_evictions``), with the decisions of
+not ``"cycle"`` (for ``"sliding_window"`` it builds its subclass :class:`SlidingWindowKeyedStore`): a
+:class:`~django_ratelimit_r4.core.backend.KeyedBackend` with the store policy of
+:class:`~django_ratelimit_r4.keyed.MemoryKeyedStore` (an ``OrderedDict`` of live keys, a key whose state is full is
+absent, the oldest entries swept two at a time when a key is inserted, the one at the front evicted at
+``max_keys`` and counted in ``lossy_evictions``), with the decisions of
 :mod:`django_ratelimit_r4.backends.algorithms` over absolute clock time.
 
-State per live key: GCRA one int (the theoretical arrival time scaled by the limit); the sliding window an
-``array('q')`` of ``limit + 1`` slots (the ring of the last ``limit`` hand-over times and its head), about
-``8 * limit + 80`` bytes. A key is full again, so dropped for free, at most ``burst * period / limit`` (GCRA)
-or one period (sliding window) after its last hand-over, so ``idle_timeout_ns`` never needs to drop state.
+State per live key: GCRA one int (the theoretical arrival time scaled by the limit), its entry moved to the end
+at every grant (least recently used first); the sliding window a list ``[head, newest, ring, out, after]``:
+an ``array('q')`` ring of the last ``limit`` hand-over times (8 bytes a permit, oldest at ``ring[head]``), the
+index of its oldest slot, its newest time and a hint for the header figures (see
+:class:`SlidingWindowKeyedStore`), about ``8 * limit + 250`` bytes (``python benchmarks/bench_keyed_memory.py``
+measures it), mutated in place under the lock; its entry moves to the end at its first grant in each period
+(from the store's anchor), so the store is ordered by the period of last use, as the cycle store is. A key is
+full again, so dropped for free, at most ``burst * period / limit`` (GCRA) or one period (sliding window) after
+its last hand-over, so ``idle_timeout_ns`` never needs to drop state.
 """
 
 from __future__ import annotations
@@ -18,22 +25,29 @@ from array import array
 from bisect import bisect_right
 from typing import Any
 
-from .backends.algorithms import GCRA, gcra_available, gcra_decide, gcra_quota
-from .backends.memory import ring_give_back
+from .backends.algorithms import SLIDING_WINDOW, gcra_available, gcra_decide, gcra_quota
+from .backends.memory import _successors, ring_give_back
 from .core.clock import Clock
-from .core.ratelimiter import RateLimiterConfig
+from .core.ratelimiter import SUCCESSFUL_ACQUIRE, RateLimiterConfig
 from .keyed import _FRONT_CHECKS, MemoryKeyedStore
 
-__all__ = ["SmoothKeyedStore"]
+__all__ = ["SlidingWindowKeyedStore", "SmoothKeyedStore"]
 
 
 class SmoothKeyedStore(MemoryKeyedStore):
-    """A :class:`~django_ratelimit_r4.keyed.MemoryKeyedStore` whose keys run GCRA or the sliding window."""
+    """A :class:`~django_ratelimit_r4.keyed.MemoryKeyedStore` whose keys run GCRA; the base of
+    :class:`SlidingWindowKeyedStore`, which ``SmoothKeyedStore(config, clock)`` builds for a sliding-window
+    config (the store of ``config``'s algorithm either way)."""
+
+    def __new__(cls, config: RateLimiterConfig, clock: Clock, **kw: Any) -> SmoothKeyedStore:
+        """The sliding window's store for a sliding-window config, else this class."""
+        if cls is SmoothKeyedStore and config.algorithm == SLIDING_WINDOW:
+            cls = SlidingWindowKeyedStore
+        return super().__new__(cls)
 
     def __init__(self, config: RateLimiterConfig, clock: Clock, **kw: Any) -> None:
         """See :class:`~django_ratelimit_r4.keyed.MemoryKeyedStore`; ``config.algorithm`` is not ``"cycle"``."""
         super().__init__(config, clock, **kw)
-        self._gcra = self.config.algorithm == GCRA
         self._burst = self._limit if self.config.burst is None else int(self.config.burst)
         # A one-permit request conforms when ``tat + _one_early <= now * limit`` (GCRA, scaled by the limit).
         self._one_early = (1 - self._burst) * self._period
@@ -42,49 +56,28 @@ class SmoothKeyedStore(MemoryKeyedStore):
 
     def _wait(self, state: Any, now: int, permits: int) -> int:
         """Nanoseconds until ``permits`` could be handed over for a key in ``state`` (None: full)."""
-        if self._gcra:
-            return gcra_decide(state or 0, permits, -1, now, self._period, self._limit, self._burst)[1]
-        if permits > self._limit:
-            return self._period
-        return 0 if state is None else _ring_at(state, self._limit, self._period, now, permits) - now
+        return gcra_decide(state or 0, permits, -1, now, self._period, self._limit, self._burst)[1]
 
     def _grantable(self, permits: int) -> bool:
-        return permits <= (self._burst if self._gcra else self._limit)
+        return permits <= self._burst
 
     def _take(self, key: str, state: Any, now: int, permits: int, wait: int) -> Any:
-        """Hand ``permits`` over at ``now + wait`` and store the key's new state; GCRA returns the tat written
-        (what :meth:`give_back` needs to undo exactly this take), the sliding window None."""
-        if self._gcra:
-            scaled = now * self._limit
-            base = state if state is not None and state > scaled else scaled
-            tat = base + permits * self._period
-            self._put(key, state, tat)
-            return tat
-        ring = state if state is not None else _ring_new(self._limit, now - self._period)
-        _ring_write(ring, self._limit, now + wait, permits)
-        self._put(key, state, ring)
+        """Hand ``permits`` over at ``now + wait`` and store the key's new state; returns what
+        :meth:`give_back` needs to undo exactly this take (GCRA: the tat written)."""
+        scaled = now * self._limit
+        base = state if state is not None and state > scaled else scaled
+        tat = base + permits * self._period
+        self._put(key, state, tat)
+        return tat
 
     def _full(self, state: Any, now: int) -> bool:
-        if self._gcra:
-            return bool(state <= now * self._limit)
-        head = state[self._limit]
-        return bool(state[head - 1 if head else self._limit - 1] <= now - self._period)
+        return bool(state <= now * self._limit)
 
     def _available(self, state: Any, now: int) -> int:
-        if self._gcra:
-            return gcra_available(state or 0, now, self._period, self._limit, self._burst)
-        return self._limit if state is None else _ring_available(state, self._limit, self._period, now)
+        return gcra_available(state or 0, now, self._period, self._limit, self._burst)
 
     def _quota_of(self, state: Any, now: int) -> tuple[int, int]:
-        if self._gcra:
-            return gcra_quota(state or 0, now, self._period, self._limit, self._burst)
-        remaining = self._available(state, now)
-        if remaining < 1:
-            return remaining, self._wait(state, now, 1)
-        if state is None:
-            return remaining, 0
-        head = state[self._limit]
-        return remaining, max(0, state[head - 1 if head else self._limit - 1] + self._period - now)
+        return gcra_quota(state or 0, now, self._period, self._limit, self._burst)
 
     def _put(self, key: str, old: Any, state: Any) -> None:
         """Store ``key``'s state as the most recently used entry; a new key sweeps and evicts like the parent."""
@@ -110,63 +103,48 @@ class SmoothKeyedStore(MemoryKeyedStore):
                 return
             del states[key]
 
+    def _decide_locked(self, key: str, state: Any, now: int, permits: int, timeout_ns: int) -> int:
+        """:meth:`decide` by the hooks above (any algorithm, any number of permits); caller holds the lock."""
+        if permits < 1:
+            raise ValueError(f"permits must be >= 1, got {permits!r}")
+        wait = self._wait(state, now, permits)
+        if self._grantable(permits) and (wait == 0 or (timeout_ns and timeout_ns >= wait)):
+            self._take(key, state, now, permits, wait)
+            self.successful_calls += 1
+            return wait
+        self.failed_calls += 1
+        return -wait
+
     # -- the KeyedBackend protocol ---------------------------------------------------------------------------
 
     def decide(self, key: str, permits: int, timeout_ns: int) -> int:
         """Decide and commit for ``key``: wait ``>= 0`` granted (reserved), ``< 0`` rejected (``-wait``)."""
-        if permits == 1:
-            lock = self._lock
-            lock.acquire()
-            try:
+        lock = self._lock
+        lock.acquire()
+        try:
+            states = self._states
+            state = states.get(key)
+            now = self._now()
+            if permits == 1:
                 # One permit granted now, spelled out: the key's state moves to the end (most recently used).
-                states = self._states
-                state = states.get(key)
-                now = self._now()
                 if state is None:  # a new (or full, hence dropped) key: one permit is always granted
-                    if self._gcra:
-                        self._put(key, None, now * self._limit + self._period)
-                    else:
-                        ring = _ring_new(self._limit, now - self._period)
-                        ring[0] = now
-                        ring[self._limit] = 1 if self._limit > 1 else 0
-                        self._put(key, None, ring)
+                    self._put(key, None, now * self._limit + self._period)
                     self.successful_calls += 1
                     return 0
-                if self._gcra:
-                    scaled = now * self._limit
-                    if state <= scaled:
-                        states[key] = scaled + self._period
-                        states.move_to_end(key)
-                        self.successful_calls += 1
-                        return 0
-                    if state + self._one_early <= scaled:
-                        states[key] = state + self._period
-                        states.move_to_end(key)
-                        self.successful_calls += 1
-                        return 0
-                else:
-                    limit = self._limit
-                    head = state[limit]
-                    if state[head] + self._period <= now >= state[head - 1 if head else limit - 1]:
-                        state[head] = now
-                        state[limit] = head + 1 if head + 1 < limit else 0
-                        states.move_to_end(key)
-                        self.successful_calls += 1
-                        return 0
-            finally:
-                lock.release()
-        if permits < 1:
-            raise ValueError(f"permits must be >= 1, got {permits!r}")
-        with self._lock:
-            now = self._now()
-            state = self._states.get(key)
-            wait = self._wait(state, now, permits)
-            if self._grantable(permits) and (wait == 0 or (timeout_ns and timeout_ns >= wait)):
-                self._take(key, state, now, permits, wait)
-                self.successful_calls += 1
-                return wait
-            self.failed_calls += 1
-            return -wait
+                scaled = now * self._limit
+                if state <= scaled:
+                    states[key] = scaled + self._period
+                    states.move_to_end(key)
+                    self.successful_calls += 1
+                    return 0
+                if state + self._one_early <= scaled:
+                    states[key] = state + self._period
+                    states.move_to_end(key)
+                    self.successful_calls += 1
+                    return 0
+            return self._decide_locked(key, state, now, permits, timeout_ns)
+        finally:
+            lock.release()
 
     def decide_quota(self, key: str, permits: int, timeout_ns: int) -> tuple[int, int, int]:
         """See :meth:`MemoryKeyedStore.decide_quota <django_ratelimit_r4.keyed.MemoryKeyedStore.decide_quota>`
@@ -218,33 +196,24 @@ class SmoothKeyedStore(MemoryKeyedStore):
         return self._take(key, self._states.get(key), self._now(), permits, 0)
 
     def give_back(self, key: str, permits: int, since_ns: int, taken: Any = None) -> None:
-        """Undo a grant of ``permits`` to ``key`` decided at or after ``since_ns``, as the unkeyed backends of
-        the same algorithm do (``GcraBackend.give_back``, ``SlidingWindowBackend.give_back``); GCRA's
-        ``taken`` is the tat its take wrote (:meth:`_commit_peek_locked`)."""
+        """Undo a grant of ``permits`` to ``key`` decided at or after ``since_ns``, as ``GcraBackend.give_back``
+        does; ``taken`` is the tat its take wrote (:meth:`_commit_peek_locked`)."""
         with self._lock:
             state = self._states.get(key)
             if state is None or since_ns < self._anchor:
                 return
-            now = self._now()
-            if self._gcra:
-                scaled = now * self._limit
-                if state <= scaled:
-                    return
-                step = permits * self._period
-                back = min(step, (since_ns * self._limit + step if taken is None else taken) - scaled)
-                if back <= 0:
-                    return  # absorbed: the limiter was full again at a decision in between
-                state = max(state - back, scaled)
-                if state <= scaled:
-                    del self._states[key]  # full again: absent
-                else:
-                    self._states[key] = state
+            scaled = self._now() * self._limit
+            if state <= scaled:
+                return
+            step = permits * self._period
+            back = min(step, (since_ns * self._limit + step if taken is None else taken) - scaled)
+            if back <= 0:
+                return  # absorbed: the limiter was full again at a decision in between
+            state = max(state - back, scaled)
+            if state <= scaled:
+                del self._states[key]  # full again: absent
             else:
-                limit = self._limit
-                head = ring_give_back(state, state[limit], limit, self._period, permits, since_ns, now)
-                if head is None:
-                    return  # nothing given back
-                state[limit] = head
+                self._states[key] = state
             self.successful_calls -= 1
 
     def purge(self) -> int:
@@ -258,48 +227,341 @@ class SmoothKeyedStore(MemoryKeyedStore):
 
     def __repr__(self) -> str:
         return (
-            f"SmoothKeyedStore(algorithm={self.config.algorithm!r}, limit_for_period={self._limit}, "
+            f"{type(self).__name__}(algorithm={self.config.algorithm!r}, limit_for_period={self._limit}, "
             f"limit_refresh_period_ns={self._period}, live_keys={len(self)}, max_keys={self.max_keys})"
         )
 
 
-# -- the sliding log of one key: ``limit`` hand-over times (a ring, oldest at the head) and the head ----------
+class SlidingWindowKeyedStore(SmoothKeyedStore):
+    """The exact sliding window per key (:func:`~.backends.algorithms.sliding_decide` over absolute clock time).
+
+    A key's state is the list ``[head, newest, ring, out, after]`` (see the module doc), mutated in place under
+    the lock. A one-permit decision reads the oldest slot ``ring[head]`` and the newest time and writes one
+    slot, the head (from the store's successor list ``_next``: no int built) and the newest time.
+
+    Its header figures need how many logged permits have left the window, a prefix of the ring from the head
+    (the slots are sorted, oldest first). ``decide_quota`` keeps a hint for them: ``out`` of them are known
+    to have left it (time only moves on, so they stay out) and ``after`` is the time of the next slot (None:
+    no hint). With the hint, the figures of a one-permit grant cost one comparison with ``after`` (the grant
+    took one of the ``out``), or one slot read when one more permit has left the window; without it, a binary
+    search of the ring (``bisect`` on an array: 0.4-0.8 us at 1000 slots on this machine, about a decision's
+    time; reading the next slot every time was a second cache line per decision). Every other write sets
+    ``after = None`` (one list write: a one-permit ``decide`` does not pay for the hint's upkeep).
+
+    The entry moves to the end of the store only at a key's first grant in each period (the period of the
+    store's anchor, as the cycle store's; its newest time is before the period's start): a move per grant cost
+    as much as the decision.
+    """
+
+    def _reset_locked(self, clock: Clock) -> None:
+        super()._reset_locked(clock)
+        # A new key's ring (copied, a memcpy): every slot a period before the anchor, outside every window.
+        self._fresh = array("q", [self._anchor - self._period]) * self._limit
+        self._next = _successors(self._limit)
+
+    def _set_cycle(self, cycle: int) -> None:
+        super()._set_cycle(cycle)
+        self._cycle_start = self._cycle_end - self._period
+
+    # -- one key's algorithm (caller holds the lock; ``now`` is absolute clock time) -----------------------
+
+    def _wait(self, state: Any, now: int, permits: int) -> int:
+        if permits > self._limit:
+            return self._period
+        return 0 if state is None else _ring_at(state, self._limit, self._period, now, permits) - now
+
+    def _grantable(self, permits: int) -> bool:
+        return permits <= self._limit
+
+    def _new(self, now: int) -> list[Any]:
+        """A new key's state after one permit handed over at ``now``: the other slots are free, so known out, and
+        the next one is slot 0 (``now``)."""
+        ring = self._fresh[:]
+        ring[0] = now
+        return [self._next[0], now, ring, self._limit - 1, now]
+
+    def _take(self, key: str, state: Any, now: int, permits: int, wait: int) -> None:
+        """Hand ``permits`` over at ``now + wait`` (the key's state is written in place; a new key is inserted)."""
+        if state is None:
+            state = [0, 0, self._fresh[:], 0, None]
+            _ring_write(state, self._limit, now + wait, permits)
+            self._insert(key, state, now)
+            return
+        newest = state[1]
+        _ring_write(state, self._limit, now + wait, permits)
+        self._touch(key, newest, now)
+
+    def _full(self, state: Any, now: int) -> bool:
+        return bool(state[1] <= now - self._period)
+
+    def _available(self, state: Any, now: int) -> int:
+        return self._limit if state is None else _ring_available(state, self._limit, self._period, now)
+
+    def _quota_of(self, state: Any, now: int) -> tuple[int, int]:
+        remaining = self._available(state, now)
+        if remaining < 1:
+            return remaining, self._wait(state, now, 1)
+        return remaining, 0 if state is None else max(0, state[1] + self._period - now)
+
+    def _roll(self, now: int) -> None:
+        """Move the current period on to ``now``'s."""
+        if now >= self._cycle_end:
+            self._set_cycle((now - self._anchor) // self._period)
+
+    def _touch(self, key: str, newest: int, now: int) -> None:
+        """After a grant to a stored key whose newest time was ``newest`` (before the current period as last
+        found, or the caller is not sure): move it to the end at its first grant in this period."""
+        self._roll(now)
+        if newest < self._cycle_start:
+            self._states.move_to_end(key)
+
+    def _insert(self, key: str, state: list[Any], now: int) -> None:
+        """Store a new key last, after sweeping up to ``_FRONT_CHECKS`` full entries off the front; at
+        ``max_keys`` the front entry (holding state: the sweep stopped at it) is evicted, lossy."""
+        self._roll(now)
+        states = self._states
+        edge = now - self._period
+        for _ in range(_FRONT_CHECKS):
+            if not states:
+                break
+            front = next(iter(states))
+            if states[front][1] > edge:
+                break
+            del states[front]
+        if len(states) >= self.max_keys:
+            states.popitem(last=False)
+            self.lossy_evictions += 1
+        states[key] = state
+
+    def _out(self, state: list[Any], edge: int) -> int:
+        """How many logged permits are at or before ``edge`` after a one-permit grant (the newest is in the
+        window): one step past the known ones when ``after`` is known and out too, else a binary search;
+        leaves ``out`` and ``after`` known (see the class doc)."""
+        ring = state[2]
+        head = state[0]
+        limit = self._limit
+        if state[4] is not None:
+            out: int = state[3] + 1  # below limit: the newest is in the window, so not among the known out
+            index = head + out
+            after = ring[index - limit if index >= limit else index]
+            if after > edge:  # the common step: exactly one more has left the window
+                state[3] = out
+                state[4] = after
+                return out
+        out = _ring_count(ring, head, limit, edge)
+        index = head + out
+        state[3] = out
+        state[4] = ring[index - limit if index >= limit else index]
+        return out
+
+    # -- the KeyedBackend protocol ---------------------------------------------------------------------------
+
+    def decide(self, key: str, permits: int, timeout_ns: int) -> int:
+        """Decide and commit for ``key``: wait ``>= 0`` granted (reserved), ``< 0`` rejected (``-wait``)."""
+        lock = self._lock
+        lock.acquire()
+        try:
+            state = self._states.get(key)
+            now = self._now()
+            if permits == 1:
+                # One permit, spelled out (sliding_decide for k = 1): handed over at max(oldest + T, newest, now).
+                if state is None:  # a new (or full, hence dropped) key: one permit is always granted now
+                    self._insert(key, self._new(now), now)
+                    self.successful_calls += 1
+                    return 0
+                ring: array[int] = state[2]
+                head: int = state[0]
+                newest: int = state[1]
+                at = ring[head] + self._period
+                if at <= now >= newest:
+                    ring[head] = state[1] = now
+                    state[0] = self._next[head]
+                    state[4] = None  # the hint is decide_quota's: forget it (one write, not its upkeep)
+                    if now >= self._cycle_end or newest < self._cycle_start:
+                        self._touch(key, newest, now)
+                    self.successful_calls += 1
+                    return 0
+                if newest > at:
+                    at = newest
+                wait = at - now  # > 0: the oldest is in the window, or a reservation is pending
+                if timeout_ns >= wait:
+                    ring[head] = state[1] = at
+                    state[0] = self._next[head]
+                    state[4] = None
+                    self._touch(key, newest, now)
+                    self.successful_calls += 1
+                    return wait
+                self.failed_calls += 1
+                self._roll(now)
+                return -wait
+            return self._decide_locked(key, state, now, permits, timeout_ns)
+        finally:
+            lock.release()
+
+    def decide_quota(self, key: str, permits: int, timeout_ns: int) -> tuple[int, int, int]:
+        """See :meth:`MemoryKeyedStore.decide_quota <django_ratelimit_r4.keyed.MemoryKeyedStore.decide_quota>`;
+        one permit granted now or rejected is written out (the keyed ``@ratelimit`` path)."""
+        lock = self._lock
+        lock.acquire()
+        try:
+            state = self._states.get(key)
+            now = self._now()
+            if permits == 1:
+                period = self._period
+                if state is None:  # a new key: granted; its newest is now, the other slots are free
+                    self._insert(key, self._new(now), now)
+                    self.successful_calls += 1
+                    return 0, self._limit - 1, period
+                ring: array[int] = state[2]
+                head: int = state[0]
+                newest: int = state[1]
+                at = ring[head] + period
+                if at <= now >= newest:
+                    ring[head] = state[1] = now
+                    state[0] = self._next[head]
+                    if now >= self._cycle_end or newest < self._cycle_start:
+                        self._touch(key, newest, now)
+                    self.successful_calls += 1
+                    # The figures (sliding_quota): the newest is now, so reset is one period while a permit
+                    # remains; remaining is how many logged permits have left the window (see the class doc).
+                    edge = now - period
+                    after = state[4]
+                    if after is not None:
+                        out = state[3]
+                        if out:  # the grant took one of them: ``after`` is still the next slot's time
+                            out = state[3] = out - 1
+                            if after > edge:  # the common case: nothing more has left the window
+                                return (0, out, period) if out else (0, 0, after + period - now)
+                        else:
+                            state[4] = None  # the slot written was the next one
+                    out = self._out(state, edge)
+                    # None left: reset is the wait for one, the oldest's time out of the window.
+                    return (0, out, period) if out else (0, 0, state[4] + period - now)
+                if newest > at:
+                    at = newest
+                wait = at - now
+                if timeout_ns < wait:
+                    # Rejected: the oldest is in the window or a reservation is pending, so none remains
+                    # and reset is this wait (what quota() reads: rejection_quotas).
+                    self.failed_calls += 1
+                    self._roll(now)
+                    return -wait, 0, wait
+            elif permits < 1:
+                raise ValueError(f"permits must be >= 1, got {permits!r}")
+            wait = self._decide_locked(key, state, now, permits, timeout_ns)
+            remaining, reset_ns = self._quota_of(self._states.get(key), now)
+            return wait, remaining, reset_ns
+        finally:
+            lock.release()
+
+    def limiter_acquire_quota(self, limiter: Any, key: str, permits: int = 1) -> tuple[int, int]:
+        """``limiter.acquire_quota(key, permits)`` for a :class:`~django_ratelimit_r4.keyed.KeyedRateLimiter` on
+        this store (it binds this as its ``acquire_quota``), its common cases written out: one permit granted now
+        to a key whose figures the hint knows (a permit left after it), and one permit rejected (its figures:
+        none left, reset is the wait). Everything else (a new key, a key without the hint, a reservation,
+        several permits) goes through the limiter's ``_acquire_quota_of_store`` (``decide_quota``), which leaves
+        the hint known."""
+        wait = 0
+        if permits == 1:
+            lock = self._lock
+            lock.acquire()
+            try:
+                state = self._states.get(key)
+                if state is not None:
+                    now = self._now()
+                    ring: array[int] = state[2]
+                    head: int = state[0]
+                    newest: int = state[1]
+                    period = self._period
+                    at = ring[head] + period
+                    if at <= now >= newest:
+                        out = state[3]
+                        after = state[4]
+                        # With two logged permits at least known out of the window and the next one still in
+                        # it, this grant takes one and one at least remains: reset is one period.
+                        if out > 1 and after is not None and after > now - period:
+                            ring[head] = state[1] = now
+                            state[0] = self._next[head]
+                            state[3] = out - 1
+                            if now >= self._cycle_end or newest < self._cycle_start:
+                                self._touch(key, newest, now)
+                            self.successful_calls += 1
+                            wait = -1  # granted: figures (out - 1, period)
+                    else:
+                        if newest > at:
+                            at = newest
+                        if at - now > limiter._timeout_ns:  # rejected (no reservation could cover it)
+                            wait = at - now
+                            self.failed_calls += 1
+                            self._roll(now)
+            finally:
+                lock.release()
+            if wait < 0:
+                if limiter.events.wants_successful:
+                    limiter._publish(SUCCESSFUL_ACQUIRE, 1)
+                return out - 1, period
+            if wait:
+                # One permit is always grantable (no refuse_never_grantable); raised without a local holding it.
+                raise limiter._rejection(key, 1, wait, ((0, wait),))
+        return limiter._acquire_quota_of_store(key, permits)  # type: ignore[no-any-return]
+
+    def give_back(self, key: str, permits: int, since_ns: int, taken: Any = None) -> None:
+        """Undo a grant of ``permits`` to ``key`` decided at or after ``since_ns``, as
+        ``SlidingWindowBackend.give_back`` does (:func:`~.backends.memory.ring_give_back`)."""
+        with self._lock:
+            state = self._states.get(key)
+            if state is None or since_ns < self._anchor:
+                return
+            ring = state[2]
+            head = ring_give_back(ring, state[0], self._limit, self._period, permits, since_ns, self._now())
+            if head is None:
+                return  # nothing given back
+            state[0] = head
+            state[1] = ring[head - 1]  # index -1 when head is 0: the last slot
+            state[4] = None  # slots moved: the hint is unknown
+            self.successful_calls -= 1
 
 
-def _ring_new(limit: int, old: int) -> array[int]:
-    ring = array("q", [old]) * (limit + 1)
-    ring[limit] = 0
-    return ring
+# -- the sliding log of one key: ``[head, newest, ring, out, after]``, ``ring[head]`` the oldest -----------------
 
 
-def _ring_at(ring: array[int], limit: int, period: int, now: int, permits: int) -> int:
+def _ring_at(state: list[Any], limit: int, period: int, now: int, permits: int) -> int:
     """When ``permits <= limit`` permits can be handed over (:func:`~.backends.algorithms.sliding_decide`)."""
-    head = ring[limit]
-    index = head + permits - 1
+    index = state[0] + permits - 1
     if index >= limit:
         index -= limit
-    at = ring[index] + period
+    at = state[2][index] + period
     if at < now:
         at = now
-    newest = ring[head - 1 if head else limit - 1]
+    newest: int = state[1]
     return newest if newest > at else at
 
 
-def _ring_write(ring: array[int], limit: int, at: int, permits: int) -> None:
-    head = ring[limit]
-    for _ in range(permits):
-        ring[head] = at
-        head += 1
-        if head == limit:
-            head = 0
-    ring[limit] = head
+def _ring_write(state: list[Any], limit: int, at: int, permits: int) -> None:
+    """Log ``permits`` handed over at ``at``: they replace the oldest slots (two slice copies at most)."""
+    ring = state[2]
+    head = state[0]
+    end = head + permits
+    if end <= limit:
+        ring[head:end] = array("q", [at]) * permits
+    else:
+        ring[head:] = array("q", [at]) * (limit - head)
+        end -= limit
+        ring[:end] = array("q", [at]) * end
+    state[0] = end if end < limit else 0
+    state[1] = at
+    state[4] = None  # the hint is unknown
 
 
-def _ring_available(ring: array[int], limit: int, period: int, now: int) -> int:
-    head = ring[limit]
-    if ring[head - 1 if head else limit - 1] > now:
+def _ring_available(state: list[Any], limit: int, period: int, now: int) -> int:
+    """:func:`~.backends.algorithms.sliding_available`: a binary search of the ring's two sorted runs."""
+    if state[1] > now:
         return 0
-    edge = now - period
+    return _ring_count(state[2], state[0], limit, now - period)
+
+
+def _ring_count(ring: array[int], head: int, limit: int, edge: int) -> int:
+    """How many logged times are at or before ``edge``: a prefix of the ring from ``head`` (two sorted runs)."""
     count = bisect_right(ring, edge, head, limit) - head
     if count == limit - head and head:
         count += bisect_right(ring, edge, 0, head)
