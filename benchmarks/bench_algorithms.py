@@ -2,7 +2,8 @@
 
 Target: ``RateLimiter.acquire_permission()`` with ``algorithm="gcra"`` or ``"sliding_window"`` within 1.2x of
 the same call on the default cycle limiter, allowed and denied; keyed rows (informational) compare
-``KeyedRateLimiter.acquire_permission(key)`` with the keyed cycle limiter.
+``KeyedRateLimiter.acquire_permission(key)`` and ``acquire_quota(key)`` (the keyed ``@ratelimit`` path) with the
+keyed cycle limiter, allowed and denied.
 
 Run: ``python -m benchmarks.bench_algorithms``. Each figure is the best of several interleaved repeats, timed
 in CPU time of the benchmarking thread (``time.thread_time``), so time the thread spends preempted on a busy
@@ -28,6 +29,7 @@ except ImportError:  # benchmarks/run.py, or run as a script
     from _timing import exhaust as _exhaust  # type: ignore[no-redef]
     from _timing import print_rows
 
+from django_ratelimit_r4.core.exceptions import RequestNotPermitted
 from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig
 from django_ratelimit_r4.keyed import KeyedRateLimiter
 
@@ -100,14 +102,24 @@ def run(number: int = NUMBER, repeat: int = REPEAT) -> list[dict[str, Any]]:
     # Keyed: 1000 clients in turn, each used about 750 times, limits none of them reaches (a key stays live).
     keys = [f"client-{i}" for i in range(1000)]
 
-    def keyed_loop(algorithm: str, limit: int, period: str) -> Callable[[], bool]:
+    def keyed_loop(
+        algorithm: str, limit: int, period: str, quota: bool = False, denied: bool = False
+    ) -> Callable[[], Any]:
+        """1000 clients in turn through ``acquire_permission`` (or ``acquire_quota``, the keyed ``@ratelimit``
+        path: a rejection raises); ``denied``: every client spent its budget first."""
         keyed = KeyedRateLimiter("bench", _config(algorithm, limit, period))
-        acquire = keyed.acquire_permission
+        if denied:
+            for key in keys:
+                _exhaust(lambda key=key: keyed.acquire_permission(key))
+        acquire = keyed.acquire_quota if quota else keyed.acquire_permission
         state = {"i": 0}
 
-        def call() -> bool:
+        def call() -> Any:
             i = state["i"] = (state["i"] + 1) % 1000
-            return acquire(keys[i])
+            try:
+                return acquire(keys[i])
+            except RequestNotPermitted:
+                return None
 
         return call
 
@@ -121,6 +133,24 @@ def run(number: int = NUMBER, repeat: int = REPEAT) -> list[dict[str, Any]]:
         "info: keyed sliding_window vs keyed cycle (1000 keys, allowed)",
         keyed_loop("sliding_window", 1000, "1h"),
         keyed_loop("cycle", 10**6, "1h"),
+        None,
+    )
+    row(
+        "info: keyed sliding_window vs keyed cycle (1000 keys, denied)",
+        keyed_loop("sliding_window", 10, "1h", denied=True),
+        keyed_loop("cycle", 10, "1h", denied=True),
+        None,
+    )
+    row(
+        "info: keyed sliding_window acquire_quota vs cycle's (allowed)",
+        keyed_loop("sliding_window", 1000, "1h", quota=True),
+        keyed_loop("cycle", 10**6, "1h", quota=True),
+        None,
+    )
+    row(
+        "info: keyed sliding_window acquire_quota vs cycle's (denied)",
+        keyed_loop("sliding_window", 10, "1h", quota=True, denied=True),
+        keyed_loop("cycle", 10, "1h", quota=True, denied=True),
         None,
     )
     return rows

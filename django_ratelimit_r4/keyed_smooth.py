@@ -9,8 +9,8 @@ absent, the oldest entries swept two at a time when a key is inserted, the one a
 :mod:`django_ratelimit_r4.backends.algorithms` over absolute clock time.
 
 State per live key: GCRA one int (the theoretical arrival time scaled by the limit), its entry moved to the end
-at every grant (least recently used first); the sliding window a list ``[head, newest, ring, out, after]``:
-an ``array('q')`` ring of the last ``limit`` hand-over times (8 bytes a permit, oldest at ``ring[head]``), the
+at every grant (least recently used first); the sliding window a small object with an
+``array('q')`` ring of the last ``limit`` hand-over times (8 bytes a permit, oldest at ``ring[head]``), the
 index of its oldest slot, its newest time and a hint for the header figures (see
 :class:`SlidingWindowKeyedStore`), about ``8 * limit + 250`` bytes (``python benchmarks/bench_keyed_memory.py``
 measures it), mutated in place under the lock; its entry moves to the end at its first grant in each period
@@ -180,7 +180,11 @@ class SmoothKeyedStore(MemoryKeyedStore):
         with self._lock:
             now = self._now()
             state = self._states.get(key)
-            return (now - self._anchor) // self._period, self._available(state, now), self._wait(state, now, 1)
+            return (
+                (now - self._anchor) // self._period,
+                self._available(state, now),
+                self._wait(state, now, 1),
+            )
 
     def quota(self, key: str) -> tuple[int, int]:
         """``(remaining, reset_ns)`` for ``key``, as the unkeyed backend of the same algorithm answers."""
@@ -235,8 +239,8 @@ class SmoothKeyedStore(MemoryKeyedStore):
 class SlidingWindowKeyedStore(SmoothKeyedStore):
     """The exact sliding window per key (:func:`~.backends.algorithms.sliding_decide` over absolute clock time).
 
-    A key's state is the list ``[head, newest, ring, out, after]`` (see the module doc), mutated in place under
-    the lock. A one-permit decision reads the oldest slot ``ring[head]`` and the newest time and writes one
+    A key's state is a ``_Log`` (``head``, ``newest``, ``ring``, ``out``, ``after``; see the module doc),
+    mutated in place under the lock. A one-permit decision reads the oldest slot ``ring[head]`` and the newest time and writes one
     slot, the head (from the store's successor list ``_next``: no int built) and the newest time.
 
     Its header figures need how many logged permits have left the window, a prefix of the ring from the head
@@ -273,26 +277,26 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
     def _grantable(self, permits: int) -> bool:
         return permits <= self._limit
 
-    def _new(self, now: int) -> list[Any]:
+    def _new(self, now: int) -> _Log:
         """A new key's state after one permit handed over at ``now``: the other slots are free, so known out, and
         the next one is slot 0 (``now``)."""
         ring = self._fresh[:]
         ring[0] = now
-        return [self._next[0], now, ring, self._limit - 1, now]
+        return _Log(self._next[0], now, ring, self._limit - 1, now)
 
     def _take(self, key: str, state: Any, now: int, permits: int, wait: int) -> None:
         """Hand ``permits`` over at ``now + wait`` (the key's state is written in place; a new key is inserted)."""
         if state is None:
-            state = [0, 0, self._fresh[:], 0, None]
+            state = _Log(0, 0, self._fresh[:], 0, None)
             _ring_write(state, self._limit, now + wait, permits)
             self._insert(key, state, now)
             return
-        newest = state[1]
+        newest = state.newest
         _ring_write(state, self._limit, now + wait, permits)
         self._touch(key, newest, now)
 
     def _full(self, state: Any, now: int) -> bool:
-        return bool(state[1] <= now - self._period)
+        return bool(state.newest <= now - self._period)
 
     def _available(self, state: Any, now: int) -> int:
         return self._limit if state is None else _ring_available(state, self._limit, self._period, now)
@@ -301,7 +305,7 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
         remaining = self._available(state, now)
         if remaining < 1:
             return remaining, self._wait(state, now, 1)
-        return remaining, 0 if state is None else max(0, state[1] + self._period - now)
+        return remaining, 0 if state is None else max(0, state.newest + self._period - now)
 
     def _roll(self, now: int) -> None:
         """Move the current period on to ``now``'s."""
@@ -315,7 +319,7 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
         if newest < self._cycle_start:
             self._states.move_to_end(key)
 
-    def _insert(self, key: str, state: list[Any], now: int) -> None:
+    def _insert(self, key: str, state: _Log, now: int) -> None:
         """Store a new key last, after sweeping up to ``_FRONT_CHECKS`` full entries off the front; at
         ``max_keys`` the front entry (holding state: the sweep stopped at it) is evicted, lossy."""
         self._roll(now)
@@ -325,7 +329,7 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
             if not states:
                 break
             front = next(iter(states))
-            if states[front][1] > edge:
+            if states[front].newest > edge:
                 break
             del states[front]
         if len(states) >= self.max_keys:
@@ -333,26 +337,27 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
             self.lossy_evictions += 1
         states[key] = state
 
-    def _out(self, state: list[Any], edge: int) -> int:
-        """How many logged permits are at or before ``edge`` after a one-permit grant (the newest is in the
-        window): one step past the known ones when ``after`` is known and out too, else a binary search;
-        leaves ``out`` and ``after`` known (see the class doc)."""
-        ring = state[2]
-        head = state[0]
+    def _out(self, state: _Log, edge: int) -> tuple[int, int]:
+        """``(out, after)``: how many logged permits are at or before ``edge`` after a one-permit grant (the
+        newest is in the window) and the next slot's time; one step past the known ones when ``after`` is known
+        and out too, else a binary search; leaves them known (see the class doc)."""
+        ring = state.ring
+        head = state.head
         limit = self._limit
-        if state[4] is not None:
-            out: int = state[3] + 1  # below limit: the newest is in the window, so not among the known out
+        if state.after is not None:
+            out = state.out + 1  # below limit: the newest is in the window, so not among the known out
             index = head + out
             after = ring[index - limit if index >= limit else index]
             if after > edge:  # the common step: exactly one more has left the window
-                state[3] = out
-                state[4] = after
-                return out
+                state.out = out
+                state.after = after
+                return out, after
         out = _ring_count(ring, head, limit, edge)
         index = head + out
-        state[3] = out
-        state[4] = ring[index - limit if index >= limit else index]
-        return out
+        after = ring[index - limit if index >= limit else index]
+        state.out = out
+        state.after = after
+        return out, after
 
     # -- the KeyedBackend protocol ---------------------------------------------------------------------------
 
@@ -361,7 +366,7 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
         lock = self._lock
         lock.acquire()
         try:
-            state = self._states.get(key)
+            state: _Log | None = self._states.get(key)
             now = self._now()
             if permits == 1:
                 # One permit, spelled out (sliding_decide for k = 1): handed over at max(oldest + T, newest, now).
@@ -369,14 +374,14 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
                     self._insert(key, self._new(now), now)
                     self.successful_calls += 1
                     return 0
-                ring: array[int] = state[2]
-                head: int = state[0]
-                newest: int = state[1]
+                ring = state.ring
+                head = state.head
+                newest = state.newest
                 at = ring[head] + self._period
                 if at <= now >= newest:
-                    ring[head] = state[1] = now
-                    state[0] = self._next[head]
-                    state[4] = None  # the hint is decide_quota's: forget it (one write, not its upkeep)
+                    ring[head] = state.newest = now
+                    state.head = self._next[head]
+                    state.after = None  # the hint is decide_quota's: forget it (one write, not its upkeep)
                     if now >= self._cycle_end or newest < self._cycle_start:
                         self._touch(key, newest, now)
                     self.successful_calls += 1
@@ -385,9 +390,9 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
                     at = newest
                 wait = at - now  # > 0: the oldest is in the window, or a reservation is pending
                 if timeout_ns >= wait:
-                    ring[head] = state[1] = at
-                    state[0] = self._next[head]
-                    state[4] = None
+                    ring[head] = state.newest = at
+                    state.head = self._next[head]
+                    state.after = None
                     self._touch(key, newest, now)
                     self.successful_calls += 1
                     return wait
@@ -404,7 +409,7 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
         lock = self._lock
         lock.acquire()
         try:
-            state = self._states.get(key)
+            state: _Log | None = self._states.get(key)
             now = self._now()
             if permits == 1:
                 period = self._period
@@ -412,31 +417,31 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
                     self._insert(key, self._new(now), now)
                     self.successful_calls += 1
                     return 0, self._limit - 1, period
-                ring: array[int] = state[2]
-                head: int = state[0]
-                newest: int = state[1]
+                ring = state.ring
+                head = state.head
+                newest = state.newest
                 at = ring[head] + period
                 if at <= now >= newest:
-                    ring[head] = state[1] = now
-                    state[0] = self._next[head]
+                    ring[head] = state.newest = now
+                    state.head = self._next[head]
                     if now >= self._cycle_end or newest < self._cycle_start:
                         self._touch(key, newest, now)
                     self.successful_calls += 1
                     # The figures (sliding_quota): the newest is now, so reset is one period while a permit
                     # remains; remaining is how many logged permits have left the window (see the class doc).
                     edge = now - period
-                    after = state[4]
+                    after = state.after
                     if after is not None:
-                        out = state[3]
+                        out = state.out
                         if out:  # the grant took one of them: ``after`` is still the next slot's time
-                            out = state[3] = out - 1
+                            out = state.out = out - 1
                             if after > edge:  # the common case: nothing more has left the window
                                 return (0, out, period) if out else (0, 0, after + period - now)
                         else:
-                            state[4] = None  # the slot written was the next one
-                    out = self._out(state, edge)
+                            state.after = None  # the slot written was the next one
+                    out, after = self._out(state, edge)
                     # None left: reset is the wait for one, the oldest's time out of the window.
-                    return (0, out, period) if out else (0, 0, state[4] + period - now)
+                    return (0, out, period) if out else (0, 0, after + period - now)
                 if newest > at:
                     at = newest
                 wait = at - now
@@ -466,23 +471,23 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
             lock = self._lock
             lock.acquire()
             try:
-                state = self._states.get(key)
+                state: _Log | None = self._states.get(key)
                 if state is not None:
                     now = self._now()
-                    ring: array[int] = state[2]
-                    head: int = state[0]
-                    newest: int = state[1]
+                    ring = state.ring
+                    head = state.head
+                    newest = state.newest
                     period = self._period
                     at = ring[head] + period
                     if at <= now >= newest:
-                        out = state[3]
-                        after = state[4]
+                        out = state.out
+                        after = state.after
                         # With two logged permits at least known out of the window and the next one still in
                         # it, this grant takes one and one at least remains: reset is one period.
                         if out > 1 and after is not None and after > now - period:
-                            ring[head] = state[1] = now
-                            state[0] = self._next[head]
-                            state[3] = out - 1
+                            ring[head] = state.newest = now
+                            state.head = self._next[head]
+                            state.out = out - 1
                             if now >= self._cycle_end or newest < self._cycle_start:
                                 self._touch(key, newest, now)
                             self.successful_calls += 1
@@ -509,38 +514,57 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
         """Undo a grant of ``permits`` to ``key`` decided at or after ``since_ns``, as
         ``SlidingWindowBackend.give_back`` does (:func:`~.backends.memory.ring_give_back`)."""
         with self._lock:
-            state = self._states.get(key)
+            state: _Log | None = self._states.get(key)
             if state is None or since_ns < self._anchor:
                 return
-            ring = state[2]
-            head = ring_give_back(ring, state[0], self._limit, self._period, permits, since_ns, self._now())
+            ring = state.ring
+            head = ring_give_back(ring, state.head, self._limit, self._period, permits, since_ns, self._now())
             if head is None:
                 return  # nothing given back
-            state[0] = head
-            state[1] = ring[head - 1]  # index -1 when head is 0: the last slot
-            state[4] = None  # slots moved: the hint is unknown
+            state.head = head
+            state.newest = ring[head - 1]  # index -1 when head is 0: the last slot
+            state.after = None  # slots moved: the hint is unknown
             self.successful_calls -= 1
 
 
-# -- the sliding log of one key: ``[head, newest, ring, out, after]``, ``ring[head]`` the oldest -----------------
+# -- the sliding log of one key ----------------------------------------------------------------------------------
 
 
-def _ring_at(state: list[Any], limit: int, period: int, now: int, permits: int) -> int:
+class _Log:
+    """One key's sliding log (caller holds the store's lock): ``ring`` the ``array('q')`` of the last ``limit``
+    hand-over times, oldest at ``ring[head]``; ``newest`` its newest time (``ring[head - 1]``); ``out`` and
+    ``after`` the hint for the header figures (see :class:`SlidingWindowKeyedStore`; ``after`` None: no hint).
+
+    Its own object with slots rather than a list: one memory block holds the five fields (a list keeps its items
+    in a second one), a cache line fewer per decision across many keys.
+    """
+
+    __slots__ = ("after", "head", "newest", "out", "ring")
+
+    def __init__(self, head: int, newest: int, ring: array[int], out: int, after: int | None) -> None:
+        self.head = head
+        self.newest = newest
+        self.ring = ring
+        self.out = out
+        self.after = after
+
+
+def _ring_at(state: _Log, limit: int, period: int, now: int, permits: int) -> int:
     """When ``permits <= limit`` permits can be handed over (:func:`~.backends.algorithms.sliding_decide`)."""
-    index = state[0] + permits - 1
+    index = state.head + permits - 1
     if index >= limit:
         index -= limit
-    at = state[2][index] + period
+    at = state.ring[index] + period
     if at < now:
         at = now
-    newest: int = state[1]
+    newest = state.newest
     return newest if newest > at else at
 
 
-def _ring_write(state: list[Any], limit: int, at: int, permits: int) -> None:
+def _ring_write(state: _Log, limit: int, at: int, permits: int) -> None:
     """Log ``permits`` handed over at ``at``: they replace the oldest slots (two slice copies at most)."""
-    ring = state[2]
-    head = state[0]
+    ring = state.ring
+    head = state.head
     end = head + permits
     if end <= limit:
         ring[head:end] = array("q", [at]) * permits
@@ -548,16 +572,16 @@ def _ring_write(state: list[Any], limit: int, at: int, permits: int) -> None:
         ring[head:] = array("q", [at]) * (limit - head)
         end -= limit
         ring[:end] = array("q", [at]) * end
-    state[0] = end if end < limit else 0
-    state[1] = at
-    state[4] = None  # the hint is unknown
+    state.head = end if end < limit else 0
+    state.newest = at
+    state.after = None  # the hint is unknown
 
 
-def _ring_available(state: list[Any], limit: int, period: int, now: int) -> int:
+def _ring_available(state: _Log, limit: int, period: int, now: int) -> int:
     """:func:`~.backends.algorithms.sliding_available`: a binary search of the ring's two sorted runs."""
-    if state[1] > now:
+    if state.newest > now:
         return 0
-    return _ring_count(state[2], state[0], limit, now - period)
+    return _ring_count(state.ring, state.head, limit, now - period)
 
 
 def _ring_count(ring: array[int], head: int, limit: int, edge: int) -> int:

@@ -55,19 +55,22 @@ def _check_state(store: SlidingWindowKeyedStore, now: int) -> None:
     have left the window, ``after`` (when read) is the next slot's time, and the key is not full."""
     limit = store._limit
     for state in store._states.values():
-        head, newest, ring, out, after = state
+        head, newest, ring, out, after = state.head, state.newest, state.ring, state.out, state.after
         assert len(ring) == limit and 0 <= head < limit and 0 <= out <= limit
         assert newest == ring[head - 1]
         logged = ring[head:] + ring[:head]
         assert list(logged) == sorted(logged)
-        if after is not None:  # the hint for the figures: out slots known out of the window, the next one's time
+        # The hint for the figures: out slots known out of the window, and the next one's time.
+        if after is not None:
             assert out < limit and after == logged[out]
             assert all(t <= now - T for t in logged[:out])
 
 
 @settings(max_examples=400, deadline=None)
 @given(limit=st.integers(1, 12), ops=_ops)
-@example(limit=3, ops=[("quota1", "a", 0), ("advance", 1), ("quota1", "a", 0), ("advance", 1), ("quota1", "a", 0)])
+@example(
+    limit=3, ops=[("quota1", "a", 0), ("advance", 1), ("quota1", "a", 0), ("advance", 1), ("quota1", "a", 0)]
+)
 @example(limit=4, ops=[("acquire_quota", "a"), ("advance", 1)] * 6)
 def test_the_store_answers_as_the_reference_step_by_step(limit: int, ops: list[Any]) -> None:
     clock = FakeClock(start_ns=0)
@@ -139,7 +142,9 @@ def test_the_store_answers_as_the_reference_step_by_step(limit: int, ops: list[A
 
 def _sliding(limit: int = 5, period: str = "1s", **kw: Any) -> tuple[KeyedRateLimiter, FakeClock]:
     clock = FakeClock(start_ns=0)
-    config = RateLimiterConfig(limit_for_period=limit, limit_refresh_period=period, algorithm="sliding_window")
+    config = RateLimiterConfig(
+        limit_for_period=limit, limit_refresh_period=period, algorithm="sliding_window"
+    )
     return KeyedRateLimiter("s", config, clock=clock, **kw), clock
 
 

@@ -158,8 +158,8 @@ def _memory_sliding(keyed: bool, limit: int, period: int, clock: Any) -> tuple[A
             state = store._states.get("x")
             if state is None:  # full: absent
                 return (-(10**18),) * limit
-            head, ring = state[0], state[2]  # [head, newest, ring, known]
-            assert state[1] == ring[head - 1]  # the newest time kept with the ring
+            head, ring = state.head, state.ring
+            assert state.newest == ring[head - 1]  # the newest time kept with the ring
             return tuple(ring[head:] + ring[:head])
 
         return (lambda k, t: store.decide("x", k, t)), (lambda k, s: store.give_back("x", k, s)), keyed_log
