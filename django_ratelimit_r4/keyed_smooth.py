@@ -244,13 +244,14 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
     slot, the head (from the store's successor list ``_next``: no int built) and the newest time.
 
     Its header figures need how many logged permits have left the window, a prefix of the ring from the head
-    (the slots are sorted, oldest first). ``decide_quota`` keeps a hint for them: ``out`` of them are known
-    to have left it (time only moves on, so they stay out) and ``after`` is the time of the next slot (None:
-    no hint). With the hint, the figures of a one-permit grant cost one comparison with ``after`` (the grant
-    took one of the ``out``), or one slot read when one more permit has left the window; without it, a binary
-    search of the ring (``bisect`` on an array: 0.4-0.8 us at 1000 slots on this machine, about a decision's
-    time; reading the next slot every time was a second cache line per decision). Every other write sets
-    ``after = None`` (one list write: a one-permit ``decide`` does not pay for the hint's upkeep).
+    (the slots are sorted, oldest first). ``decide_quota`` and the limiter's ``acquire_quota`` (written out
+    here: :meth:`limiter_acquire_quota`) keep a hint for them: ``out`` of them are known to have left it (time
+    only moves on, so they stay out) and ``after`` is when the next slot leaves it (its time plus the period;
+    None: no hint). With the hint, the figures of a one-permit grant cost one comparison of ``after`` with now
+    (the grant took one of the ``out``), or one slot read when one more permit has left the window; without it,
+    a binary search of the ring (``bisect`` on an array: 0.4-0.8 us at 1000 slots on this machine, about a
+    decision's time; reading the next slot every time was a second cache line per decision). Every other write
+    sets ``after = None`` (one attribute write: a one-permit ``decide`` does not pay for the hint's upkeep).
 
     The entry moves to the end of the store only at a key's first grant in each period (the period of the
     store's anchor, as the cycle store's; its newest time is before the period's start): a move per grant cost
@@ -282,7 +283,7 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
         the next one is slot 0 (``now``)."""
         ring = self._fresh[:]
         ring[0] = now
-        return _Log(self._next[0], now, ring, self._limit - 1, now)
+        return _Log(self._next[0], now, ring, self._limit - 1, now + self._period)
 
     def _take(self, key: str, state: Any, now: int, permits: int, wait: int) -> None:
         """Hand ``permits`` over at ``now + wait`` (the key's state is written in place; a new key is inserted)."""
@@ -337,24 +338,25 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
             self.lossy_evictions += 1
         states[key] = state
 
-    def _out(self, state: _Log, edge: int) -> tuple[int, int]:
-        """``(out, after)``: how many logged permits are at or before ``edge`` after a one-permit grant (the
-        newest is in the window) and the next slot's time; one step past the known ones when ``after`` is known
-        and out too, else a binary search; leaves them known (see the class doc)."""
+    def _out(self, state: _Log, now: int) -> tuple[int, int]:
+        """``(out, after)`` after a one-permit grant at ``now`` (the newest is in the window): how many logged
+        permits have left the window and when the next one leaves it; one step past the known ones when the hint
+        is known and its next slot has left too, else a binary search; leaves them known (see the class doc)."""
         ring = state.ring
         head = state.head
         limit = self._limit
+        period = self._period
         if state.after is not None:
             out = state.out + 1  # below limit: the newest is in the window, so not among the known out
             index = head + out
-            after = ring[index - limit if index >= limit else index]
-            if after > edge:  # the common step: exactly one more has left the window
+            after = ring[index - limit if index >= limit else index] + period
+            if after > now:  # the common step: exactly one more has left the window
                 state.out = out
                 state.after = after
                 return out, after
-        out = _ring_count(ring, head, limit, edge)
+        out = _ring_count(ring, head, limit, now - period)
         index = head + out
-        after = ring[index - limit if index >= limit else index]
+        after = ring[index - limit if index >= limit else index] + period
         state.out = out
         state.after = after
         return out, after
@@ -429,19 +431,18 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
                     self.successful_calls += 1
                     # The figures (sliding_quota): the newest is now, so reset is one period while a permit
                     # remains; remaining is how many logged permits have left the window (see the class doc).
-                    edge = now - period
                     after = state.after
                     if after is not None:
                         out = state.out
-                        if out:  # the grant took one of them: ``after`` is still the next slot's time
+                        if out:  # the grant took one of them: ``after`` is still the next slot's
                             out = state.out = out - 1
-                            if after > edge:  # the common case: nothing more has left the window
-                                return (0, out, period) if out else (0, 0, after + period - now)
+                            if after > now:  # the common case: nothing more has left the window
+                                return (0, out, period) if out else (0, 0, after - now)
                         else:
                             state.after = None  # the slot written was the next one
-                    out, after = self._out(state, edge)
-                    # None left: reset is the wait for one, the oldest's time out of the window.
-                    return (0, out, period) if out else (0, 0, after + period - now)
+                    out, after = self._out(state, now)
+                    # None left: reset is the wait for one, when the oldest leaves the window.
+                    return (0, out, period) if out else (0, 0, after - now)
                 if newest > at:
                     at = newest
                 wait = at - now
@@ -484,14 +485,14 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
                         after = state.after
                         # With two logged permits at least known out of the window and the next one still in
                         # it, this grant takes one and one at least remains: reset is one period.
-                        if out > 1 and after is not None and after > now - period:
+                        if out > 1 and after is not None and after > now:
                             ring[head] = state.newest = now
                             state.head = self._next[head]
-                            state.out = out - 1
+                            out = state.out = out - 1
                             if now >= self._cycle_end or newest < self._cycle_start:
                                 self._touch(key, newest, now)
                             self.successful_calls += 1
-                            wait = -1  # granted: figures (out - 1, period)
+                            wait = -1  # granted: figures (out, period)
                     else:
                         if newest > at:
                             at = newest
@@ -504,7 +505,7 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
             if wait < 0:
                 if limiter.events.wants_successful:
                     limiter._publish(SUCCESSFUL_ACQUIRE, 1)
-                return out - 1, period
+                return out, period
             if wait:
                 # One permit is always grantable (no refuse_never_grantable); raised without a local holding it.
                 raise limiter._rejection(key, 1, wait, ((0, wait),))

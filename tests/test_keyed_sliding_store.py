@@ -62,7 +62,7 @@ def _check_state(store: SlidingWindowKeyedStore, now: int) -> None:
         assert list(logged) == sorted(logged)
         # The hint for the figures: out slots known out of the window, and the next one's time.
         if after is not None:
-            assert out < limit and after == logged[out]
+            assert out < limit and after == logged[out] + T  # when it leaves the window
             assert all(t <= now - T for t in logged[:out])
 
 
