@@ -15,6 +15,8 @@ in tens of MB at its cap. Run:
     python benchmarks/bench_keyed_memory.py                    # the default max_keys, and 1,000,000
     python benchmarks/bench_keyed_memory.py 100000 1000000     # chosen sizes
     python benchmarks/run.py keyed_memory                      # the default max_keys only
+    python benchmarks/bench_keyed_memory.py --algorithm sliding_window --limit 100 10000
+                                                               # another algorithm (and limit_for_period)
 """
 
 from __future__ import annotations
@@ -52,14 +54,15 @@ def _rss_bytes() -> int:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def measure(n: int, kind: str, how: str) -> float:
-    """Bytes per key for ``n`` live keys of ``kind`` in this process, by ``how``: "tracemalloc" or "rss".
+def measure(n: int, kind: str, how: str, algorithm: str = "cycle", limit: int = 10) -> float:
+    """Bytes per key for ``n`` live keys of ``kind`` in this process, by ``how``: "tracemalloc" or "rss"; each
+    key took one permit of a ``limit`` per hour ``algorithm`` limiter.
 
     The two are separate runs: tracemalloc's own bookkeeping would inflate the RSS figure.
     """
     limiter = KeyedRateLimiter(
         "mem",
-        RateLimiterConfig(limit_for_period=10, limit_refresh_period="1h"),
+        RateLimiterConfig(limit_for_period=limit, limit_refresh_period="1h", algorithm=algorithm),
         clock=FakeClock(),
         max_keys=n,
     )
@@ -83,16 +86,16 @@ def measure(n: int, kind: str, how: str) -> float:
     return used / n
 
 
-def _child(n: int, kind: str, how: str) -> float:
+def _child(n: int, kind: str, how: str, algorithm: str = "cycle", limit: int = 10) -> float:
     """:func:`measure` in a fresh interpreter (figures do not carry over between rows)."""
     code = (
         "import sys; sys.path.insert(0, sys.argv[4]); import bench_keyed_memory as b; "
-        "print(b.measure(int(sys.argv[1]), sys.argv[2], sys.argv[3]))"
+        "print(b.measure(int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[5], int(sys.argv[6])))"
     )
     here = Path(__file__).resolve().parent
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parent), os.environ.get("PYTHONPATH", "")])}
     out = subprocess.run(
-        [sys.executable, "-c", code, str(n), kind, how, str(here)],
+        [sys.executable, "-c", code, str(n), kind, how, str(here), algorithm, str(limit)],
         check=True,
         capture_output=True,
         text=True,
@@ -101,24 +104,36 @@ def _child(n: int, kind: str, how: str) -> float:
     return float(out.strip().splitlines()[-1])
 
 
-def run(sizes: tuple[int, ...] = (DEFAULT_MAX_KEYS,)) -> list[dict[str, Any]]:
+def run(
+    sizes: tuple[int, ...] = (DEFAULT_MAX_KEYS,), algorithm: str = "cycle", limit: int = 10
+) -> list[dict[str, Any]]:
     """Rows for ``benchmarks/run.py``: bytes per key and the total at each size (no timing)."""
     rows = []
+    what = "" if algorithm == "cycle" else f" {algorithm} (limit {limit})"
     for n in sizes:
         for kind in _KINDS:
-            traced = _child(n, kind, "tracemalloc")
+            traced = _child(n, kind, "tracemalloc", algorithm, limit)
             text = f"tracemalloc {traced:.0f} B/key = {traced * n / _MB:.0f} MB"
             if sys.platform == "linux":
-                rss = _child(n, kind, "rss")
+                rss = _child(n, kind, "rss", algorithm, limit)
                 text += f"; RSS {rss:.0f} B/key = {rss * n / _MB:.0f} MB"
-            rows.append({"name": f"memory: KeyedRateLimiter, {n:,} live {kind} keys", "target": text})
+            rows.append({"name": f"memory: KeyedRateLimiter{what}, {n:,} live {kind} keys", "target": text})
     return rows
 
 
 def main(argv: list[str]) -> int:
+    algorithm, limit = "cycle", 10
+    if "--algorithm" in argv:
+        at = argv.index("--algorithm")
+        algorithm = argv[at + 1]
+        del argv[at : at + 2]
+    if "--limit" in argv:
+        at = argv.index("--limit")
+        limit = int(argv[at + 1])
+        del argv[at : at + 2]
     sizes = tuple(int(a) for a in argv) or (DEFAULT_MAX_KEYS, 1_000_000)
     print(f"python {sys.version.split()[0]}, default max_keys {DEFAULT_MAX_KEYS:,}")
-    for row in run(sizes):
+    for row in run(sizes, algorithm, limit):
         print(f"{row['name']:52}  {row['target']}")
     return 0
 
