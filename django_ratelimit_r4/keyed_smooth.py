@@ -12,8 +12,9 @@ State per live key: GCRA one int (the theoretical arrival time scaled by the lim
 at every grant (least recently used first); the sliding window a small object with an
 ``array('q')`` ring of the last ``limit`` hand-over times (8 bytes a permit, oldest at ``ring[head]``), the
 index of its oldest slot, its newest time and a hint for the header figures (see
-:class:`SlidingWindowKeyedStore`), about ``8 * limit + 250`` bytes (``python benchmarks/bench_keyed_memory.py``
-measures it), mutated in place under the lock; its entry moves to the end at its first grant in each period
+:class:`SlidingWindowKeyedStore`), about ``8 * limit + 320`` bytes with the key and its entry
+(``python benchmarks/bench_keyed_memory.py --algorithm sliding_window`` measures it), mutated in place under the
+lock; its entry moves to the end at its first grant in each period
 (from the store's anchor), so the store is ordered by the period of last use, as the cycle store is. A key is
 full again, so dropped for free, at most ``burst * period / limit`` (GCRA) or one period (sliding window) after
 its last hand-over, so ``idle_timeout_ns`` never needs to drop state.
@@ -240,8 +241,9 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
     """The exact sliding window per key (:func:`~.backends.algorithms.sliding_decide` over absolute clock time).
 
     A key's state is a ``_Log`` (``head``, ``newest``, ``ring``, ``out``, ``after``; see the module doc),
-    mutated in place under the lock. A one-permit decision reads the oldest slot ``ring[head]`` and the newest time and writes one
-    slot, the head (from the store's successor list ``_next``: no int built) and the newest time.
+    mutated in place under the lock. A one-permit decision reads the oldest slot ``ring[head]`` and the newest
+    time and writes one slot, the head (from the store's successor list ``_next``: no int built) and the newest
+    time.
 
     Its header figures need how many logged permits have left the window, a prefix of the ring from the head
     (the slots are sorted, oldest first). ``decide_quota`` and the limiter's ``acquire_quota`` (written out
