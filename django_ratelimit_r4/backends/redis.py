@@ -523,11 +523,19 @@ class RedisConnection:
             or pool._lock.locked()
         ):
             available = pool._available_connections
-            if available:
+            popped = bool(available)
+            if popped:
                 conn = available.pop()
             elif len(pool._in_use_connections) < pool.max_connections:
                 conn = pool.make_connection()
             else:
+                conn = None
+            if conn is not None and type(conn._parser) not in _PY_PARSERS:
+                # Another parser (hiredis): its replies are its own to read, so this pool goes redis-py's way
+                # from now on; the connection goes back untouched (a new one, never opened, is dropped).
+                if popped:
+                    available.append(conn)
+                self._aio_pools[asyncio.get_running_loop()] = (pool, False)
                 conn = None
             if conn is not None:
                 pool._in_use_connections.add(conn)
@@ -536,18 +544,12 @@ class RedisConnection:
                     reader = conn._reader
                     if reader is None or conn._writer is None:
                         await conn.connect()
-                    elif (
-                        type(parser) not in _PY_PARSERS
-                        or parser._buffer
-                        or reader._buffer
-                        or reader.at_eof()
-                        or reader.exception() is not None
-                    ):
+                    elif parser._buffer or reader._buffer or reader.at_eof() or reader.exception() is not None:
                         await pool.ensure_connection(conn)
                 except BaseException:
                     await self._agive(pool, conn, True)
                     raise
-                return conn, type(conn._parser) in _PY_PARSERS
+                return conn, True
         return await pool.get_connection(), False
 
     async def _agive(self, pool: Any, conn: Any, lean: bool) -> None:

@@ -359,3 +359,25 @@ def test_no_blocking_call_on_the_loop(redis_url: str, prefix: str, monkeypatch: 
         assert violations == []
 
     _run(main)
+
+
+def test_a_pool_of_another_parser_goes_redis_pys_way(
+    redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """hiredis (or any parser but redis-py's python ones) reads its own replies: the pool is taken and given
+    back through redis-py (counted there), and decisions are the same."""
+    monkeypatch.setattr(rb, "_PY_PARSERS", ())
+    url = redis_url + "?" + PATIENT
+    limiter = _limiter(url, prefix, "foreign", limit=2)
+
+    async def main() -> None:
+        conn = rb.connection(url)
+        results = [await limiter.aacquire_permission() for _ in range(3)]
+        assert results == [True, True, False]
+        pool, lean = conn._apool()
+        assert not lean
+        assert len(pool._in_use_connections) == 0 and len(pool._available_connections) == 1
+        backend: Any = limiter.backend
+        assert backend.faults == 0
+
+    _run(main)
