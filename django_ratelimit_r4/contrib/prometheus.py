@@ -83,6 +83,7 @@ import atexit
 import contextlib
 import logging
 import os
+import struct
 import threading
 import weakref
 from collections.abc import Iterable, Iterator
@@ -834,6 +835,31 @@ def multiprocess_requested() -> bool:
     return "PROMETHEUS_MULTIPROC_DIR" in os.environ or "prometheus_multiproc_dir" in os.environ
 
 
+def _tolerate_empty_metric_files() -> None:
+    """Read a multiprocess metric file that is still empty as no samples (idempotent).
+
+    prometheus/client_python#1199 (open in 0.26): ``MmapedDict`` creates a worker's file, then sizes it, and a
+    scrape that globs it in between raised ``struct.error``: ``/metrics`` answered 500, for good if the worker
+    died in that window. Our syncer creates such files while the workers serve. The eager header read is the
+    only place an empty file fails, so that error alone means "nothing written yet" (the upstream fix's reading,
+    PR #1207); a corrupt file still raises from the lazy read of its values.
+    """
+    from prometheus_client.mmap_dict import MmapedDict
+
+    original = MmapedDict.__dict__["read_all_values_from_file"].__func__
+    if getattr(original, "_r4_tolerant", False):
+        return
+
+    def read_all_values_from_file(filename: str) -> Iterator[Any]:
+        try:
+            return original(filename)  # type: ignore[no-any-return]
+        except struct.error:
+            return iter(())
+
+    read_all_values_from_file._r4_tolerant = True  # type: ignore[attr-defined]
+    MmapedDict.read_all_values_from_file = staticmethod(read_all_values_from_file)  # type: ignore[method-assign]
+
+
 def install(
     *,
     registry: CollectorRegistry | None = REGISTRY,
@@ -863,6 +889,7 @@ def install(
             return _mode
         if not interval > 0:
             raise ValueError(f"interval must be > 0 seconds, got {interval!r}")
+        _tolerate_empty_metric_files()
         syncer = _Syncer(registry, interval)
         if _stall is not None:
             _stall.add_stall_listener(syncer.observe_stall)

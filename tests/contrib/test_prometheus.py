@@ -75,6 +75,44 @@ def with_instances(**changes: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------------
 
 
+def test_a_metric_file_a_worker_has_not_sized_yet_reads_as_no_samples(tmp_path: Path) -> None:
+    """prometheus/client_python#1199 (open in 0.26): a worker's metric file exists at 0 bytes between its
+    creation and its sizing, and a scrape that globs it then raised struct.error, so /metrics answered 500
+    (for good if the worker died in that window). Our syncer creates those files while workers serve
+    (tests/contrib/test_prometheus_gunicorn.py scrapes then, and flaked on it). Multiprocess install reads
+    such a file as no samples, and the other workers' samples are still served."""
+    import struct
+
+    from prometheus_client.mmap_dict import MmapedDict
+
+    MmapedDict(str(tmp_path / "counter_1.db")).close()  # a worker's file, sized
+    (tmp_path / "counter_2.db").write_bytes(b"")  # the other worker's file, not sized yet
+
+    def collect() -> list[Any]:
+        reg = CollectorRegistry()
+        MultiProcessCollector(reg, path=str(tmp_path))
+        return list(reg.collect())
+
+    original = MmapedDict.__dict__["read_all_values_from_file"]
+    try:
+        before = prometheus.installed_mode()
+        assert before in (None, prometheus.SINGLE_PROCESS)
+        prometheus.uninstall()
+        try:  # through install(), as a worker does
+            assert prometheus.install(multiprocess=True, registry=CollectorRegistry()) == prometheus.MULTIPROCESS
+        finally:
+            prometheus.uninstall()
+            if before is not None:
+                prometheus.install()
+        assert collect() == []
+        prometheus._tolerate_empty_metric_files()  # idempotent: one wrapper
+        assert collect() == []
+    finally:
+        MmapedDict.read_all_values_from_file = original  # type: ignore[method-assign]
+    with pytest.raises(struct.error):  # what it does without us (so the test above means something)
+        collect()
+
+
 class TestInstall:
     def test_install_is_idempotent_and_registers_one_collector(self, installed: None) -> None:
         assert prometheus.install() == prometheus.SINGLE_PROCESS
