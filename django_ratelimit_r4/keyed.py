@@ -1119,6 +1119,33 @@ async def _aquota_of(entry: tuple[Any, Any]) -> tuple[int, int]:
     return await remote.aquota() if remote is not None else limiter.backend.quota()  # type: ignore[no-any-return]
 
 
+def _quotas_now(
+    entries: Sequence[tuple[Any, Any]], remote: list[int], decider: Any
+) -> list[tuple[int, int]]:
+    """Every entry's figures now, no decision made (the in-memory limits refused first): in-memory snapshots, and
+    the remote ones read in one round trip by their decider's ``read_quotas`` (else one read each)."""
+    read = getattr(decider, "read_quotas", None)
+    if read is None:
+        return [_quota_of(entry) for entry in entries]
+    quotas: list[Any] = [None] * len(entries)
+    for index, quota in zip(remote, read([entries[i] for i in remote]), strict=True):
+        quotas[index] = quota
+    return [quota if quota is not None else _quota_of(entry) for entry, quota in zip(entries, quotas, strict=True)]
+
+
+async def _aquotas_now(
+    entries: Sequence[tuple[Any, Any]], remote: list[int], decider: Any
+) -> list[tuple[int, int]]:
+    """Async twin of :func:`_quotas_now` (the decider's ``aread_quotas``)."""
+    read = getattr(decider, "aread_quotas", None)
+    if read is None:
+        return [await _aquota_of(entry) for entry in entries]
+    quotas: list[Any] = [None] * len(entries)
+    for index, quota in zip(remote, await read([entries[i] for i in remote]), strict=True):
+        quotas[index] = quota
+    return [quota if quota is not None else _quota_of(entry) for entry, quota in zip(entries, quotas, strict=True)]
+
+
 def _one_remote_quota(entry: tuple[Any, Any], wait: int, remaining: int, reset_ns: int) -> tuple[int, int] | None:
     """After a lone remote entry's ``acquire_quota`` / ``decide_quota``: its figures, None when a rejection
     did not read them (a keyed store without ``rejection_quotas``)."""
@@ -1151,7 +1178,7 @@ def acquire_all_quotas(
     The remote entries' decider decides them and reads their figures in one call (``acquire_all_quotas``;
     a lone remote entry: its ``acquire_quota`` / ``decide_quota``); the in-memory figures are snapshots read
     after the decision (and any give-back). When the in-memory limits refuse first, the remote ones are not
-    decided: their figures are read instead (one round trip for one remote limit, one per remote limit above).
+    decided: their figures are read instead, all in one round trip (the decider's ``read_quotas``).
     """
     if permits < 1:
         raise ValueError(f"permits must be >= 1, got {permits}")
@@ -1164,7 +1191,7 @@ def acquire_all_quotas(
         return decider.acquire_all_quotas(entries, permits)  # type: ignore[no-any-return]
     worst, local_entries, since = _mixed_first_half(entries, local, permits)
     if worst is not None:
-        return worst, [_quota_of(entry) for entry in entries]
+        return worst, _quotas_now(entries, remote, decider)
     remote_quotas: list[tuple[int, int] | None]
     if len(remote) == 1:
         entry = entries[remote[0]]
@@ -1199,7 +1226,7 @@ async def aacquire_all_quotas(
         return await decider.aacquire_all_quotas(entries, permits)  # type: ignore[no-any-return]
     worst, local_entries, since = _mixed_first_half(entries, local, permits)
     if worst is not None:
-        return worst, [await _aquota_of(entry) for entry in entries]
+        return worst, await _aquotas_now(entries, remote, decider)
     remote_quotas: list[tuple[int, int] | None]
     if len(remote) == 1:
         entry = entries[remote[0]]

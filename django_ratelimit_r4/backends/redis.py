@@ -106,10 +106,12 @@ __all__ = [
     "RedisKeyedStore",
     "aacquire_all_keyed",
     "acquire_all_keyed",
+    "aread_quotas",
     "client_key_digest",
     "close_connections",
     "connection",
     "key_base",
+    "read_quotas",
     "redis_backend",
     "redis_period_error",
     "sentinel_settings",
@@ -984,7 +986,9 @@ class RedisConnection:
                             commands += conn.pack_command("EVALSHA", scripts[index][0], numkeys, *args)
                         else:
                             commands.append(packed)
-                    conn.send_packed_command(commands)  # one write for all of the node's calls
+                    # One write for all of the node's calls: redis-py sends each item of a list with a sendall
+                    # of its own, which the server may take as several reads (several round trips' work).
+                    conn.send_packed_command([b"".join(commands)])
                 except _FAULTS as exc:
                     conn.disconnect()
                     for index in by_node[name]:
@@ -1746,6 +1750,25 @@ class _RedisCycleOps:
                 conn.fault(exc, "state", replies)
         return self._fault_state(state_key)
 
+    def _state_call(self, state_key: str) -> tuple[tuple[str, str], _ScriptCall]:
+        """:meth:`_state_at`'s read as one call of :meth:`RedisConnection.run_scripts` (several limits' state
+        reads in one round trip, :func:`read_quotas`): ``((script SHA, source), call)``."""
+        args = self._one_args(state_key, b"s", 1, 0)
+        return _CYCLE_SCRIPT, (2, args, None if self._now is not None else len(args) - 1, _ONE_TOKEN)
+
+    def _state_of(
+        self, conn: RedisConnection, state_key: str, outcome: tuple[Any, int, bool]
+    ) -> tuple[int, int, int, int]:
+        """The state of a :meth:`_state_call`'s outcome in ``run_scripts``; raises its fault (``_Late``: LATE)."""
+        reply, started, _ = outcome
+        if isinstance(reply, BaseException):
+            raise reply
+        return self._state_reply(self._settle(conn._timed(reply, started), (self._phase_of(state_key),)))
+
+    def _shown(self, state_key: str, state: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+        """A state read (or the fault policy's view) as :meth:`_state_at` answers it (a lease adds its permits)."""
+        return state
+
     def _fault_state(self, state_key: str) -> tuple[int, int, int, int]:
         # What a state read shows while Redis cannot answer: the fault policy's decision, as a state.
         if self._local is not None:
@@ -1830,6 +1853,8 @@ class _Phase:
 
 # The token's index in a one-limiter call's arguments (anchor key, state key, op, token, ...).
 _ONE_TOKEN = (3,)
+#: The cycle script's (SHA, source), as :meth:`RedisConnection.run_scripts` takes each call's.
+_CYCLE_SCRIPT = (SCRIPT_SHA, SCRIPT)
 
 
 # ------------------------------------------------------------------------------------------- unkeyed backend
@@ -2902,6 +2927,100 @@ async def aacquire_all_quotas(
     owners, members = _entries_members(entries, permits)
     reply, quotas = _split_quotas(members, await _async_many(members[0].counter, members, permits, b"M"))
     return _entries_outcome(owners, _many_result(members, reply), permits), quotas
+
+
+def _state_targets(entries: Sequence[tuple[Any, str | None]]) -> list[tuple[_RedisCycleOps, str]]:
+    """Each Redis entry's limiter (backend or keyed store) and state key; all on one connection."""
+    targets: list[tuple[_RedisCycleOps, str]] = []
+    for limiter, key in entries:
+        target: Any = limiter.backend if isinstance(limiter, RateLimiter) else limiter.store
+        state: str | None = None
+        if isinstance(target, RedisBackend):
+            state = target.state_key
+        elif isinstance(target, RedisKeyedStore) and key is not None:
+            state = target._state_key(key)
+        if state is None:
+            raise TypeError(f"cannot read {limiter.name!r} (key {key!r}) with Redis limiters in one round trip")
+        targets.append((target, state))
+    conn = targets[0][0]._connection()
+    if any(target._connection() is not conn for target, _ in targets):
+        raise ValueError("all Redis limiters read at once must use the same Redis (URL and OPTIONS)")
+    return targets
+
+
+def _read_quotas_of(
+    conn: RedisConnection, targets: list[tuple[_RedisCycleOps, str]], outcomes: list[tuple[Any, int, bool]],
+    replies: int,
+) -> tuple[list[tuple[int, int] | None], list[int]]:
+    """Each target's ``(remaining, reset_ns)`` from its outcome (the fault policy's view for a failed read, the
+    fault recorded once), and the indexes of LATE reads (None there: read again alone)."""
+    quotas: list[tuple[int, int] | None] = []
+    late: list[int] = []
+    error: BaseException | None = None
+    for index, ((target, state_key), outcome) in enumerate(zip(targets, outcomes, strict=True)):
+        try:
+            state = target._state_of(conn, state_key, outcome)
+        except _Late:
+            quotas.append(None)
+            late.append(index)
+            continue
+        except _FAULTS as exc:
+            error = error or exc
+            state = target._fault_state(state_key)
+        quotas.append(_quota(target._shown(state_key, state)))
+    if error is not None:
+        conn.fault(error, "state", replies)
+    return quotas, late
+
+
+def read_quotas(entries: Sequence[tuple[RateLimiter | KeyedRateLimiter, str | None]]) -> list[tuple[int, int]]:
+    """Every entry's ``quota()`` figures ``(remaining, reset_ns)``, in entry order, read in ONE round trip.
+
+    ``entries`` as :func:`acquire_all_keyed`'s (Redis limiters of one connection, any algorithms): each state
+    read (op "s" of its algorithm's script) goes out in one write on one pooled connection (one per node on a
+    cluster, all written before any reply is read); nothing is written in Redis. A mixed gate refused by an
+    in-memory limit reads its Redis limits' figures for the 429 so (``keyed.acquire_all_quotas``). Under a
+    fault, each figure is the fault policy's view, as ``quota()``'s; a LATE read (nothing to change anyway) is
+    read again alone.
+    """
+    targets = _state_targets(entries)
+    conn = targets[0][0]._connection()
+    if conn.is_down():
+        return [_quota(target._shown(state_key, target._fault_state(state_key))) for target, state_key in targets]
+    replies = conn.replies
+    calls = [target._state_call(state_key) for target, state_key in targets]
+    try:
+        outcomes = conn.run_scripts(SCRIPT_SHA, SCRIPT, [call for _, call in calls], [script for script, _ in calls])
+    except _FAULTS as exc:  # no connection to be had: every read failed alike
+        outcomes = [(exc, 0, False)] * len(calls)
+    quotas, late = _read_quotas_of(conn, targets, outcomes, replies)
+    for index in late:
+        target, state_key = targets[index]
+        quotas[index] = _quota(target._state_at(state_key))
+    return quotas  # type: ignore[return-value]
+
+
+async def aread_quotas(
+    entries: Sequence[tuple[RateLimiter | KeyedRateLimiter, str | None]],
+) -> list[tuple[int, int]]:
+    """Async twin of :func:`read_quotas` on ``redis.asyncio`` (one write on one of this loop's connections)."""
+    targets = _state_targets(entries)
+    conn = targets[0][0]._connection()
+    if conn.is_down():
+        return [_quota(target._shown(state_key, target._fault_state(state_key))) for target, state_key in targets]
+    replies = conn.replies
+    calls = [target._state_call(state_key) for target, state_key in targets]
+    try:
+        outcomes = await conn.arun_scripts(
+            SCRIPT_SHA, SCRIPT, [call for _, call in calls], [script for script, _ in calls]
+        )
+    except _FAULTS as exc:  # no connection to be had: every read failed alike
+        outcomes = [(exc, 0, False)] * len(calls)
+    quotas, late = _read_quotas_of(conn, targets, outcomes, replies)
+    for index in late:
+        target, state_key = targets[index]
+        quotas[index] = _quota(await target._astate_at(state_key))
+    return quotas  # type: ignore[return-value]
 
 
 # --------------------------------------------------------------------------- fault policy "local", and the store

@@ -384,6 +384,9 @@ class _Leasing:
         permissions += held
         return cycle, permissions, 0 if permissions >= 1 else wait, to_next
 
+    #: A state read with the others (``redis.read_quotas``) counts the live lease too.
+    _shown = _with_held
+
     def _state_at(self, state_key: str) -> tuple[int, int, int, int]:
         """The shared state, with this process's live lease counted as available."""
         return self._with_held(state_key, super()._state_at(state_key))  # type: ignore[misc]

@@ -130,6 +130,19 @@ class ScriptedLimiter:
         args = self._script_args(op, permits, timeout_ns)
         return _as_tuple(await acall(script, conn, (state_key,), args, server))
 
+    def _state_call(self: Any, state_key: str) -> tuple[tuple[str, str], Any]:
+        """The state read ("s") as one call of ``RedisConnection.run_scripts`` (see ``redis.read_quotas``)."""
+        script = self._script
+        args = [state_key, *self._script_args(b"s", 1, 0)]
+        return (script.sha, script.text), (1, args, _deadline_at((), args, self._now is None), ())
+
+    def _state_of(self: Any, conn: RedisConnection, state_key: str, outcome: tuple[Any, int, bool]) -> Any:
+        """The state of a :meth:`_state_call`'s outcome; raises its fault (``_Late``: LATE)."""
+        reply, started, learn = outcome
+        if isinstance(reply, BaseException):
+            raise reply
+        return self._state_reply(_as_tuple(_reply_of(conn, reply, started, learn)))
+
     def _reset_call(self: Any, conn: RedisConnection, keys: Sequence[Any], phase: Any = None) -> None:
         """Delete the states (``keys[1:]``; the first is the cycle anchor, unused here): full again."""
         conn.sync.delete(*keys)

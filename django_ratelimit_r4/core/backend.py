@@ -140,7 +140,11 @@ class AllOrNothingPlace(Protocol):
         same, with every entry's ``(remaining, reset_ns)`` read in the same step) and their async twins
         ``aacquire_all_keyed`` / ``aacquire_all_quotas``; ``entries`` are ``(RateLimiter, None)`` and
         ``(KeyedRateLimiter, key)`` pairs of this place. ``place`` is compared by identity (Redis: the
-        connection, one per URL and OPTIONS in a process)."""
+        connection, one per URL and OPTIONS in a process).
+
+        Optionally the decider also has ``read_quotas(entries)`` / ``aread_quotas(entries)``: every entry's
+        ``quota()`` figures read at once, nothing decided (a mixed decision refused in memory reads its remote
+        limits' figures so, in one round trip; without them, one ``quota()`` each)."""
         ...
 
 

@@ -565,3 +565,32 @@ def test_mixed_algorithms_in_one_slot_run_one_script_on_the_cluster(
     assert runs == [MIXED_SCRIPT_SHA] * 5
     monkeypatch.undo()
     assert [rl.backend.quota()[0] for rl in limiters] == [3, 0, 2]  # type: ignore[attr-defined]
+
+
+def test_figures_of_limits_over_slots_read_in_one_round_trip(redis_cluster: LocalCluster) -> None:
+    """A decision refused in memory reads its Redis limits' figures (here in three slots on three primaries, of
+    three algorithms, server time) at once: one write per node before any reply, one round trip in all."""
+    from django_ratelimit_r4.keyed import aacquire_all_quotas, acquire_all_quotas
+
+    prefix = _prefix()
+    conn = _probe(redis_cluster.url, True)
+    names = _spread_names(conn, 3, "rq")
+    factory = rb.redis_backend(redis_cluster.url, prefix=prefix, connection_options=CLUSTER)
+    limiters = [
+        RateLimiter(
+            n,
+            RateLimiterConfig(limit_for_period=5, limit_refresh_period="60s", timeout_duration=0, algorithm=a),
+            backend=factory,
+        )
+        for n, a in zip(names, ("cycle", "gcra", "sliding_window"), strict=True)
+    ]
+    memory = RateLimiter("mem", _config(1))
+    entries: list[tuple[Any, Any]] = [(memory, None), *((rl, None) for rl in limiters)]
+    assert acquire_all_quotas(entries)[0] is None
+    replies = conn.replies
+    outcome, quotas = acquire_all_quotas(entries)
+    assert outcome is not None and outcome[0] == 0  # memory said no: nothing decided in Redis
+    assert conn.replies - replies == 1
+    assert [q[0] for q in quotas[1:]] == [rl.backend.quota()[0] for rl in limiters] == [4, 4, 4]
+    outcome, quotas = asyncio.run(aacquire_all_quotas(entries))
+    assert outcome is not None and [q[0] for q in quotas[1:]] == [4, 4, 4]
