@@ -300,6 +300,31 @@ class _Resilience:
 
     def _sync_wrapper(self, fn: Callable[..., Any], only_gate: bool) -> Callable[..., Any]:
         gate = self.gate
+        if only_gate and self.fallback is None:
+            gate_call = gate._call  # type: ignore[union-attr]
+            rejected_response = gate.rejected_response  # type: ignore[union-attr]
+            names = gate.names  # type: ignore[union-attr]
+            catch = self.catch
+
+            def _ratelimited(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    return gate_call(fn, args, kwargs)
+                except RequestNotPermitted as exc:
+                    # handle()'s answer without a fallback, inlined (the denied hot path): the gate's own
+                    # rejection on a view is its 429; anything else is re-raised.
+                    if exc.name in names:
+                        request = request_of(args)
+                        if request is not None:
+                            return rejected_response(request, exc)
+                    raise
+                except catch as exc:
+                    outcome = self.handle(fn, exc, args, kwargs)
+                    if outcome is _RERAISE:
+                        raise
+                    return outcome
+
+            return _ratelimited
+
         if only_gate:
             gate_call = gate._call  # type: ignore[union-attr]
 
@@ -362,6 +387,30 @@ class _Resilience:
 
         async def _ahandle(exc: BaseException, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             return await self.ahandle(fn, exc, args, kwargs)
+
+        if only_gate and self.fallback is None:
+            gate_acall = gate.acall  # type: ignore[union-attr]
+            arejected_response = gate.arejected_response  # type: ignore[union-attr]
+            names = gate.names  # type: ignore[union-attr]
+            catch = self.catch
+
+            async def _aratelimited(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    return await gate_acall(fn, *args, **kwargs)
+                except RequestNotPermitted as exc:
+                    # ahandle()'s answer without a fallback, inlined (as in _sync_wrapper).
+                    if exc.name in names:
+                        request = request_of(args)
+                        if request is not None:
+                            return await arejected_response(request, exc)
+                    raise
+                except catch as exc:
+                    outcome = await _ahandle(exc, args, kwargs)
+                    if outcome is _RERAISE:
+                        raise
+                    return outcome
+
+            return _aratelimited
 
         if only_gate:
             gate_acall = gate.acall  # type: ignore[union-attr]

@@ -220,10 +220,13 @@ class _RatePlan:
         "limits",
         "loads_session",
         "remote",
+        "remote_aacquire_quota",
+        "remote_acquire_quota",
         "remote_quotas",
         "salt",
         "single",
         "single_keyed",
+        "single_remote",
         "style",
     )
 
@@ -283,6 +286,18 @@ class _RatePlan:
             fast.keyed.acquire_quota if fast is not None else None  # type: ignore[union-attr]
         )
         self.keyed_key_func: KeyFunc | None = fast.key_func if fast is not None else None
+        #: A single unkeyed remote limit with draft-10 fields: its limiter's ``acquire_quota`` decides and reads
+        #: the two fields' figures in one round trip (a rejection carries them), written as the in-memory
+        #: single limit's are (no keys list, no caught and re-raised rejection, no field dict).
+        unkeyed_remote = only is not None and only.keyed is None and self.remote_quotas and self.draft10
+        self.remote_acquire_quota: Callable[[int], tuple[int, int]] | None = (
+            only.limiter.acquire_quota if unkeyed_remote else None  # type: ignore[union-attr]
+        )
+        self.remote_aacquire_quota: Callable[[int], Any] | None = (
+            only.limiter.aacquire_quota if unkeyed_remote else None  # type: ignore[union-attr]
+        )
+        #: One remote limit with draft-10 fields: a 429 writes them from the figures its rejection carries.
+        self.single_remote = only is not None and self.remote_quotas and self.draft10
         #: A key function reads the session store ("session"): async calls load it off the loop first.
         self.loads_session = any(getattr(limit.key_func, "reads_session", False) for limit in limits)
 
@@ -327,6 +342,27 @@ async def _aload_session(request: Any) -> None:
     session = getattr(request, "session", None)
     if session is not None and session.session_key:
         await session.akeys()
+
+
+def _write_single(plan: _RatePlan, response: HttpResponseBase, request: Any, exc: RequestNotPermitted) -> bool:
+    """``plan.single_remote``: write the two fields of the 429 from the figures the rejection carries, as the
+    allowed request's are written (the keyed client's cached constants when it has them); False when ``exc`` is
+    not this limit's own (the view raised another limiter's rejection)."""
+    limit = plan.limits[0]
+    refused: object = exc.rate_limiter
+    quota = exc.quotas[0]  # type: ignore[index]
+    if refused is limit.limiter:
+        write_draft10(response, limit.policy, limit.state_prefix, quota[0], quota[1])
+        return True
+    key = exc.key
+    if refused is not limit.keyed or key is None:
+        return False
+    entry = plan.keyed_entries.get(request.META.get("REMOTE_ADDR") if plan.keyed_by_remote_addr else key)
+    if entry is None or entry[0] != key:
+        pk = ";pk=" + _pk(plan.salt, key)
+        entry = (key, limit.policy + pk, limit.state_prefix, pk)
+    write_draft10(response, entry[1], entry[2], quota[0], quota[1], entry[3])
+    return True
 
 
 #: A gate's plan before its first use: a complete plan of no limits whose generation (-1) never matches
@@ -602,8 +638,25 @@ class RateLimitGate:
                 "RateLimit": draft10_state(prefix, remaining, delay_seconds(reset_ns), pk),
             }
         if plan.remote_quotas and (request.method in self._methods) is not self._skip_if_listed:
-            rejection, keys, quotas = self._remote(plan, request)
-            return rejection, self._fields(plan, self._pairs(plan, keys), quotas)
+            remote_quota = plan.remote_acquire_quota
+            if remote_quota is None:
+                rejection, keys, quotas = self._remote(plan, request)
+                return rejection, self._fields(plan, self._pairs(plan, keys), quotas)
+            # A single unkeyed Redis limit (as _call's): one round trip, the two fields from its figures.
+            limit = plan.limits[0]
+            try:
+                remaining, reset_ns = remote_quota(self.permits)
+            except RequestNotPermitted as exc:
+                figures = exc.quotas
+                remaining, reset_ns = figures[0] if figures else limit.quota(None)
+                return _untraced(exc), {
+                    "RateLimit-Policy": limit.policy,
+                    "RateLimit": draft10_state(limit.state_prefix, remaining, delay_seconds(reset_ns), ""),
+                }
+            return None, {
+                "RateLimit-Policy": limit.policy,
+                "RateLimit": draft10_state(limit.state_prefix, remaining, delay_seconds(reset_ns), ""),
+            }
         if (request.method in self._methods) is self._skip_if_listed:
             return None, {}  # a method not counted: no limit applied
         keys = self._keys(plan, request)
@@ -657,6 +710,16 @@ class RateLimitGate:
             if isinstance(response, HttpResponseBase):
                 write_draft10(response, policy, prefix, remaining, reset_ns, pk)
             return response
+        remote_quota = plan.remote_acquire_quota
+        if remote_quota is not None:
+            # A single unkeyed Redis limit: one round trip decides and reads the two fields' figures; a
+            # rejection (carrying them) propagates as raised, never held in this frame.
+            remaining, reset_ns = remote_quota(self.permits)
+            response = fn(*args, **kwargs)
+            if request is not None and isinstance(response, HttpResponseBase):
+                limit = plan.limits[0]
+                write_draft10(response, limit.policy, limit.state_prefix, remaining, reset_ns)
+            return response
         if plan.remote_quotas:
             # Redis with header fields: one round trip decides and reads them.
             rejection, keys, quotas = self._remote(plan, request)
@@ -698,6 +761,15 @@ class RateLimitGate:
             plan = self._refresh()
         if plan.loads_session and request is not None:
             await _aload_session(request)
+        remote_aquota = plan.remote_aacquire_quota
+        if remote_aquota is not None:
+            # A single unkeyed Redis limit (as _call's): one awaited round trip, the two fields from its figures.
+            remaining, reset_ns = await remote_aquota(self.permits)
+            response = await fn(*args, **kwargs)
+            if request is not None and isinstance(response, HttpResponseBase):
+                limit = plan.limits[0]
+                write_draft10(response, limit.policy, limit.state_prefix, remaining, reset_ns)
+            return response
         if plan.remote_quotas:
             # Redis with header fields: one awaited round trip decides and reads them.
             rejection, applied, quotas = await self._aremote(plan, request)
@@ -818,6 +890,8 @@ class RateLimitGate:
         plan = self.plan()
         if plan.style is None:
             return response
+        if exc.quotas is not None and plan.single_remote and _write_single(plan, response, request, exc):
+            return response
         if self._own_quotas(plan, exc):
             self._annotate_from(plan, response, request, exc)
             return response
@@ -860,6 +934,8 @@ class RateLimitGate:
             return self.rejected_response(request, exc)
         response = rejection_response(request, exc)
         if plan.style is None:
+            return response
+        if exc.quotas is not None and plan.single_remote and _write_single(plan, response, request, exc):
             return response
         if self._own_quotas(plan, exc):
             self._annotate_from(plan, response, request, exc)

@@ -648,6 +648,12 @@ class KeyedRateLimiter:
                 states[key] = packed - permits  # type: ignore[operator]
                 store.successful_calls += 1
                 wait, remaining, reset_ns = 0, permissions - permits, end - now
+            elif packed is not None and permits - store._limit <= permissions < permits and end - now > self._timeout_ns:
+                # The common rejection, spelled out too: used in this cycle, too few left, and the next cycle's
+                # refill would be enough, so decide() waits exactly until the boundary (past the timeout):
+                # nothing is stored, and quota() would answer (left, that same wait).
+                store.failed_calls += 1
+                wait, remaining, reset_ns = now - end, permissions, end - now
             else:
                 wait, remaining, reset_ns = store._decide_quota_locked(
                     key, packed, now - store._anchor, permits, self._timeout_ns
@@ -656,7 +662,8 @@ class KeyedRateLimiter:
             lock.release()
         if wait:
             if wait < 0:
-                refuse_never_grantable(self, permits, self._timeout_ns)
+                if permits > 1:  # one permit is always grantable (a limit and a burst are >= 1)
+                    refuse_never_grantable(self, permits, self._timeout_ns)
                 # The figures read with the decision (rejection_quotas). Raised without a local holding it:
                 # that frame, kept by the traceback, would close a reference cycle for the cyclic GC.
                 raise self._rejection(key, permits, -wait, ((remaining, reset_ns),))
@@ -671,7 +678,8 @@ class KeyedRateLimiter:
         wait, remaining, reset_ns = self._decide_quota(key, permits, self._timeout_ns)
         if wait:
             if wait < 0:
-                refuse_never_grantable(self, permits, self._timeout_ns)
+                if permits > 1:  # one permit is always grantable (a limit and a burst are >= 1)
+                    refuse_never_grantable(self, permits, self._timeout_ns)
                 raise self._rejection(  # no local holding it (see acquire_quota)
                     key, permits, -wait, ((remaining, reset_ns),) if self._rejection_quotas else None
                 )
@@ -687,7 +695,8 @@ class KeyedRateLimiter:
         wait, remaining, reset_ns = await self._adecide_quota(key, permits, self._timeout_ns)
         if wait:
             if wait < 0:
-                refuse_never_grantable(self, permits, self._timeout_ns)
+                if permits > 1:  # one permit is always grantable (a limit and a burst are >= 1)
+                    refuse_never_grantable(self, permits, self._timeout_ns)
                 raise self._rejection(  # no local holding it (see acquire_quota)
                     key, permits, -wait, ((remaining, reset_ns),) if self._rejection_quotas else None
                 )

@@ -93,7 +93,7 @@ def _bound_gate(
         permits,
         key,
         explicit,
-        _hashable_methods(methods),
+        methods if methods is None else _hashable_methods(methods),  # None: the common case, no call
     )
     binding = _bindings.get(binding_key)
     if binding is not None and binding[0] == registry.generation:

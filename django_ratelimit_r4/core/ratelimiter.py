@@ -424,7 +424,8 @@ class RateLimiter:
             return self._backend.quota()
         wait, remaining, reset_ns = backend.acquire_quota(permits, self._timeout_ns)
         if wait < 0:
-            refuse_never_grantable(self, permits, self._timeout_ns)
+            if permits > 1:  # one permit is always grantable (a limit and a burst are >= 1)
+                refuse_never_grantable(self, permits, self._timeout_ns)
             if self.events.wants_failed:
                 self._publish(FAILED_ACQUIRE, permits)
             raise RequestNotPermitted(self, -wait, quotas=((remaining, reset_ns),))
@@ -443,7 +444,8 @@ class RateLimiter:
             return self._backend.quota()
         wait, remaining, reset_ns = await backend.aacquire_quota(permits, self._timeout_ns)
         if wait < 0:
-            refuse_never_grantable(self, permits, self._timeout_ns)
+            if permits > 1:  # one permit is always grantable (a limit and a burst are >= 1)
+                refuse_never_grantable(self, permits, self._timeout_ns)
             if self.events.wants_failed:
                 self._publish(FAILED_ACQUIRE, permits)
             raise RequestNotPermitted(self, -wait, quotas=((remaining, reset_ns),))
