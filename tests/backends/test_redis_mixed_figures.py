@@ -133,9 +133,10 @@ def counter(redis_server: Any, r4_clock: Any) -> Iterator[Counter]:
 def _load_scripts(client: Any) -> None:
     """Every rate-limiter script known to the server before counting (else the first call is EVALSHA + EVAL)."""
     from django_ratelimit_r4.backends.redis_gcra import GCRA
+    from django_ratelimit_r4.backends.redis_mixed import MIXED_SCRIPT
     from django_ratelimit_r4.backends.redis_sliding import SLIDING
 
-    for text in (rb.SCRIPT, GCRA.text, SLIDING.text):
+    for text in (rb.SCRIPT, GCRA.text, SLIDING.text, MIXED_SCRIPT):
         client.script_load(text)
 
 
