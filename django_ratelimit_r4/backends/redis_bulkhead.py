@@ -106,6 +106,12 @@ def _resolve(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
+def _cancels(task: asyncio.Task[Any] | None) -> int:
+    """Cancellation requests ``task`` has pending (``Task.cancelling()``, 3.11+; 0 on 3.10, which has none)."""
+    cancelling = getattr(task, "cancelling", None)
+    return cancelling() if cancelling is not None else 0
+
+
 class _Waiter:
     """A caller parked in this process until its queued lease is granted (``granted`` set under the lock)."""
 
@@ -592,6 +598,8 @@ class RedisBulkhead:
         lease = self._new_id()
         waiter = None
         loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        cancels = _cancels(task)
         if self._wait_ms > 0:
             waiter = _Waiter(loop)
             self._park(lease, waiter)
@@ -604,6 +612,11 @@ class RedisBulkhead:
         except BaseException:
             self._interrupted(lease)  # the script may have run: a slot granted to nobody goes back
             raise
+        if _cancels(task) > cancels:
+            # Cancelled during the call, yet a reply came back: the client below us (redis-py 8.2's asyncio
+            # client, now and then) lost the CancelledError. The caller gave up: keep nothing, say so.
+            self._interrupted(lease)
+            raise asyncio.CancelledError
         status, self._cluster = int(reply[0]), int(reply[1])
         if status != _QUEUED:
             self._unpark(lease)
@@ -630,6 +643,9 @@ class RedisBulkhead:
         except BaseException:
             self._interrupted(lease)
             raise
+        if _cancels(task) > cancels:  # as after the acquire: a cancellation lost below us
+            self._interrupted(lease)
+            raise asyncio.CancelledError
         return self._after_cancel(lease, reply)
 
     def _take_hold(self) -> str | None:

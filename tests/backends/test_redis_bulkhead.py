@@ -14,6 +14,7 @@ budget or a kill, bounds are loose, and nothing sleeps to let time pass except w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -36,6 +37,7 @@ redis = pytest.importorskip("redis")
 
 ROOT = Path(__file__).resolve().parents[2]
 UNREACHABLE = "redis://127.0.0.1:1/15"
+HANG_GUARD_S = 20.0
 # A busy 2-core machine can stall a call past the default 0.25 s socket timeout, and the fault policy would
 # decide it: these tests are about the cluster's queue, not about faults (those pass options of their own).
 PATIENT = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
@@ -344,6 +346,38 @@ async def test_a_cancelled_waiter_keeps_no_slot(redis_url: str, prefix: str, mad
         assert await b.atry_acquire_permission()
         assert a.metrics.concurrent_calls == 0
         await b.aon_complete()
+
+
+async def test_a_cancellation_swallowed_below_the_acquire_still_cancels_and_keeps_no_slot(
+    redis_url: str, prefix: str, made: list
+) -> None:
+    """redis-py 8.2's asyncio client once in a while returns a reply although the task was cancelled during the
+    call (test_a_cancelled_waiter_keeps_no_slot flaked so: the EVALSHA answered QUEUED after the cancel, and the
+    waiter then got its slot). The cancelled caller must still get CancelledError and keep nothing."""
+    a = bulkhead(redis_url, prefix, 1, "20s")
+    b = bulkhead(redis_url, prefix, 1, "8s")
+    made += [a, b]
+    await a.aacquire_permission()
+    real = a._aeval
+    entered = asyncio.Event()
+
+    async def swallowing(op: str, *rest: Any) -> Any:
+        if op == "acquire":
+            entered.set()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(HANG_GUARD_S)  # a slow reply, then the cancellation is lost below us
+        return await real(op, *rest)
+
+    a._aeval = swallowing  # type: ignore[method-assign]
+    task = asyncio.create_task(a.aacquire_permission())
+    await asyncio.wait_for(entered.wait(), HANG_GUARD_S)
+    await a.aon_complete()  # the slot is free: the late acquire is granted at once
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert a.metrics.concurrent_calls == 0
+    assert await b.atry_acquire_permission()  # the slot went back (b waits up to 8 s for the release)
+    await b.aon_complete()
 
 
 # ------------------------------------------------------------------------------------------------ faults
