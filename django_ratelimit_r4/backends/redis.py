@@ -47,8 +47,8 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Awaitable, Mapping, Sequence
+from typing import Any, ClassVar, TypeVar
 from urllib.parse import quote, unquote, urlsplit
 
 import redis
@@ -160,6 +160,22 @@ _ScriptCall = tuple[int, list[Any], "int | None", Sequence[int]]
 # Replies that mean "not here" (the script did not run): followed once.
 _REDIRECTS = (redis.exceptions.MovedError, redis.exceptions.AskError)
 _TIMEOUTS = (redis.exceptions.TimeoutError, TimeoutError)
+_T = TypeVar("_T")
+# Task.cancelling() (Python 3.11+) counts the cancellations requested of a task and not taken back: what tells
+# a cancellation the client below us swallowed. Python 3.10 has none: there RedisConnection.areply cannot see
+# a lost one (a documented limitation).
+_CANCELLING = hasattr(asyncio.Task, "cancelling")
+
+
+class LostCancellation(asyncio.CancelledError):
+    """The task was cancelled during a Redis call, yet the call returned: the client below us (redis-py 8.2's
+    asyncio client, now and then) lost the ``CancelledError``. The call took effect in Redis; :attr:`reply` is
+    what it answered, for a caller to give back what it would otherwise hold. A ``CancelledError``: the task
+    ends cancelled wherever nobody catches it (raised by :meth:`RedisConnection.areply`)."""
+
+    def __init__(self, reply: Any) -> None:
+        super().__init__("cancelled during a Redis call whose reply came back")
+        self.reply = reply
 
 
 def _load_script() -> str:
@@ -544,10 +560,12 @@ class RedisConnection:
                 try:
                     parser = conn._parser
                     reader = conn._reader
+                    # Through areply: redis-py's connect() loses a cancellation more often than any other call
+                    # (asyncio.wait_for on 3.11); one lost here stops the call before its command is sent.
                     if reader is None or conn._writer is None:
-                        await conn.connect()
+                        await self.areply(conn.connect())
                     elif parser._buffer or reader._buffer or reader.at_eof() or reader.exception() is not None:
-                        await pool.ensure_connection(conn)
+                        await self.areply(pool.ensure_connection(conn))
                 except BaseException:
                     await self._agive(pool, conn, True)
                     raise
@@ -608,6 +626,34 @@ class RedisConnection:
         except BaseException:
             conn._force_disconnect()
             raise
+
+    @staticmethod
+    async def areply(call: Awaitable[_T]) -> _T:
+        """Await ``call`` (a Redis call that may change state), honest about a cancellation during it.
+
+        Every async caller of Redis that changes state goes through here (:meth:`arun_script`,
+        :meth:`arun_scripts`, the bulkhead's calls). redis-py 8.2's asyncio client now and then returns the
+        reply of a command although the task was cancelled during it: the caller would carry on as if not
+        cancelled (a bulkhead waiter kept its slot). When ``Task.cancelling()`` rose during the call: a reply
+        raises :class:`LostCancellation` carrying it (the caller gives back what it would hold, then lets it
+        propagate); a fault raises ``CancelledError`` (the cancellation became a timeout below us: the caller
+        was cancelled, the server did not fail, so no fault policy decides it and no cool-down starts).
+        Python 3.10 has no ``Task.cancelling()``: there ``call`` is awaited as it is.
+        """
+        task = asyncio.current_task() if _CANCELLING else None
+        if task is None:
+            return await call
+        cancelling = task.cancelling  # type: ignore[attr-defined]  # 3.11+ (checked: _CANCELLING)
+        before = cancelling()
+        try:
+            reply = await call
+        except _FAULTS as exc:
+            if cancelling() > before:
+                raise asyncio.CancelledError("cancelled during a Redis call (reported as a fault)") from exc
+            raise
+        if cancelling() > before:
+            raise LostCancellation(reply)
+        return reply
 
     def is_down(self) -> bool:
         """True while in the cool-down after a fault (decisions then skip Redis)."""
@@ -1042,7 +1088,17 @@ class RedisConnection:
         scripts: Sequence[tuple[str, str]] | None = None,
     ) -> list[tuple[Any, int, bool]]:
         """Async twin of :meth:`run_scripts`: on one server the calls go out in one write on one of this loop's
-        connections, then their replies are read; on a cluster they run concurrently (one connection each)."""
+        connections, then their replies are read; on a cluster they run concurrently (one connection each).
+        A cancellation lost below us raises :class:`LostCancellation` with the list (see :meth:`areply`)."""
+        return await self.areply(self._arun_scripts(sha, source, calls, scripts))
+
+    async def _arun_scripts(
+        self,
+        sha: str,
+        source: str,
+        calls: Sequence[_ScriptCall],
+        scripts: Sequence[tuple[str, str]] | None,
+    ) -> list[tuple[Any, int, bool]]:
         scripts = scripts or [(sha, source)] * len(calls)
         if not self.cluster and len(calls) > 1:
             return await self._arun_pipelined(calls, scripts)
@@ -1050,7 +1106,7 @@ class RedisConnection:
         async def one(script: tuple[str, str], call: _ScriptCall) -> Any:
             numkeys, args, at, tokens = call
             try:
-                return await self.arun_script(script[0], script[1], numkeys, args, at, tokens)
+                return await self._arun_script(script[0], script[1], numkeys, args, at, tokens)
             except _FAULTS as exc:
                 return (exc, time.monotonic_ns(), False)
 
@@ -1112,7 +1168,7 @@ class RedisConnection:
         for index in again:
             numkeys, args, at, tokens = calls[index]
             try:
-                results[index][:] = await self.arun_script(*scripts[index], numkeys, args, at, tokens)
+                results[index][:] = await self._arun_script(*scripts[index], numkeys, args, at, tokens)
             except _FAULTS as exc:
                 results[index][0] = exc
         if any(not isinstance(r[0], BaseException) for r in results):
@@ -1131,7 +1187,19 @@ class RedisConnection:
         tokens: Sequence[int] = (),
     ) -> tuple[Any, int, bool]:
         """Async twin of :meth:`run_script`, on this loop's ``redis.asyncio`` client (the lean way of
-        :meth:`_atake` / :meth:`_aexchange` on a plain pool)."""
+        :meth:`_atake` / :meth:`_aexchange` on a plain pool). A cancellation lost below us raises
+        :class:`LostCancellation` with the ``(reply, started, unknown)`` triple (see :meth:`areply`)."""
+        return await self.areply(self._arun_script(sha, source, numkeys, args, deadline_at, tokens))
+
+    async def _arun_script(
+        self,
+        sha: str,
+        source: str,
+        numkeys: int,
+        args: list[Any],
+        deadline_at: int | None,
+        tokens: Sequence[int],
+    ) -> tuple[Any, int, bool]:
         if self.cluster:
             return await self._arun_cluster(sha, source, numkeys, args, deadline_at, tokens)
         pool, lean = self._apool()

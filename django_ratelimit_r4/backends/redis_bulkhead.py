@@ -69,6 +69,7 @@ from .redis import (
     CONNECT_TIMEOUT_S,
     DEFAULT_PREFIX,
     FAULT_COOLDOWN_S,
+    LostCancellation,
     RedisConnection,
     _name_part,
     connection,
@@ -104,12 +105,6 @@ R = TypeVar("R")
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
-
-
-def _cancels(task: asyncio.Task[Any] | None) -> int:
-    """Cancellation requests ``task`` has pending (``Task.cancelling()``, 3.11+; 0 on 3.10, which has none)."""
-    cancelling = getattr(task, "cancelling", None)
-    return cancelling() if cancelling is not None else 0
 
 
 class _Waiter:
@@ -462,6 +457,11 @@ class RedisBulkhead:
             return client.eval(BULKHEAD_SCRIPT, len(self._keys), *args)
 
     async def _aeval(self, op: str, *rest: Any) -> Any:
+        # Through RedisConnection.areply: a cancellation the client lost during the call still cancels
+        # (LostCancellation, with the reply); every caller below gives back what that reply granted.
+        return await self._conn.areply(self._aeval_once(op, *rest))
+
+    async def _aeval_once(self, op: str, *rest: Any) -> Any:
         client = self._conn.aio()
         args = self._args(op, *rest)
         try:
@@ -598,8 +598,6 @@ class RedisBulkhead:
         lease = self._new_id()
         waiter = None
         loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        cancels = _cancels(task)
         if self._wait_ms > 0:
             waiter = _Waiter(loop)
             self._park(lease, waiter)
@@ -610,13 +608,10 @@ class RedisBulkhead:
             conn.fault(exc, f"bulkhead {self.name!r} acquire")
             return await self._afallback()
         except BaseException:
-            self._interrupted(lease)  # the script may have run: a slot granted to nobody goes back
-            raise
-        if _cancels(task) > cancels:
-            # Cancelled during the call, yet a reply came back: the client below us (redis-py 8.2's asyncio
-            # client, now and then) lost the CancelledError. The caller gave up: keep nothing, say so.
+            # Cancelled: the script may have run (a LostCancellation says it did): a slot granted to nobody
+            # goes back.
             self._interrupted(lease)
-            raise asyncio.CancelledError
+            raise
         status, self._cluster = int(reply[0]), int(reply[1])
         if status != _QUEUED:
             self._unpark(lease)
@@ -643,9 +638,6 @@ class RedisBulkhead:
         except BaseException:
             self._interrupted(lease)
             raise
-        if _cancels(task) > cancels:  # as after the acquire: a cancellation lost below us
-            self._interrupted(lease)
-            raise asyncio.CancelledError
         return self._after_cancel(lease, reply)
 
     def _take_hold(self) -> str | None:
@@ -709,6 +701,9 @@ class RedisBulkhead:
             conn.fault(exc, f"bulkhead {self.name!r} release")
             self._defer(lease)
             return
+        except LostCancellation as lost:
+            self._cluster = int(lost.reply[1])  # released: the reply came back, only the caller was cancelled
+            raise
         except BaseException:
             self._defer(lease)  # cancelled mid-release: the thread makes sure it is given back
             raise

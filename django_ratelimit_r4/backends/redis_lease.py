@@ -42,6 +42,7 @@ cycle's end.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 import time
@@ -57,6 +58,7 @@ from .base import lease_value
 from .redis import (
     _FAULTS,
     DEFAULT_PREFIX,
+    LostCancellation,
     RedisBackend,
     RedisConnection,
     RedisKeyedRateLimiter,
@@ -307,6 +309,14 @@ class _Leasing:
             try:
                 out = await conn.arun_script(LEASE_SCRIPT_SHA, LEASE_SCRIPT, 2, args, at)
                 return self._lease_reply(conn, out, sent)
+            except LostCancellation as lost:
+                # Cancelled, yet the batch was taken from the shared budget: the request's permits are spent
+                # (as any decision's, in memory too), the rest stays in this process's lease for the next
+                # requests (else nobody would spend it before the cycle ends). Then the cancellation goes on.
+                with contextlib.suppress(_Late):
+                    reply, sent = self._lease_reply(conn, lost.reply, sent)
+                    self._keep(state_key, reply, permits, sent)
+                raise
             except _Late:
                 if attempt:
                     raise
