@@ -26,9 +26,10 @@ if ARGV[at] then
 else
   -- (x + 0 turns a numeric string into a number like tonumber(x), without a function call.)
   local t = redis.call('TIME')
+  local us = t[2] + 0
   now_s, slack = t[1] + 0, 1
-  now_us = now_s * 1000000 + t[2]
-  now_ns = t[2] * 1000
+  now_us = now_s * 1000000 + us
+  now_ns = us * 1000
   local deadline = ARGV[at - 1]
   if deadline ~= '' and now_us > deadline + 0 and op ~= 'g' then -- ("g" carries a time of its own there)
     -- The caller has given up (its socket timeout passed): change nothing.
@@ -40,10 +41,23 @@ end
 -- client's cached anchor (or the anchor does) and its base is recent. Otherwise: ratelimiter.lua.
 if op == 'a' or op == 's' or many or quota then
   local n, j, permits, timeout = 1, 2, 0, 0
+  -- Redis CPU: every string -> number conversion (x + 0: strtod) costs about as much as 30 VM instructions
+  -- (benchmarks/bench_redis_script_parts.py), so the usual values are recognised by comparing with a
+  -- constant (strings are interned: a pointer comparison) and only the others are converted.
   if many then
-    n, j, permits = ARGV[3] + 0, 4, ARGV[2] + 0
+    n, j, permits = ARGV[3] + 0, 4, ARGV[2]
   else
-    permits, timeout = ARGV[8] + 0, ARGV[9] + 0
+    permits, timeout = ARGV[8], ARGV[9]
+    if timeout == '0' then
+      timeout = 0
+    else
+      timeout = timeout + 0
+    end
+  end
+  if permits == '1' then
+    permits = 1
+  else
+    permits = permits + 0
   end
   local fast = true
   local pending, rejecting
@@ -70,7 +84,12 @@ if op == 'a' or op == 's' or many or quota then
     local elapsed = -1
     if valid then
       if now_us then
-        elapsed = (now_us - ARGV[j + 1]) * ARGV[j + 5]
+        local m = ARGV[j + 5]
+        if m == '1000' then
+          elapsed = (now_us - ARGV[j + 1]) * 1000
+        else
+          elapsed = (now_us - ARGV[j + 1]) * m
+        end
       else
         elapsed = ARGV[j + 1] + 0
       end
@@ -79,7 +98,8 @@ if op == 'a' or op == 's' or many or quota then
       fast = false
       break
     end
-    local limit, period = ARGV[j + 3] + 0, ARGV[j + 4] + 0
+    -- (limit stays a string until needed: a grant within the stored cycle that leaves no debt never reads it)
+    local limit, period = ARGV[j + 3], ARGV[j + 4] + 0
     -- (cycle, offset) = divmod(elapsed, period), exact below 2^53: Lua's % rounds a / b, so the remainder
     -- may be one period off; elapsed - offset is then an exact multiple of the period.
     local offset = elapsed % period
@@ -94,15 +114,22 @@ if op == 'a' or op == 's' or many or quota then
     local keep = false
     if c then
       c, p = c + 0, p + 0
-      if c > current then
-        p = limit -- a state from a later cycle (the server clock stepped back): full, as ratelimiter.lua
-      elseif c ~= current then
-        p = math.min(p + (current - c) * limit, limit)
-      else
+      if c == current then
         keep = p >= 0
+      else
+        limit = limit + 0
+        if c > current then
+          p = limit -- a state from a later cycle (the server clock stepped back): full, as ratelimiter.lua
+        else
+          p = math.min(p + (current - c) * limit, limit)
+        end
       end
     else
+      limit = limit + 0
       p = limit
+    end
+    if not keep or p < permits or timeout < 0 or figures or quota then
+      limit = limit + 0 -- (a number already: no conversion)
     end
     -- base.nanos_to_wait: the time to the next cycle plus div_ceil(deficit, limit) whole periods.
     local wait = 0
@@ -157,7 +184,8 @@ if op == 'a' or op == 's' or many or quota then
         elseif (d + 1) * limit <= m then
           d = d + 1
         end
-        ms = math.min(math.ceil((d * period - offset) / (1000 * ARGV[j + 5])) + slack, 1e15)
+        -- (a string: redis.call formats a Lua number with %.17g, several times the cost of %d)
+        ms = string.format('%d', math.min(math.ceil((d * period - offset) / (1000 * ARGV[j + 5])) + slack, 1e15))
       end
       if not many then
         if ms then

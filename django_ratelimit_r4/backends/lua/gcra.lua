@@ -27,7 +27,24 @@
 -- With server time and an empty deadline the reply is {reply, {now_us}} (the client learns the server time);
 -- with a deadline in the past the script changes nothing and answers the status LATE (no ghost charges).
 
-local op, permits, timeout, n = ARGV[1], ARGV[2] + 0, ARGV[3] + 0, ARGV[4] + 0
+-- (Redis CPU: a string -> number conversion, x + 0, is a strtod; the usual '1' / '0' are recognised by
+-- comparing with a constant instead: interned strings, a pointer comparison. See fast.lua.)
+local op, permits, timeout, n = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+if permits == '1' then
+  permits = 1
+else
+  permits = permits + 0
+end
+if timeout == '0' then
+  timeout = 0
+else
+  timeout = timeout + 0
+end
+if n == '1' then
+  n = 1
+else
+  n = n + 0
+end
 local at = 5 + 4 * n
 -- slack: ms added to a state's expiry; on a caller's clock (a FakeClock) its time and Redis's are unrelated,
 -- so a state outlives an hour of real time whatever the fake time does.
@@ -36,8 +53,9 @@ if ARGV[at + 1] then
   now_s, now_ns, slack = ARGV[at + 1] + 0, ARGV[at + 2] + 0, 3600000
 else
   local t = redis.call('TIME')
-  now_s, now_ns, slack = t[1] + 0, t[2] * 1000, 2
-  now_us = now_s * 1000000 + t[2]
+  local us = t[2] + 0
+  now_s, now_ns, slack = t[1] + 0, us * 1000, 2
+  now_us = now_s * 1000000 + us
   if op ~= 'g' and ARGV[at] ~= '' and now_us > ARGV[at] + 0 then -- ("g" carries the take there)
     return redis.status_reply('LATE')
   end
@@ -91,7 +109,8 @@ end
 local function store(i, scale, d)
   local q, r = divmod(now_ns * scale + d, 1000000000 * scale)
   local s = string.format('%d %d %d', now_s + q, r, scale)
-  redis.call('SET', KEYS[i], s, 'PX', math.floor(d / scale / 1000000) + slack)
+  -- (the expiry as a string: redis.call formats a Lua number with %.17g, several times the cost of %d)
+  redis.call('SET', KEYS[i], s, 'PX', string.format('%d', math.floor(d / scale / 1000000) + slack))
   return s
 end
 

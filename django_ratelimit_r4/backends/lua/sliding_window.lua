@@ -44,7 +44,24 @@
 -- With server time and an empty deadline the reply is {reply, {now_us}} (the client learns the server time);
 -- with a deadline in the past the script changes nothing and answers the status LATE (no ghost charges).
 
-local op, permits, timeout, n = ARGV[1], ARGV[2] + 0, ARGV[3] + 0, ARGV[4] + 0
+-- (Redis CPU: a string -> number conversion, x + 0, is a strtod; the usual '1' / '0' are recognised by
+-- comparing with a constant instead: interned strings, a pointer comparison. See fast.lua.)
+local op, permits, timeout, n = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+if permits == '1' then
+  permits = 1
+else
+  permits = permits + 0
+end
+if timeout == '0' then
+  timeout = 0
+else
+  timeout = timeout + 0
+end
+if n == '1' then
+  n = 1
+else
+  n = n + 0
+end
 local at_deadline = 5 + 3 * n
 -- slack: ms added to a state's expiry; on a caller's clock (a FakeClock) its time and Redis's are unrelated,
 -- so a state outlives an hour of real time whatever the fake time does.
@@ -53,18 +70,23 @@ if ARGV[at_deadline + 1] then
   now_s, now_ns, slack = ARGV[at_deadline + 1] + 0, ARGV[at_deadline + 2] + 0, 3600000
 else
   local t = redis.call('TIME')
-  now_s, now_ns, slack = t[1] + 0, t[2] * 1000, 2
-  now_us = now_s * 1000000 + t[2]
+  local us = t[2] + 0
+  now_s, now_ns, slack = t[1] + 0, us * 1000, 2
+  now_us = now_s * 1000000 + us
   if op ~= 'g' and ARGV[at_deadline] ~= '' and now_us > ARGV[at_deadline] + 0 then -- ("g": the take there)
     return redis.status_reply('LATE')
   end
 end
 
 local HDR, W = 48, 8
+-- The header's byte range as strings: redis.call formats a Lua number argument with %.17g (about 2 000
+-- instructions each, benchmarks/bench_redis_script_parts.py), a constant string costs nothing.
+local HDR_FROM, HDR_TO = '0', '47'
 -- Ops that read the header figures after the decision (at_of then reads ahead for them).
 local figures = op == 'q' or op == 'M' or op == 'N'
 local REBASE = 1125899906842624 -- 2^50 units
 local floor, sub, rep, call, pack, unpack = math.floor, string.sub, string.rep, redis.call, struct.pack, struct.unpack
+local format = string.format -- (a number argument of call as format('%d', x): cheaper than call's %.17g)
 
 -- The time of the slot at byte `off` (0-based) of `s`: 8 bytes, a big-endian double (times are integers below
 -- 2^52 units: exact); 0 (zero bytes, or past the string's end) is a slot never written, older than any window
@@ -122,7 +144,7 @@ local function load(i, limit, period, unit)
   local st = {key = KEYS[i], limit = limit, period = period, unit = unit, base = now_s - 1, head = 0, size = limit,
     exp = 0, hint = 0, hint_at = 0, now = 0, newest = nil, dirty = false, ttl = false, at1 = nil,
     blk = false, blk_from = 0, blk_to = 0, over = false, over_v = 0} -- one allocation
-  local h = call('GETRANGE', st.key, 0, HDR - 1)
+  local h = call('GETRANGE', st.key, HDR_FROM, HDR_TO)
   if #h == HDR then
     local base, head, size, exp, hint, hint_at = unpack('>dddddd', h)
     -- anything else under the key (not this layout) counts as an empty log
@@ -192,7 +214,7 @@ local function at_of(st, k)
         from, to = lo, hi
       end
     end
-    local both = call('GETRANGE', st.key, HDR + from * W, HDR + to * W + W - 1)
+    local both = call('GETRANGE', st.key, format('%d', HDR + from * W), format('%d', HDR + to * W + W - 1))
     oldest = time_at(both, (head - from) * W)
     if figures then
       st.blk, st.blk_from, st.blk_to = both, from, to + 1
@@ -232,7 +254,7 @@ local function write(st, at, k)
     end
   end
   local first = math.min(k, size - head)
-  call('SETRANGE', st.key, HDR + head * W, k == 1 and v or rep(v, first))
+  call('SETRANGE', st.key, format('%d', HDR + head * W), k == 1 and v or rep(v, first))
   if k > first then
     call('SETRANGE', st.key, HDR, rep(v, k - first))
   end
@@ -248,7 +270,7 @@ end
 -- After the writes of a decision: the header, and the TTL when write pushed it.
 local function save(st)
   if st.dirty then
-    call('SETRANGE', st.key, 0, pack('>dddddd', st.base, st.head, st.size, st.exp, st.hint, st.hint_at))
+    call('SETRANGE', st.key, HDR_FROM, pack('>dddddd', st.base, st.head, st.size, st.exp, st.hint, st.hint_at))
     if st.ttl then
       call('PEXPIRE', st.key, st.ttl)
     end
