@@ -437,7 +437,12 @@ class RedisBulkhead:
             if leases:
                 self._eval(self._conn.sync, "release", *leases)
             if thread is not None and thread.is_alive():
-                self._conn.sync.rpush(self._wake_key, "")  # ends the thread's BLPOP now
+                # Ends the thread's BLPOP now. A thread not in BLPOP (idle, waiting for work) never pops it:
+                # the list expires like the grants pushed on it, instead of staying in Redis for ever.
+                poke = self._conn.sync.pipeline(transaction=False)  # one key: one node, one write
+                poke.rpush(self._wake_key, "")
+                poke.pexpire(self._wake_key, self._ttl_ms)
+                poke.execute()
         if thread is not None and thread is not threading.current_thread():
             thread.join(self._renew_every_s + 1.0)
 

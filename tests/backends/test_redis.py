@@ -487,6 +487,21 @@ def test_states_expire_once_full_and_idle_clients_cost_nothing(redis_url: str, p
     assert keyed.state("client")[1] == 2  # an expired key reads as full
 
 
+def test_keys_without_an_expiry_are_one_per_limiter_whatever_the_clients(redis_url: str, prefix: str, raw) -> None:
+    """Only a cycle limiter's anchor never expires (docs/redis.md, Key layout): one per limiter, one per keyed
+    limiter (not per client key), none for GCRA or the sliding window; a busy Redis never fills with them."""
+    for algorithm in ("cycle", "gcra", "sliding_window"):
+        config = RateLimiterConfig(limit_for_period=3, limit_refresh_period="60s", algorithm=algorithm)
+        rl = RateLimiter(f"u-{algorithm}", config, clock=SYSTEM_CLOCK, backend=rb.redis_backend(redis_url, prefix=prefix))
+        assert rl.acquire_permission() and asyncio.run(rl.aacquire_permission())
+    keyed = rb.RedisKeyedRateLimiter("k", RateLimiterConfig(limit_for_period=3, limit_refresh_period="60s"),
+                                     url=redis_url, prefix=prefix)
+    for i in range(30):
+        assert keyed.acquire_permission(f"client-{i}")
+    forever = sorted(k.decode() for k in raw.scan_iter(match=f"{prefix}:*") if raw.pttl(k) == -1)
+    assert forever == [f"{prefix}:rl:{{u-cycle}}:anchor", f"{prefix}:rlk:{{k}}:anchor"]
+
+
 def test_client_keys_are_hashed_and_names_escaped(redis_url: str, prefix: str, raw) -> None:
     clock = FakeClock()
     config = RateLimiterConfig(limit_for_period=1, limit_refresh_period="60s")

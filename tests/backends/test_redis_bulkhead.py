@@ -382,6 +382,28 @@ async def test_a_cancellation_swallowed_below_the_acquire_still_cancels_and_keep
     await b.aon_complete()
 
 
+def test_close_leaves_no_key_without_an_expiry(redis_url: str, prefix: str, made: list) -> None:
+    """close() pokes the renewal thread's BLPOP with an item on this process's wake list. A thread that was not
+    in BLPOP then (idle: it waits for work with no lease held, the common case at shutdown) never pops it, and
+    the list stayed in Redis for ever: one key per process and bulkhead name at every restart. It expires now."""
+    a = bulkhead(redis_url, prefix, 1)
+    made.append(a)
+    client = redis.Redis.from_url(redis_url)
+    deadline = time.monotonic() + HANG_GUARD_S
+
+    def idle() -> None:  # alive but not in BLPOP, like the real thread waiting for work; ends once poked
+        while not client.exists(a._wake_key) and time.monotonic() < deadline:
+            time.sleep(0.001)
+
+    a._thread = threading.Thread(target=idle, daemon=True)
+    a._thread.start()
+    a.close()
+    assert client.exists(a._wake_key)  # the poke was made (nobody popped it)
+    forever = [key for key in client.scan_iter(match=f"{prefix}:*") if client.pttl(key) == -1]
+    client.close()
+    assert [k for k in forever if b":wake:" in k] == [], forever
+
+
 # ------------------------------------------------------------------------------------------------ faults
 
 

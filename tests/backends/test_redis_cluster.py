@@ -234,6 +234,11 @@ def test_a_shared_bulkhead_on_the_cluster_waits_and_wakes(redis_cluster: LocalCl
     finally:
         a.close()
         b.close()
+    client = redis.cluster.RedisCluster.from_url(redis_cluster.url)
+    try:  # close() poked the threads' BLPOP: whatever nobody popped expires (one slot: a plain pipeline)
+        assert [k for k in client.scan_iter(match=f"{prefix}:*:wake:*") if client.pttl(k) == -1] == []
+    finally:
+        client.close()
 
 
 async def _async_slot(bulkhead: Any) -> bool:
