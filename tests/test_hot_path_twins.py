@@ -2,7 +2,8 @@
 
 ``CircuitBreaker.call``/``acall`` have their own proof (tests/core/test_circuitbreaker_twins.py). The same
 check here for the other inlined pairs: ``Bulkhead.call``/``acall`` (the adaptive sample's release inlined,
-~80 ns a call) and ``RedisCircuitBreaker.call``/``acall`` (the cluster trial around the core's call). Their
+~80 ns a call), ``RedisCircuitBreaker.call``/``acall`` (the cluster trial around the core's call) and
+``backends.redis.read_quotas``/``aread_quotas`` (a mixed gate's 429 figures in one round trip). Their
 syntax trees must be identical once ``await`` is removed and the async names are read as their sync twins,
 so a fix made to one and not the other fails here.
 """
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from django_ratelimit_r4.backends.redis import aread_quotas, read_quotas
 from django_ratelimit_r4.backends.redis_breaker import RedisCircuitBreaker
 from django_ratelimit_r4.core.bulkhead import Bulkhead
 
@@ -56,8 +58,9 @@ def _body(method: Callable[..., Any], renames: dict[str, str]) -> str:
             RedisCircuitBreaker.acall,
             {"_core_acall": "_core_call", "_aenter": "_enter", "acall": "call"},
         ),
+        (read_quotas, aread_quotas, {"arun_scripts": "run_scripts", "_astate_at": "_state_at"}),
     ],
-    ids=["Bulkhead", "RedisCircuitBreaker"],
+    ids=["Bulkhead", "RedisCircuitBreaker", "read_quotas"],
 )
 def test_call_and_acall_differ_only_in_the_await(
     sync: Callable[..., Any], async_: Callable[..., Any], renames: dict[str, str]
