@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import timeit
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
+
+#: The bare round trip's script: a trivial one, so the baseline is the round trip itself through redis-py.
+TRIVIAL = "return 1"
 
 
 def best_pair(
@@ -71,3 +75,88 @@ def print_rows(rows: list[dict[str, Any]], baseline_label: str = "baseline") -> 
         shown_target = "" if target is None else (f"<= {target}x" if isinstance(target, (int, float)) else str(target))
         print(f"{r['name']:<{width}}  {cells[0]:>10}  {cells[1]:>10}  {shown_ratio:>6}  {shown_target}{flag}")
     return 1 if missed else 0
+
+
+def bare_evalsha(client: Any) -> Callable[[], Any]:
+    """``client.evalsha`` of :data:`TRIVIAL` with no keys or arguments (reloaded if the server forgot it): the
+    one round trip every Redis benchmark compares with."""
+    import redis
+
+    sha = [client.script_load(TRIVIAL)]
+
+    def call() -> Any:
+        try:
+            return client.evalsha(sha[0], 0)
+        except redis.exceptions.NoScriptError:
+            sha[0] = client.script_load(TRIVIAL)
+            return client.evalsha(sha[0], 0)
+
+    return call
+
+
+async def abare_evalsha(client: Any) -> Callable[[], Any]:
+    """Async twin of :func:`bare_evalsha` on a ``redis.asyncio`` client."""
+    import redis
+
+    sha = [await client.script_load(TRIVIAL)]
+
+    async def call() -> Any:
+        try:
+            return await client.evalsha(sha[0], 0)
+        except redis.exceptions.NoScriptError:
+            sha[0] = await client.script_load(TRIVIAL)
+            return await client.evalsha(sha[0], 0)
+
+    return call
+
+
+def free_port() -> int:
+    """A free loopback TCP port (free when asked: the caller binds it soon after)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def dedicated_redis(workdir: str | None = None) -> Iterator[str]:
+    """Start a private ``redis-server`` on a free loopback port (no persistence; its files in ``workdir``, else
+    a temporary directory); yield its URL once it answers; stop it."""
+    import shutil
+    import subprocess
+    import tempfile
+    import time
+
+    import redis
+
+    exe = shutil.which("redis-server")
+    if exe is None:
+        raise SystemExit("redis-server is not on the PATH")
+    port = free_port()
+    own = workdir is None
+    folder = tempfile.mkdtemp(prefix="r4bench-redis-") if workdir is None else workdir
+    proc = subprocess.Popen(
+        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", folder],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        client = redis.Redis.from_url(url)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.exceptions.ConnectionError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.02)
+        client.close()
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        if own:
+            shutil.rmtree(folder, ignore_errors=True)

@@ -98,7 +98,9 @@ for name, ns in best.items():
 '''
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], cases: str = CASES) -> int:
+    """Run ``cases`` (a program: its argv[1] is a checkout's root, it prints ``name|ns`` lines) in one process
+    per checkout and alternation, before then after; print the best of each side and their ratio."""
     before, after = (str(Path(p).resolve()) for p in argv[:2])
     alternations = int(argv[2]) if len(argv) > 2 else 6
     best: dict[tuple[str, str], float] = {}
@@ -106,7 +108,7 @@ def main(argv: list[str]) -> int:
     for _ in range(alternations):
         for side, root in (("before", before), ("after", after)):
             out = subprocess.run(
-                [sys.executable, "-c", CASES, root], capture_output=True, text=True, check=True
+                [sys.executable, "-c", cases, root], capture_output=True, text=True, check=True
             ).stdout
             for line in out.splitlines():
                 name, ns = line.rsplit("|", 1)

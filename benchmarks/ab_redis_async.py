@@ -25,6 +25,7 @@ def main() -> None:
     """Print one row per algorithm and call: the decision's median, the bare ``EVALSHA``'s, their ratio."""
     sys.path.insert(0, sys.argv[1])
     import redis
+    from _timing import abare_evalsha  # benchmarks/ is on sys.path when run as a script
 
     from django_ratelimit_r4.backends.redis import connection, redis_backend
     from django_ratelimit_r4.core.clock import SYSTEM_CLOCK
@@ -41,11 +42,7 @@ def main() -> None:
         return RateLimiter(name + algorithm, config, clock=SYSTEM_CLOCK, backend=factory)
 
     async def rows() -> None:
-        client = connection(url).aio()
-        sha = await client.script_load("return 1")
-
-        async def bare() -> Any:
-            return await client.evalsha(sha, 0)
+        bare = await abare_evalsha(connection(url).aio())
 
         print(f"load {os.getloadavg()[0]:.2f}, {number} calls per row, medians")
         for algorithm in ("cycle", "gcra", "sliding_window"):

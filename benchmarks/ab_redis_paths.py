@@ -13,9 +13,9 @@ bare ``EVALSHA`` of a trivial script (the first row). Keys go under a random pre
 
 from __future__ import annotations
 
-import subprocess
 import sys
-from pathlib import Path
+
+from ab_paths import main  # the same runner (benchmarks/ is sys.path[0] when run as a script)
 
 CASES = r'''
 import os, sys, time, timeit, uuid
@@ -115,27 +115,6 @@ for name, ns in best.items():
 '''
 
 
-def main(argv: list[str]) -> int:
-    before, after = (str(Path(p).resolve()) for p in argv[:2])
-    alternations = int(argv[2]) if len(argv) > 2 else 6
-    best: dict[tuple[str, str], float] = {}
-    order: list[str] = []
-    for _ in range(alternations):
-        for side, root in (("before", before), ("after", after)):
-            out = subprocess.run(
-                [sys.executable, "-c", CASES, root], capture_output=True, text=True, check=True
-            ).stdout
-            for line in out.splitlines():
-                name, ns = line.rsplit("|", 1)
-                if name not in order:
-                    order.append(name)
-                best[(side, name)] = min(best.get((side, name), float("inf")), float(ns))
-    print(f"{'case':54} {'before':>8} {'after':>8} {'after/before':>12}")
-    for name in order:
-        b, a = best[("before", name)], best[("after", name)]
-        print(f"{name:54} {b:8.0f} {a:8.0f} {a / b:12.2f}")
-    return 0
-
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(main(sys.argv[1:], CASES))

@@ -1,6 +1,6 @@
 """A/B of ``lua/sliding_window.lua``'s Redis CPU per decision: another version of the script against this checkout's.
 
-One private ``redis-server`` (``bench_redis_server.dedicated_redis``), the same limiters built twice (one set
+One private ``redis-server`` (``_timing.dedicated_redis``), the same limiters built twice (one set
 per script, the script swapped on ``_Sliding``), rows alternated old/new, ``usec_per_call`` of ``EVALSHA`` from
 ``INFO commandstats``, best of REPEAT; and the commands each script ran per decision (its ``redis.call``s,
 counted in the same table: a figure a busy machine does not disturb). Layouts may differ between the
@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 import redis
-from bench_redis_server import _server_us, dedicated_redis
+from _timing import dedicated_redis
+from bench_redis_server import _server_us
 
 from django_ratelimit_r4.backends import redis_scripted as scripted
 from django_ratelimit_r4.backends import redis_sliding as rs

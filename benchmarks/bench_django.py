@@ -203,9 +203,9 @@ def _peer_views() -> None:
     from django.core.cache import caches
 
     try:
-        from .bench_redis import bare_evalsha
+        from ._timing import bare_evalsha
     except ImportError:
-        from bench_redis import bare_evalsha  # type: ignore[no-redef]
+        from _timing import bare_evalsha  # type: ignore[no-redef]
 
     # The round trip's reference: the bare view plus one bare EVALSHA of a trivial script, on a redis-py client
     # of its own. A round trip inside a request costs more than one in a tight loop (the server has gone idle
@@ -479,9 +479,9 @@ def run_peers(rounds: int = 300, block: int = 10, cpu: bool = False) -> list[dic
     from django.test.utils import override_settings
 
     try:
-        from .bench_redis import bare_evalsha
+        from ._timing import bare_evalsha
     except ImportError:
-        from bench_redis import bare_evalsha  # type: ignore[no-redef]
+        from _timing import bare_evalsha  # type: ignore[no-redef]
 
     request_logger = logging.getLogger("django.request")
     old_level = request_logger.level

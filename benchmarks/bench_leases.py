@@ -33,7 +33,7 @@ if __package__ in (None, ""):  # run as a script: make the checkout importable
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import redis
-from bench_redis_server import dedicated_redis
+from _timing import dedicated_redis
 
 from django_ratelimit_r4.backends import redis as rb
 from django_ratelimit_r4.backends import redis_lease as rl

@@ -31,11 +31,11 @@ if __package__ in (None, ""):  # run as a script: make the checkout importable
 import redis
 
 try:  # python -m benchmarks.bench_redis
+    from ._timing import TRIVIAL, abare_evalsha, bare_evalsha, print_rows
     from ._timing import median_pair as _best_pair
-    from ._timing import print_rows
 except ImportError:  # benchmarks/run.py, or run as a script
+    from _timing import TRIVIAL, abare_evalsha, bare_evalsha, print_rows  # type: ignore[no-redef]
     from _timing import median_pair as _best_pair  # type: ignore[no-redef]
-    from _timing import print_rows
 
 from django_ratelimit_r4.backends.redis import (
     RedisKeyedRateLimiter,
@@ -46,45 +46,12 @@ from django_ratelimit_r4.backends.redis import (
 from django_ratelimit_r4.core.clock import SYSTEM_CLOCK
 from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig, acquire_all
 
-__all__ = ["run"]
+__all__ = ["TRIVIAL", "abare_evalsha", "bare_evalsha", "run"]
 
 TARGET_RATIO = 1.10
 NUMBER = 1_000
 REPEAT = 15
 URL = os.environ.get("R4_REDIS_URL", "redis://127.0.0.1:6379/15")
-#: The baseline's script: a trivial one, so the baseline is the round trip itself through redis-py.
-TRIVIAL = "return 1"
-
-
-def bare_evalsha(client: Any) -> Callable[[], Any]:
-    """``client.evalsha`` of :data:`TRIVIAL` with no keys or arguments (reloaded if the server forgot it)."""
-    sha = [client.script_load(TRIVIAL)]
-
-    def call() -> Any:
-        try:
-            return client.evalsha(sha[0], 0)
-        except redis.exceptions.NoScriptError:
-            sha[0] = client.script_load(TRIVIAL)
-            return client.evalsha(sha[0], 0)
-
-    return call
-
-
-async def abare_evalsha(client: Any) -> Callable[[], Any]:
-    """Async twin of :func:`bare_evalsha` on a ``redis.asyncio`` client."""
-    sha = [await client.script_load(TRIVIAL)]
-
-    async def call() -> Any:
-        try:
-            return await client.evalsha(sha[0], 0)
-        except redis.exceptions.NoScriptError:
-            sha[0] = await client.script_load(TRIVIAL)
-            return await client.evalsha(sha[0], 0)
-
-    return call
-
-
-
 async def _abest_pair(
     subject: Callable[[], Any], baseline: Callable[[], Any], number: int, repeat: int
 ) -> tuple[float, float]:

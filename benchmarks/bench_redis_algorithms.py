@@ -2,7 +2,7 @@
 
 Target: a ``gcra`` or ``sliding_window`` decision on Redis is ONE round trip (an ``EVALSHA`` of its own script),
 so it should cost at most 1.10x one bare ``EVALSHA`` of a trivial script (``return 1``) on the same client
-(``bench_redis.bare_evalsha``). Rows: unkeyed allowed and denied, keyed,
+(``_timing.bare_evalsha``). Rows: unkeyed allowed and denied, keyed,
 the decision with the RateLimit header figures (what ``@ratelimit`` runs), an all-or-nothing decision over 3
 limits, and the async path against an async bare ``EVALSHA``; the cycle limiter's row for context, and an
 all-or-nothing decision over the three algorithms (one run of the mixed script), granted and refused, beside the
@@ -32,13 +32,13 @@ if __package__ in (None, ""):  # run as a script: make the checkout importable
 import redis
 
 try:  # python -m benchmarks.bench_redis_algorithms
+    from ._timing import abare_evalsha, bare_evalsha, print_rows
     from ._timing import median_pair as _best_pair
-    from ._timing import print_rows
-    from .bench_redis import _abest_pair, abare_evalsha, bare_evalsha
+    from .bench_redis import _abest_pair
 except ImportError:  # benchmarks/run.py, or run as a script
+    from _timing import abare_evalsha, bare_evalsha, print_rows  # type: ignore[no-redef]
     from _timing import median_pair as _best_pair  # type: ignore[no-redef]
-    from _timing import print_rows
-    from bench_redis import _abest_pair, abare_evalsha, bare_evalsha  # type: ignore[no-redef]
+    from bench_redis import _abest_pair  # type: ignore[no-redef]
 
 from django_ratelimit_r4.backends.redis import (
     RedisKeyedRateLimiter,

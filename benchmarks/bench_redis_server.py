@@ -26,14 +26,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +37,11 @@ if __package__ in (None, ""):  # run as a script: make the checkout importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis
+
+try:  # python -m benchmarks.bench_redis_server
+    from ._timing import dedicated_redis
+except ImportError:  # benchmarks/run.py, or run as a script
+    from _timing import dedicated_redis  # type: ignore[no-redef]
 
 __all__ = ["TARGET_US", "dedicated_redis", "run"]
 
@@ -54,45 +55,6 @@ REPEAT = 5
 PATIENT = {"socket_timeout": 5.0}
 
 _INCR_PEXPIRE = "local v = redis.call('INCR', KEYS[1]) redis.call('PEXPIRE', KEYS[1], ARGV[1]) return v"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def dedicated_redis() -> Iterator[str]:
-    """Start a private ``redis-server`` on a free loopback port (no persistence); yield its URL; stop it."""
-    exe = shutil.which("redis-server")
-    if exe is None:
-        raise SystemExit("redis-server is not on the PATH")
-    port = _free_port()
-    workdir = tempfile.mkdtemp(prefix="r4bench-redis-")
-    proc = subprocess.Popen(
-        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", workdir],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    try:
-        client = redis.Redis.from_url(url)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.exceptions.ConnectionError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise
-                time.sleep(0.02)
-        client.close()
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _cpu_us(client: redis.Redis) -> float:

@@ -21,6 +21,7 @@ def main() -> None:
     """Print client CPU and wall median per decision for each row."""
     sys.path.insert(0, sys.argv[1] if len(sys.argv) > 1 else str(Path(__file__).resolve().parent.parent))
     import redis
+    from _timing import bare_evalsha  # benchmarks/ is on sys.path when run as a script
 
     from django_ratelimit_r4.backends.redis import connection, redis_backend
     from django_ratelimit_r4.core.clock import SYSTEM_CLOCK
@@ -36,9 +37,7 @@ def main() -> None:
         config = RateLimiterConfig(limit_for_period=limit, limit_refresh_period=period, algorithm=algorithm)
         return RateLimiter(name, config, clock=SYSTEM_CLOCK, backend=factory)
 
-    client = connection(url).sync
-    sha = client.script_load("return 1")
-    rows: list[tuple[str, Callable[[], Any]]] = [("bare EVALSHA", lambda: client.evalsha(sha, 0))]
+    rows: list[tuple[str, Callable[[], Any]]] = [("bare EVALSHA", bare_evalsha(connection(url).sync))]
     for algorithm in ("cycle", "gcra", "sliding_window"):
         one = limiter("one-" + algorithm, algorithm)
         trio = [limiter(f"trio{i}-{algorithm}", algorithm) for i in range(3)]

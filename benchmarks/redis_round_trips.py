@@ -11,75 +11,52 @@ Run: ``python benchmarks/redis_round_trips.py [N]`` (needs ``redis-server`` and 
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from _timing import dedicated_redis  # benchmarks/ is sys.path[0] when run as a script
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "demo_project"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def main(argv: list[str]) -> int:
     n = int(argv[0]) if argv else 200
-    port = _free_port()
-    with tempfile.TemporaryDirectory(prefix="r4-rt-") as tmp:
-        server = subprocess.Popen(
-            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", tmp],
-            stdout=subprocess.DEVNULL,
+    with tempfile.TemporaryDirectory(prefix="r4-rt-") as tmp, dedicated_redis(tmp) as url:
+        os.environ.update(
+            DJANGO_SETTINGS_MODULE="demo.settings",
+            DEMO_BACKEND="redis",
+            DEMO_REDIS_URL=url,
+            DEMO_DB=":memory:",
+            DEMO_STATE_DIR=tmp,
         )
-        try:
-            os.environ.update(
-                DJANGO_SETTINGS_MODULE="demo.settings",
-                DEMO_BACKEND="redis",
-                DEMO_REDIS_URL=f"redis://127.0.0.1:{port}/0",
-                DEMO_DB=":memory:",
-                DEMO_STATE_DIR=tmp,
-            )
-            sys.path[:0] = [str(DEMO), str(ROOT)]
-            import django
+        sys.path[:0] = [str(DEMO), str(ROOT)]
+        import django
 
-            django.setup()
-            import redis
-            from django.test import Client
+        django.setup()
+        import redis
+        from django.test import Client
 
-            raw = redis.Redis(port=port)
-            for _ in range(100):
-                try:
-                    raw.ping()
-                    break
-                except redis.ConnectionError:
-                    time.sleep(0.05)
-            client = Client()
-            print(f"{'request':44} {'status':>6} {'commands per request (INFO commandstats)'}")
-            for label, path, addr_base in (
-                ("POST /authorize, allowed (2 limits)", "/authorize", "198.18.1."),
-                ("POST /authorize, denied (2 limits)", "/authorize", None),
-            ):
-                if addr_base is None:
-                    for _ in range(20):  # spend this client's 10 per second
-                        client.post(path)
-                raw.config_resetstat()
-                status = 0
-                for i in range(n):
-                    extra = {"HTTP_X_FORWARDED_FOR": f"{addr_base}{i % 250}"} if addr_base else {}
-                    status = client.post(path, **extra).status_code
-                stats = raw.info("commandstats")
-                calls = {k.removeprefix("cmdstat_"): v["calls"] / n for k, v in stats.items()
-                         if not k.startswith("cmdstat_config")}
-                print(f"{label:44} {status:>6} " + ", ".join(f"{k} {v:g}" for k, v in sorted(calls.items())))
-        finally:
-            server.terminate()
-            server.wait(10)
+        raw = redis.Redis.from_url(url)
+        client = Client()
+        print(f"{'request':44} {'status':>6} {'commands per request (INFO commandstats)'}")
+        for label, path, addr_base in (
+            ("POST /authorize, allowed (2 limits)", "/authorize", "198.18.1."),
+            ("POST /authorize, denied (2 limits)", "/authorize", None),
+        ):
+            if addr_base is None:
+                for _ in range(20):  # spend this client's 10 per second
+                    client.post(path)
+            raw.config_resetstat()
+            status = 0
+            for i in range(n):
+                extra = {"HTTP_X_FORWARDED_FOR": f"{addr_base}{i % 250}"} if addr_base else {}
+                status = client.post(path, **extra).status_code
+            stats = raw.info("commandstats")
+            calls = {k.removeprefix("cmdstat_"): v["calls"] / n for k, v in stats.items()
+                     if not k.startswith("cmdstat_config")}
+            print(f"{label:44} {status:>6} " + ", ".join(f"{k} {v:g}" for k, v in sorted(calls.items())))
     return 0
 
 
