@@ -30,11 +30,6 @@ def _delete_prefix(client: redis.Redis, value: str) -> None:
         client.delete(*keys)
 
 
-def track_prefix(redis_url: str, value: str) -> None:
-    """Have the session-end sweep delete the keys under ``value`` on ``redis_url`` (a prefix made by hand)."""
-    _PREFIXES.append((redis_url, value))
-
-
 @pytest.fixture
 def prefix(redis_url: str) -> Iterator[str]:
     """A key prefix of this test only; its keys are deleted afterwards.

@@ -22,7 +22,7 @@ rb = pytest.importorskip("django_ratelimit_r4.backends.redis")
 from django_ratelimit_r4.core.clock import FakeClock  # noqa: E402
 from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig  # noqa: E402
 
-from .conftest import start_cluster_or_fail, track_prefix  # noqa: E402
+from .conftest import start_cluster_or_fail  # noqa: E402
 from .redis_cluster import LocalCluster  # noqa: E402
 
 CLUSTER = {"cluster": True}
@@ -309,15 +309,18 @@ def _mirror_ops(seed: int, n: int = 60) -> list[tuple[int, int, int]]:
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_split_decisions_match_one_server_exactly(redis_cluster: LocalCluster, redis_url: str, seed: int) -> None:
+def test_split_decisions_match_one_server_exactly(
+    redis_cluster: LocalCluster, redis_url: str, prefix: str, seed: int
+) -> None:
     """Split over slots (and compensated) or in one script on one server: the same grants, waits and RateLimit
-    figures, step by step, for unkeyed and keyed entries, on the FakeClock."""
+    figures, step by step, for unkeyed and keyed entries, on the FakeClock. On the shared server the keys go
+    under the ``prefix`` fixture's prefix, deleted when the test ends (a session-end sweep alone left them, the
+    anchors for ever, whenever a session was killed before its end)."""
     results = []
+    shared = prefix
     for url, cluster in ((redis_cluster.url, True), (redis_url, False)):
         clock = FakeClock()
-        prefix = _prefix()
-        if not cluster:  # the shared server keeps no test's keys: the session sweep deletes these
-            track_prefix(url, prefix)
+        prefix = _prefix() if cluster else shared
         opts = CLUSTER if cluster else None
         names = _spread_names(_probe(redis_cluster.url, True), 2, "m")
 
