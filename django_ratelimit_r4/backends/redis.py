@@ -100,6 +100,7 @@ __all__ = [
     "SCRIPT_SHA",
     "SOCKET_TIMEOUT_S",
     "TIME_RESYNC_S",
+    "LostCancellation",
     "RedisBackend",
     "RedisConnection",
     "RedisKeyedRateLimiter",
