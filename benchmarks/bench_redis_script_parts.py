@@ -156,6 +156,18 @@ def _pieces() -> dict[str, Callable[[redis.Redis, str], Callable[[], Any]]]:
 
         rows[name] = lsetup
 
+    for name, row in (
+        ("decision: mixed cycle + gcra + sliding_window granted, one script", "ours mixed cycle + gcra + sliding granted (one script)"),
+        ("decision: the same, old split (three scripts)", "old split: mixed granted (three scripts)"),
+    ):
+
+        def msetup(c: redis.Redis, url: str, row: str = row) -> Any:
+            from benchmarks.bench_redis_server import _mixed_rows
+
+            return next(fn for n, fn, _ in _mixed_rows(url, "r4p") if n == row)
+
+        rows[name] = msetup
+
     def incr(c: redis.Redis, url: str) -> Any:
         script = c.register_script(_INCR_PEXPIRE)
         return lambda: script(keys=["r4p:incr"], args=[3_600_000])

@@ -243,7 +243,7 @@ def _mixed_rows(url: str, prefix: str) -> list[tuple[str, Callable[[], Any], int
     from django_ratelimit_r4.core.clock import SYSTEM_CLOCK
     from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig, acquire_all
 
-    factory = rb.redis_backend(url, prefix=prefix)
+    factory = rb.redis_backend(url, prefix=prefix, connection_options=PATIENT)  # (a timeout: the fault policy, no script)
     shapes = {"cycle": (10**12, "1h"), "gcra": (10**12, "1h"), "sliding_window": (100, "1ms")}
     mixed = [
         RateLimiter(f"mx-{a}", RateLimiterConfig(limit_for_period=n, limit_refresh_period=p, algorithm=a),
