@@ -27,7 +27,8 @@ if __package__ in (None, ""):  # run as a script: make the checkout importable
 
 import redis
 
-from benchmarks.bench_redis_server import PATIENT, _server_version, dedicated_redis
+from benchmarks._timing import dedicated_redis
+from benchmarks.bench_redis_server import PATIENT, _server_version
 
 NUMBER = 3000
 REPEAT = 7

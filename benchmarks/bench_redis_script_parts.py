@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,7 +36,8 @@ if __package__ in (None, ""):  # run as a script: make the checkout importable
 
 import redis
 
-from benchmarks.bench_redis_server import _INCR_PEXPIRE, _server_version, dedicated_redis
+from benchmarks._timing import dedicated_redis, free_port
+from benchmarks.bench_redis_server import _INCR_PEXPIRE, _server_version
 
 NUMBER = 3000
 REPEAT = 5
@@ -213,16 +213,10 @@ def measure_us(rows: dict[str, Callable[[redis.Redis, str], Callable[[], Any]]])
     return best
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _callgrind(setup: Callable[[redis.Redis, str], Callable[[], Any]], calls: int) -> int:
     """Instructions executed inside the script commands while making ``calls`` calls on a fresh server."""
     workdir = tempfile.mkdtemp(prefix="r4parts-")
-    port = _free_port()
+    port = free_port()
     out = f"{workdir}/callgrind.out"
     proc = subprocess.Popen(
         [
