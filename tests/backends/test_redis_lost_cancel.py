@@ -126,6 +126,21 @@ async def test_an_all_or_nothing_decision_whose_cancellation_was_lost_cancels(
     assert (a.metrics.available_permissions, b.metrics.available_permissions) == (2, 1)
 
 
+async def test_a_pipelined_read_whose_cancellation_was_lost_cancels(
+    redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``arun_scripts`` (several calls in one write: a mixed gate's 429 figures, cluster splits) goes through the
+    wrapper too: its caller ends cancelled instead of answering as if not cancelled."""
+    a = limiter(redis_url, prefix, 3, name="a")
+    b = limiter(redis_url, prefix, 2, name="b", algorithm="gcra")
+    backend: Any = a.backend
+    loser = lose_in_exchange(monkeypatch, backend._connection())
+    task = await cancel_lost(loser, rb.aread_quotas([(a, None), (b, None)]))
+    assert task.cancelled(), task
+    monkeypatch.undo()
+    assert [q for q, _ in await rb.aread_quotas([(a, None), (b, None)])] == [3, 2]  # a read: nothing taken
+
+
 async def test_a_cancellation_turned_into_a_timeout_below_us_cancels_and_is_no_fault(
     redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
