@@ -616,11 +616,22 @@ class RateLimitGate:
     def check(self, request: Any) -> tuple[RequestNotPermitted | None, dict[str, str]]:
         """Sync decision for ``request``: ``(None or the rejection, RateLimit header fields)``."""
         plan = self.plan()
+        # A DRF Request proxies method and META to its HttpRequest through __getattr__, which DRF reaches only
+        # after the normal lookup failed (an AttributeError built and dropped each time): read them there.
+        http = getattr(request, "_request", None)
+        if not isinstance(http, HttpRequest):
+            http = request
+        counted = (http.method in self._methods) is not self._skip_if_listed
         acquire_quota = plan.keyed_acquire_quota
-        if acquire_quota is not None and (request.method in self._methods) is not self._skip_if_listed:
+        if acquire_quota is not None and counted:
             # The DRF throttle's keyed fast path, as _call's: the client's cached constants, then one locked
             # decision that also gives the header figures (a rejection reads them once more).
-            entry = plan.keyed_entry(request)
+            entry: _KeyedEntry | None
+            if plan.keyed_by_remote_addr:
+                slot: Any = http.META.get("REMOTE_ADDR")
+                entry = plan.keyed_entries.get(slot) or plan.add_keyed_entry(request)
+            else:
+                entry = plan.keyed_entry(request)
             if entry is None:
                 return None, {}  # the key function exempts this request: no limit applied
             key, policy, prefix, pk = entry
@@ -637,7 +648,7 @@ class RateLimitGate:
                 "RateLimit-Policy": policy,
                 "RateLimit": draft10_state(prefix, remaining, delay_seconds(reset_ns), pk),
             }
-        if plan.remote_quotas and (request.method in self._methods) is not self._skip_if_listed:
+        if plan.remote_quotas and counted:
             remote_quota = plan.remote_acquire_quota
             if remote_quota is None:
                 rejection, keys, quotas = self._remote(plan, request)
@@ -657,7 +668,7 @@ class RateLimitGate:
                 "RateLimit-Policy": limit.policy,
                 "RateLimit": draft10_state(limit.state_prefix, remaining, delay_seconds(reset_ns), ""),
             }
-        if (request.method in self._methods) is self._skip_if_listed:
+        if not counted:
             return None, {}  # a method not counted: no limit applied
         keys = self._keys(plan, request)
         try:

@@ -116,3 +116,33 @@ def test_exception_handler_rate_limiter_and_bulkhead() -> None:
     full = exception_handler(BulkheadFull(Bulkhead("unconfigured")), {"request": request})
     assert (full.status_code, full["Retry-After"]) == (503, "1")
     assert exception_handler(ValueError("x"), {"request": request, "view": None}) is None
+
+
+class _CountingRequest(Request):
+    """A DRF Request counting the reads that fall through to its HttpRequest (``__getattr__``)."""
+
+    fallthrough: list[str] = []
+
+    def __getattr__(self, attr: str) -> object:
+        _CountingRequest.fallthrough.append(attr)
+        return super().__getattr__(attr)
+
+
+@pytest.mark.parametrize("name", ["per_ip", "api"])
+def test_a_decision_reads_method_and_remote_addr_from_the_httprequest(r4_clock, name: str) -> None:
+    """Issue 9: DRF proxies ``method`` / ``META`` to its HttpRequest through ``__getattr__``, reached only after
+    the normal lookup failed (an AttributeError built and dropped per read, ~8 k instructions each): the
+    throttle's decision reads them from the HttpRequest underneath, keyed (by REMOTE_ADDR) or not."""
+
+    class View:
+        rate_limiter = name
+        headers: dict[str, str] = {}
+
+    with override_settings(RATELIMIT_R4=views.r4_settings()):
+        request = _CountingRequest(RequestFactory().get("/", REMOTE_ADDR="203.0.113.9"))
+        assert RateLimiterThrottle().allow_request(request, View())  # first use: plan, client constants
+        _CountingRequest.fallthrough.clear()
+        view = View()
+        assert RateLimiterThrottle().allow_request(request, view)
+        assert _CountingRequest.fallthrough == []
+        assert view.headers["RateLimit-Policy"].startswith(f'"{name}"')

@@ -55,8 +55,8 @@ import redis
 import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
-from redis._parsers.resp2 import _AsyncRESP2Parser
-from redis._parsers.resp3 import _AsyncRESP3Parser
+from redis._parsers.resp2 import _AsyncRESP2Parser, _RESP2Parser
+from redis._parsers.resp3 import _AsyncRESP3Parser, _RESP3Parser
 from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, RedisError
 
@@ -329,6 +329,75 @@ def _error_reply(parser: Any, text: bytes) -> Any:
     return error
 
 
+def _drained(parser: Any) -> bool:
+    """The parser's socket buffer holds no byte read from the socket and not consumed (redis-py purges it after
+    every complete reply; a readability check may leave bytes in it)."""
+    buffer = parser._buffer
+    return buffer is not None and not buffer._buffer.getvalue()
+
+
+_NO_CONNECTION = object()  # _take: nothing taken from the queue yet
+
+# redis-py's sync python parsers: a connection using one (its buffer empty) may be read by _exchange.
+_SYNC_PY_PARSERS = (_RESP2Parser, _RESP3Parser)
+
+
+def _exchange(conn: Any, packed: bytes) -> Any:
+    """Write ``packed`` (one command) on ``conn``'s socket and return its reply, as ``send_packed_command`` +
+    ``read_response`` do for a connection without health checks whose parser holds no unread bytes: the same
+    reply (an error reply raised), the same errors on a timeout, a reset or a closed connection. The caller
+    drops the connection on any exception (no reply is left unread in it).
+
+    redis-py reads a reply line by line through its socket buffer (a ``BytesIO``: ``seek``/``tell``/
+    ``readline`` per line, four lines for a decision's reply, then a purge) and formats the host for an error
+    message on every read; here one ``recv`` takes whatever has arrived and :func:`_parse_reply` reads it in one
+    pass. A push frame goes to the parser's handler first, as redis-py does.
+    """
+    sock = conn._sock
+    try:
+        sock.sendall(packed)
+    except TimeoutError as exc:  # socket.timeout
+        if exc.errno is not None:  # ETIMEDOUT from the OS: the connection is dead, not slow (redis-py's rule)
+            raise redis.exceptions.ConnectionError(
+                f"Error {exc.errno} while writing to socket. {exc.strerror}."
+            ) from exc
+        raise redis.exceptions.TimeoutError("Timeout writing to socket") from None
+    except OSError as exc:
+        errno, message = ("UNKNOWN", exc.args[0]) if len(exc.args) == 1 else exc.args[:2]
+        raise redis.exceptions.ConnectionError(f"Error {errno} while writing to socket. {message}.") from exc
+    parser = conn._parser
+    try:
+        data = sock.recv(_READ_SIZE)
+        pos = 0
+        while True:
+            if not data:
+                raise redis.exceptions.ConnectionError(_SERVER_CLOSED)
+            try:
+                reply, pos = _parse_reply(data, pos, parser)
+            except _Incomplete:
+                more = sock.recv(_READ_SIZE)
+                if not more:
+                    raise redis.exceptions.ConnectionError(_SERVER_CLOSED) from None
+                data, pos = data[pos:] + more, 0
+                continue
+            if type(reply) is _Push:
+                parser.handle_push_response(reply.value)
+                continue
+            break
+    except TimeoutError:  # socket.timeout
+        raise redis.exceptions.TimeoutError(f"Timeout reading from {conn._host_error()}") from None
+    except OSError as exc:
+        raise redis.exceptions.ConnectionError(f"Error while reading from {conn._host_error()} : {exc.args}") from exc
+    if pos != len(data):
+        raise redis.exceptions.InvalidResponse("Protocol Error: data after the reply")
+    if isinstance(reply, redis.exceptions.ResponseError):
+        try:
+            raise reply
+        finally:
+            del reply
+    return reply
+
+
 async def _aread_replies(reader: asyncio.StreamReader, count: int, parser: Any) -> list[Any]:
     """``count`` replies from ``reader``, read as they arrive and parsed in one pass each time.
 
@@ -449,6 +518,21 @@ class RedisConnection:
         if type(pool) is redis.BlockingConnectionPool and isinstance(getattr(pool, "pool", None), queue.Queue):
             enabled = getattr(pool, "maint_notifications_enabled", None)
             self._lean = getattr(pool, "cache", None) is None and not (enabled is not None and enabled())
+        #: _take/_give may work on the pool's LifoQueue under its mutex (the stdlib's queue, its private names present).
+        queue_ = getattr(pool, "pool", None)
+        self._lifo = (
+            self._lean is not None
+            and type(queue_) is queue.LifoQueue
+            and all(hasattr(getattr(queue_, name, None), "_waiters") for name in ("not_empty", "not_full"))
+        )
+        #: run_script may exchange on the socket itself (_exchange): lean pool, plain TCP or Unix connections,
+        #: replies not decoded, no health checks (redis-py would PING before a command when one is due).
+        self._lean_io = (
+            self._lean is not None
+            and getattr(pool, "connection_class", None) in (redis.Connection, redis.UnixDomainSocketConnection)
+            and not kwargs.get("decode_responses")
+            and not kwargs.get("health_check_interval")
+        )
         # redis-py encodes a str argument as strict UTF-8 unless told otherwise (see _pack_evalsha).
         self._utf8 = kwargs.get("encoding", "utf-8").lower() in ("utf-8", "utf8") and (
             kwargs.get("encoding_errors", "strict") == "strict"
@@ -842,9 +926,12 @@ class RedisConnection:
                 packed = _pack_evalsha(sha, numkeys, args, self._utf8)
                 if packed is None:
                     conn.send_command("EVALSHA", sha, numkeys, *args)
+                    reply = conn.read_response()
+                elif self._lean_io and type(conn._parser) in _SYNC_PY_PARSERS and _drained(conn._parser):
+                    reply = _exchange(conn, packed)
                 else:
                     conn.send_packed_command([packed])
-                reply = conn.read_response()
+                    reply = conn.read_response()
             except NoScriptError:
                 conn.send_command("EVAL", source, numkeys, *args)
                 reply = conn.read_response()
@@ -870,10 +957,22 @@ class RedisConnection:
         lean = self._lean
         if lean is None or self.pid != _pid or getattr(pool, "_in_maintenance", False):
             return pool.get_connection()
-        try:
-            conn = pool.pool.get(True, pool.timeout)
-        except queue.Empty:
-            raise redis.exceptions.ConnectionError("No connection available.") from None
+        conn: Any = _NO_CONNECTION
+        if self._lifo:
+            # Queue.get(True, timeout) when a connection is there, without its Python layers (the condition's
+            # enter/exit, _qsize, _get, notify and _is_owned: about 10 calls): under the queue's own mutex, the
+            # newest item, and a put() waiting for room told (BlockingConnectionPool never waits there).
+            items = pool.pool
+            with items.mutex:
+                if items.queue:
+                    conn = items.queue.pop()
+                    if items.not_full._waiters:
+                        items.not_full.notify()
+        if conn is _NO_CONNECTION:
+            try:
+                conn = pool.pool.get(True, pool.timeout)
+            except queue.Empty:
+                raise redis.exceptions.ConnectionError("No connection available.") from None
         if conn is None:  # a free slot, no connection yet: the pool makes it (and counts it)
             pool.pool.put_nowait(None)
             return pool.get_connection()
@@ -917,7 +1016,17 @@ class RedisConnection:
         should_reconnect = getattr(conn, "should_reconnect", None)
         if should_reconnect is not None and should_reconnect():
             conn.disconnect()
-        pool.pool.put_nowait(conn)
+        items = pool.pool
+        if self._lifo:
+            # Queue.put_nowait(conn) without its Python layers (as _take's get): a full queue is left to it.
+            with items.mutex:
+                if items.maxsize <= 0 or len(items.queue) < items.maxsize:
+                    items.queue.append(conn)
+                    items.unfinished_tasks += 1
+                    if items.not_empty._waiters:
+                        items.not_empty.notify()
+                    return
+        items.put_nowait(conn)
 
     def _cluster_pool(self, key: Any, node: Any = None) -> Any:
         client = self.sync

@@ -195,6 +195,13 @@ def test_one_round_trip_when_granted(redis_url: str, prefix: str, monkeypatch: p
 
     monkeypatch.setattr(connection, "send_packed_command", sending)
     monkeypatch.setattr(connection, "read_response", reading)
+    exchange = rb._exchange  # RedisConnection's own write + read of one command (issue 9)
+
+    def exchanging(conn: Any, packed: bytes) -> Any:
+        events.extend(("send", "read"))
+        return exchange(conn, packed)
+
+    monkeypatch.setattr(rb, "_exchange", exchanging)
     assert acquire_all(limiters) is None
     assert events == ["send", "read"]
     events.clear()

@@ -1,0 +1,207 @@
+"""RedisConnection's own exchange on a pooled connection (issue 9: the DRF throttle on Redis within 1.10 RT).
+
+``_exchange`` writes a packed ``EVALSHA`` and reads its reply in one pass (no socket buffer, no host formatted
+per read), so it must answer exactly what redis-py's ``send_packed_command`` + ``read_response`` answer, RESP2
+and RESP3, with the same errors; ``run_script`` takes it only when the connection's parser holds no unread
+bytes. ``_take`` / ``_give`` take and return connections under the pool queue's own mutex and still wake a
+caller waiting for one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from typing import Any
+
+import pytest
+
+redis = pytest.importorskip("redis")
+rb = pytest.importorskip("django_ratelimit_r4.backends.redis")
+
+from redis._parsers.resp2 import _RESP2Parser  # noqa: E402
+from redis._parsers.resp3 import _RESP3Parser  # noqa: E402
+
+from django_ratelimit_r4.core.clock import SYSTEM_CLOCK  # noqa: E402
+from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig  # noqa: E402
+
+SCRIPTS = [
+    "return 1",
+    "return -7",
+    "return {1, 2, {3, 'x'}, 'abc'}",
+    "return nil",
+    "return redis.status_reply('FINE')",
+    "return 'x' .. string.rep('y', 200000)",  # more than one recv (64 KiB each)
+    "return {}",
+    "return {string.rep('a', 70000), 5}",
+]
+
+
+def _connection(url: str, protocol: int) -> Any:
+    conn = redis.Redis.from_url(url, protocol=protocol).connection_pool.make_connection()
+    conn.connect()
+    return conn
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_exchange_answers_what_redis_py_answers(redis_server: Any, protocol: int, script: str) -> None:
+    conn = _connection(redis_server.url, protocol)
+    try:
+        assert type(conn._parser) in rb._SYNC_PY_PARSERS
+        sha = redis.Redis.from_url(redis_server.url).script_load(script)
+        packed = rb._pack_evalsha(sha, 0, [], True)
+        conn.send_packed_command([packed])
+        theirs = conn.read_response()
+        assert rb._drained(conn._parser)
+        assert rb._exchange(conn, packed) == theirs
+        assert rb._drained(conn._parser)
+        assert conn.send_command("PING") is None and conn.read_response() in (b"PONG", "PONG")  # still in step
+    finally:
+        conn.disconnect()
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_exchange_raises_the_error_replies_redis_py_raises(redis_server: Any, protocol: int) -> None:
+    conn = _connection(redis_server.url, protocol)
+    try:
+        with pytest.raises(redis.exceptions.NoScriptError):
+            rb._exchange(conn, rb._pack_evalsha("0" * 40, 0, [], True))
+        sha = redis.Redis.from_url(redis_server.url).script_load("return redis.error_reply('WRONGTYPE nope')")
+        with pytest.raises(redis.exceptions.ResponseError, match="nope"):
+            rb._exchange(conn, rb._pack_evalsha(sha, 0, [], True))
+    finally:
+        conn.disconnect()
+
+
+def test_exchange_times_out_and_tells_a_closed_connection(redis_server: Any) -> None:
+    url = redis_server.url
+    conn = redis.Redis.from_url(url, socket_timeout=0.2).connection_pool.make_connection()
+    conn.connect()
+    sha = redis.Redis.from_url(url).script_load("return 1")
+    packed = rb._pack_evalsha(sha, 0, [], True)
+    redis_server.pause()
+    try:
+        with pytest.raises(redis.exceptions.TimeoutError, match="Timeout reading from"):
+            rb._exchange(conn, packed)
+    finally:
+        redis_server.resume()
+    conn.disconnect()
+    conn.connect()
+    redis_server.stop()
+    with pytest.raises(redis.exceptions.ConnectionError):
+        rb._exchange(conn, packed)
+
+
+class _Socket:
+    """A socket whose replies arrive in the given pieces."""
+
+    def __init__(self, *pieces: bytes) -> None:
+        self.pieces = list(pieces)
+        self.sent: list[bytes] = []
+
+    def sendall(self, data: bytes) -> None:
+        self.sent.append(data)
+
+    def recv(self, size: int) -> bytes:
+        return self.pieces.pop(0) if self.pieces else b""
+
+
+class _Conn:
+    def __init__(self, sock: _Socket, parser: Any) -> None:
+        self._sock = sock
+        self._parser = parser
+
+    def _host_error(self) -> str:
+        return "test:0"
+
+
+def test_exchange_reads_a_reply_in_pieces_and_hands_push_frames_to_the_parser() -> None:
+    parser = _RESP3Parser(65536)
+    pushed: list[Any] = []
+    parser.pubsub_push_handler_func = pushed.append
+    sock = _Socket(b">2\r\n$7\r\nmes", b"sage\r\n$2\r\nhi\r\n*3\r\n:1", b"\r\n:2\r\n$3\r\nab", b"c\r\n")
+    assert rb._exchange(_Conn(sock, parser), b"packed") == [1, 2, b"abc"]
+    assert sock.sent == [b"packed"]
+    assert pushed == [[b"message", b"hi"]]
+
+
+def test_exchange_refuses_a_closed_stream_and_data_after_the_reply() -> None:
+    with pytest.raises(redis.exceptions.ConnectionError, match="closed by server"):
+        rb._exchange(_Conn(_Socket(b"*2\r\n:1\r\n"), _RESP2Parser(65536)), b"x")
+    with pytest.raises(redis.exceptions.InvalidResponse, match="data after the reply"):
+        rb._exchange(_Conn(_Socket(b":1\r\n:2\r\n"), _RESP2Parser(65536)), b"x")
+
+
+def _limiter(url: str, prefix: str) -> RateLimiter:
+    config = RateLimiterConfig(limit_for_period=3, limit_refresh_period="1h")
+    return RateLimiter("exchange", config, clock=SYSTEM_CLOCK, backend=rb.redis_backend(url, prefix=prefix))
+
+
+def test_a_decision_takes_the_exchange_and_the_queue_mutex(redis_server: Any, monkeypatch: Any) -> None:
+    """What a decision costs the client: no redis-py read (socket buffer, line by line) and no Queue.get/put
+    layers on the lean pool. Counted, so the test fails if a change sends decisions back through them."""
+    limiter = _limiter(redis_server.url, "r4x")
+    assert limiter.acquire_permission()  # the first call loads the script and learns the server time
+    conn = rb.connection(redis_server.url)
+    assert conn._lean_io and conn._lifo
+    calls: list[str] = []
+    for cls, name in ((redis.Connection, "read_response"), (redis.Connection, "send_packed_command"),
+                      (queue.Queue, "get"), (queue.Queue, "put")):
+        original = getattr(cls, name)
+
+        def counted(*args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
+            calls.append(_name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(cls, name, counted)
+    assert limiter.acquire_permission()
+    assert limiter.acquire_permission()
+    assert not limiter.acquire_permission()
+    assert calls == []
+
+
+def test_a_connection_with_unread_bytes_in_its_parser_is_read_by_redis_py(redis_server: Any) -> None:
+    limiter = _limiter(redis_server.url, "r4y")
+    assert limiter.acquire_permission()
+    conn = rb.connection(redis_server.url)
+    pool = conn.sync.connection_pool
+    taken = conn._take(pool)
+    try:
+        taken._parser._buffer._buffer.write(b"+stray\r\n")  # read from the socket, never consumed
+        assert not rb._drained(taken._parser)
+    finally:
+        conn._give(pool, taken)
+    # The stray reply is read first by redis-py's own path (the script's reply then waits on the socket):
+    # the decision does not misread it as its own. The connection is dropped and the next call is exact.
+    with contextlib.suppress(Exception):  # the fault policy or redis-py's error: either way not a wrong reply
+        limiter.acquire_permission()
+    assert limiter.acquire_permission() in (True, False)
+    backend: Any = limiter.backend
+    assert backend.quota()[0] >= 0
+
+
+def test_a_waiting_caller_gets_the_connection_given_back(redis_server: Any) -> None:
+    conn = rb.connection(redis_server.url + "?max_connections=1&timeout=30")
+    pool = conn.sync.connection_pool
+    first = conn._take(pool)
+    got: list[Any] = []
+    started = threading.Event()
+
+    def wait_for_it() -> None:
+        started.set()
+        got.append(conn._take(pool))  # blocks in the queue: the pool's only connection is out
+
+    thread = threading.Thread(target=wait_for_it)
+    thread.start()
+    started.wait(10)
+    deadline = 10.0
+    while not pool.pool.not_empty._waiters and deadline > 0:  # it is waiting now
+        threading.Event().wait(0.01)
+        deadline -= 0.01
+    assert pool.pool.not_empty._waiters
+    conn._give(pool, first)
+    thread.join(10)
+    assert got == [first]
+    conn._give(pool, got[0])
+    assert len(pool.pool.queue) == 1
