@@ -1615,6 +1615,10 @@ def _glob_escape(text: str) -> str:
     return "".join("\\" + c if c in "\\*?[]" else c for c in text)
 
 
+#: Per keyed store: the state keys of at most this many client keys are kept (see RedisKeyedStore._state_key).
+_STATE_KEYS_MAX = 1024
+
+
 def client_key_digest(key: object) -> str:
     """The Redis-safe form of a client key: a 128-bit BLAKE2b hex digest (no client data stored in Redis)."""
     raw = key if isinstance(key, str) else str(key)
@@ -2820,6 +2824,7 @@ class RedisKeyedStore(_RedisCycleOps):
         #: The anchor of every client key on one server (on a cluster each shard has its own, see _phase_of).
         self.anchor_key = self._base + ":anchor"
         self._key_prefix = self._base + ":k:"
+        self._state_keys: dict[str, str] = {}
         if self._conn.cluster:
             self._phases = {}
         self._counter_lock = threading.Lock()
@@ -2836,7 +2841,23 @@ class RedisKeyedStore(_RedisCycleOps):
             self.reset()
 
     def _state_key(self, key: object) -> str:
-        """The Redis key of ``key``'s state: ``<base>:k:<digest>``, the base of its shard on a cluster."""
+        """The Redis key of ``key``'s state: ``<base>:k:<digest>``, the base of its shard on a cluster.
+
+        Clients come back: a string key's state key is kept (at most :data:`_STATE_KEYS_MAX`, forgotten all at
+        once when full) instead of hashing it per decision.
+        """
+        if type(key) is str:
+            known = self._state_keys.get(key)
+            if known is not None:
+                return known
+            state_key = self._state_key_of(key)
+            if len(self._state_keys) >= _STATE_KEYS_MAX:
+                self._state_keys.clear()
+            self._state_keys[key] = state_key
+            return state_key
+        return self._state_key_of(key)
+
+    def _state_key_of(self, key: object) -> str:
         digest = client_key_digest(key)
         if self._phases is None:
             return self._key_prefix + digest

@@ -23,6 +23,7 @@ from redis._parsers.resp2 import _RESP2Parser  # noqa: E402
 from redis._parsers.resp3 import _RESP3Parser  # noqa: E402
 
 from django_ratelimit_r4.core.clock import SYSTEM_CLOCK  # noqa: E402
+from django_ratelimit_r4.core.exceptions import RequestNotPermitted  # noqa: E402
 from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig  # noqa: E402
 
 SCRIPTS = [
@@ -205,3 +206,26 @@ def test_a_waiting_caller_gets_the_connection_given_back(redis_server: Any) -> N
     assert got == [first]
     conn._give(pool, got[0])
     assert len(pool.pool.queue) == 1
+
+
+def test_a_returning_client_key_is_not_hashed_again(redis_server: Any, monkeypatch: Any) -> None:
+    """Each decision of a keyed limit names its client's state key (a BLAKE2b digest of the key): a string key's
+    is kept, up to ``_STATE_KEYS_MAX`` clients (then forgotten at once), the same key as computed."""
+    config = RateLimiterConfig(limit_for_period=2, limit_refresh_period="1h")
+    keyed = rb.RedisKeyedRateLimiter("returning", config, url=redis_server.url, prefix="r4z")
+    expected = keyed.store._state_key_of("203.0.113.7")
+    hashed: list[object] = []
+    digest = rb.client_key_digest
+    monkeypatch.setattr(rb, "client_key_digest", lambda key: (hashed.append(key), digest(key))[1])
+    assert keyed.acquire_quota("203.0.113.7")[0] == 1
+    assert keyed.acquire_quota("203.0.113.7")[0] == 0
+    with pytest.raises(RequestNotPermitted):
+        keyed.acquire_quota("203.0.113.7")
+    assert hashed == ["203.0.113.7"]
+    assert keyed.store._state_key("203.0.113.7") == expected
+    monkeypatch.setattr(rb, "_STATE_KEYS_MAX", 3)
+    for i in range(7):
+        keyed.store._state_key(f"c{i}")
+    assert len(keyed.store._state_keys) <= 3
+    assert keyed.store._state_key(42) == keyed.store._state_key_of(42)  # not a str: computed, not kept
+    assert 42 not in keyed.store._state_keys
