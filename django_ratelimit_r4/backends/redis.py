@@ -166,6 +166,7 @@ _T = TypeVar("_T")
 # a cancellation the client below us swallowed. Python 3.10 has none: there RedisConnection.areply cannot see
 # a lost one (a documented limitation).
 _CANCELLING = hasattr(asyncio.Task, "cancelling")
+_current_task = asyncio.current_task
 
 
 class LostCancellation(asyncio.CancelledError):
@@ -1299,7 +1300,20 @@ class RedisConnection:
         """Async twin of :meth:`run_script`, on this loop's ``redis.asyncio`` client (the lean way of
         :meth:`_atake` / :meth:`_aexchange` on a plain pool). A cancellation lost below us raises
         :class:`LostCancellation` with the ``(reply, started, unknown)`` triple (see :meth:`areply`)."""
-        return await self.areply(self._arun_script(sha, source, numkeys, args, deadline_at, tokens))
+        # areply's check inline: every async decision pays this, and a wrapping coroutine cost 4k instructions.
+        task = _current_task() if _CANCELLING else None
+        if task is None:
+            return await self._arun_script(sha, source, numkeys, args, deadline_at, tokens)
+        before = task.cancelling()  # type: ignore[attr-defined]  # 3.11+ (checked: _CANCELLING)
+        try:
+            result = await self._arun_script(sha, source, numkeys, args, deadline_at, tokens)
+        except _FAULTS as exc:
+            if task.cancelling() > before:  # type: ignore[attr-defined]
+                raise asyncio.CancelledError("cancelled during a Redis call (reported as a fault)") from exc
+            raise
+        if task.cancelling() > before:  # type: ignore[attr-defined]
+            raise LostCancellation(result)
+        return result
 
     async def _arun_script(
         self,
