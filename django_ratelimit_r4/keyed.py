@@ -42,8 +42,8 @@ path pays a branch for the other).
 
 from __future__ import annotations
 
-import functools
 import threading
+import types
 from collections import OrderedDict
 from collections.abc import Sequence
 from itertools import islice
@@ -535,10 +535,11 @@ class KeyedRateLimiter:
         self._adecide_quota = store.adecide_quota
         if type(store) is not MemoryKeyedStore:
             # acquire_quota inlines the default store's common case; a store may write out its own
-            # (limiter_acquire_quota: the in-memory sliding window); every other store decides through the protocol.
+            # (limiter_acquire_quota, a function of the limiter bound as a method: the in-memory sliding window);
+            # every other store decides through the protocol.
             inline = getattr(store, "limiter_acquire_quota", None)
             self.acquire_quota = (  # type: ignore[method-assign]
-                self._acquire_quota_of_store if inline is None else functools.partial(inline, self)
+                self._acquire_quota_of_store if inline is None else types.MethodType(inline, self)
             )
         self._rejection_quotas = store.rejection_quotas
 

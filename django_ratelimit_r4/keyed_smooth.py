@@ -10,9 +10,10 @@ absent, the oldest entries swept two at a time when a key is inserted, the one a
 
 State per live key: GCRA one int (the theoretical arrival time scaled by the limit), its entry moved to the end
 at every grant (least recently used first); the sliding window a small object with an
-``array('q')`` ring of the last ``limit`` hand-over times (8 bytes a permit, oldest at ``ring[head]``), the
-index of its oldest slot, its newest time and a hint for the header figures (see
-:class:`SlidingWindowKeyedStore`), about ``8 * limit + 320`` bytes with the key and its entry
+``array('q')`` ring of the last ``limit`` hand-over times (8 bytes a permit, oldest at ``ring[head]``, newest
+at ``ring[head - 1]``), the index of its oldest slot, the end of the slots known out of the window and when the
+next one leaves it (see :class:`SlidingWindowKeyedStore`), about ``8 * limit + 320`` bytes with the key and its
+entry
 (``python benchmarks/bench_keyed_memory.py --algorithm sliding_window`` measures it), mutated in place under the
 lock; its entry moves to the end at its first grant in each period
 (from the store's anchor), so the store is ordered by the period of last use, as the cycle store is. A key is
@@ -27,7 +28,7 @@ from bisect import bisect_right
 from typing import Any
 
 from .backends.algorithms import SLIDING_WINDOW, gcra_available, gcra_decide, gcra_quota
-from .backends.memory import _successors, ring_give_back
+from .backends.memory import _INDEXES, _successors, ring_give_back
 from .core.clock import Clock
 from .core.ratelimiter import SUCCESSFUL_ACQUIRE, RateLimiterConfig
 from .keyed import _FRONT_CHECKS, MemoryKeyedStore
@@ -240,24 +241,32 @@ class SmoothKeyedStore(MemoryKeyedStore):
 class SlidingWindowKeyedStore(SmoothKeyedStore):
     """The exact sliding window per key (:func:`~.backends.algorithms.sliding_decide` over absolute clock time).
 
-    A key's state is a ``_Log`` (``head``, ``newest``, ``ring``, ``out``, ``after``; see the module doc),
-    mutated in place under the lock. A one-permit decision reads the oldest slot ``ring[head]`` and the newest
-    time and writes one slot, the head (from the store's successor list ``_next``: no int built) and the newest
-    time.
+    A key's state is a ``_Log`` (``ring``, ``head``, ``edge``, ``after``, ``mark``; see the module doc), mutated
+    in place under the lock: the ``array('q')`` ring of its last ``limit`` hand-over times, sorted from the
+    oldest at ``ring[head]`` to the newest at ``ring[head - 1]`` (8 bytes a permit, no int object per time).
 
-    Its header figures need how many logged permits have left the window, a prefix of the ring from the head
-    (the slots are sorted, oldest first). ``decide_quota`` and the limiter's ``acquire_quota`` (written out
-    here: :meth:`limiter_acquire_quota`) keep a hint for them: ``out`` of them are known to have left it (time
-    only moves on, so they stay out) and ``after`` is when the next slot leaves it (its time plus the period;
-    None: no hint). With the hint, the figures of a one-permit grant cost one comparison of ``after`` with now
-    (the grant took one of the ``out``), or one slot read when one more permit has left the window; without it,
-    a binary search of the ring (``bisect`` on an array: 0.4-0.8 us at 1000 slots on this machine, about a
-    decision's time; reading the next slot every time was a second cache line per decision). Every other write
-    sets ``after = None`` (one attribute write: a one-permit ``decide`` does not pay for the hint's upkeep).
+    The slots from ``head`` up to ``edge`` (excluded, around the ring) are known to have left the window: time
+    only moves on, so they stay out. ``edge`` is kept by every write (a one-permit grant that takes one of them
+    leaves it; any other write sets it to the new head: none known). While ``head != edge`` a one-permit grant
+    reads nothing of the ring and writes one slot and the head (from the store's successor list ``_next``: no
+    int built): the common case of a client below its limit. Then the newest time is not ahead of now either
+    (a reservation needs the oldest slot in the window or a later reservation, and a grant that makes ``edge``
+    known is a grant at now; clocks are monotonic and read under the lock), so none is pending. Only when none
+    is known out does a decision read the oldest slot and the newest.
 
-    The entry moves to the end of the store only at a key's first grant in each period (the period of the
-    store's anchor, as the cycle store's; its newest time is before the period's start): a move per grant cost
-    as much as the decision.
+    The header figures need how many logged permits have left the window exactly: ``after`` is when the slot at
+    ``edge`` leaves it (its time plus the period; None: not known). A grant that takes a known slot keeps it;
+    every other write sets it to None. While ``after > now``, the known slots are all of them, so the figures
+    of a one-permit grant cost one comparison; one slot read when one more has left the window; without
+    ``after``, a binary search of the ring (``bisect`` on an array: 0.4-0.8 us at 1000 slots on this machine,
+    about a decision's time; reading the next slot every time was a second cache line per decision).
+    ``decide_quota`` and the limiter's ``acquire_quota`` (written out here: :meth:`limiter_acquire_quota`)
+    compute it when it is not known.
+
+    ``head`` and ``edge`` are the shared int objects of :data:`~.backends.memory._INDEXES` (no object per key to
+    read). The entry moves to the end of the store only at a key's first grant in each period (the period of the
+    store's anchor, as the cycle store's; ``mark`` is the store's token of the period of its last move): a move
+    per grant cost as much as the decision.
     """
 
     def _reset_locked(self, clock: Clock) -> None:
@@ -268,7 +277,7 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
 
     def _set_cycle(self, cycle: int) -> None:
         super()._set_cycle(cycle)
-        self._cycle_start = self._cycle_end - self._period
+        self._mark = object()  # this period's token: a log whose mark is another was last moved before it
 
     # -- one key's algorithm (caller holds the lock; ``now`` is absolute clock time) -----------------------
 
@@ -282,24 +291,23 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
 
     def _new(self, now: int) -> _Log:
         """A new key's state after one permit handed over at ``now``: the other slots are free, so known out, and
-        the next one is slot 0 (``now``)."""
+        the slot past them is slot 0 (``now``)."""
         ring = self._fresh[:]
         ring[0] = now
-        return _Log(self._next[0], now, ring, self._limit - 1, now + self._period)
+        return _Log(ring, self._next[0], 0, now + self._period)
 
     def _take(self, key: str, state: Any, now: int, permits: int, wait: int) -> None:
         """Hand ``permits`` over at ``now + wait`` (the key's state is written in place; a new key is inserted)."""
         if state is None:
-            state = _Log(0, 0, self._fresh[:], 0, None)
+            state = _Log(self._fresh[:], 0, 0, None)
             _ring_write(state, self._limit, now + wait, permits)
             self._insert(key, state, now)
             return
-        newest = state.newest
         _ring_write(state, self._limit, now + wait, permits)
-        self._touch(key, newest, now)
+        self._touch(key, state, now)
 
     def _full(self, state: Any, now: int) -> bool:
-        return bool(state.newest <= now - self._period)
+        return bool(state.ring[state.head - 1] <= now - self._period)
 
     def _available(self, state: Any, now: int) -> int:
         return self._limit if state is None else _ring_available(state, self._limit, self._period, now)
@@ -308,31 +316,33 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
         remaining = self._available(state, now)
         if remaining < 1:
             return remaining, self._wait(state, now, 1)
-        return remaining, 0 if state is None else max(0, state.newest + self._period - now)
+        return remaining, 0 if state is None else max(0, state.ring[state.head - 1] + self._period - now)
 
     def _roll(self, now: int) -> None:
         """Move the current period on to ``now``'s."""
         if now >= self._cycle_end:
             self._set_cycle((now - self._anchor) // self._period)
 
-    def _touch(self, key: str, newest: int, now: int) -> None:
-        """After a grant to a stored key whose newest time was ``newest`` (before the current period as last
-        found, or the caller is not sure): move it to the end at its first grant in this period."""
+    def _touch(self, key: str, state: _Log, now: int) -> None:
+        """After a grant to a stored key: move it to the end at its first grant in this period."""
         self._roll(now)
-        if newest < self._cycle_start:
+        if state.mark is not self._mark:
+            state.mark = self._mark
             self._states.move_to_end(key)
 
     def _insert(self, key: str, state: _Log, now: int) -> None:
         """Store a new key last, after sweeping up to ``_FRONT_CHECKS`` full entries off the front; at
         ``max_keys`` the front entry (holding state: the sweep stopped at it) is evicted, lossy."""
         self._roll(now)
+        state.mark = self._mark
         states = self._states
         edge = now - self._period
         for _ in range(_FRONT_CHECKS):
             if not states:
                 break
             front = next(iter(states))
-            if states[front].newest > edge:
+            log = states[front]
+            if log.ring[log.head - 1] > edge:
                 break
             del states[front]
         if len(states) >= self.max_keys:
@@ -342,24 +352,27 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
 
     def _out(self, state: _Log, now: int) -> tuple[int, int]:
         """``(out, after)`` after a one-permit grant at ``now`` (the newest is in the window): how many logged
-        permits have left the window and when the next one leaves it; one step past the known ones when the hint
-        is known and its next slot has left too, else a binary search; leaves them known (see the class doc)."""
+        permits have left the window and when the next one leaves it; one step past the known ones when
+        ``after`` is known (and has passed) and the slot past it is still in the window, else a binary search;
+        leaves them known (see the class doc)."""
         ring = state.ring
         head = state.head
         limit = self._limit
         period = self._period
         if state.after is not None:
-            out = state.out + 1  # below limit: the newest is in the window, so not among the known out
-            index = head + out
-            after = ring[index - limit if index >= limit else index] + period
+            edge = self._next[state.edge]  # below the newest: it is in the window, so not among the known out
+            after = ring[edge] + period
             if after > now:  # the common step: exactly one more has left the window
-                state.out = out
+                state.edge = edge
                 state.after = after
-                return out, after
+                out = edge - head
+                return (out + limit if out < 0 else out), after
         out = _ring_count(ring, head, limit, now - period)
         index = head + out
-        after = ring[index - limit if index >= limit else index] + period
-        state.out = out
+        if index >= limit:
+            index -= limit
+        after = ring[index] + period
+        state.edge = _INDEXES[index]
         state.after = after
         return out, after
 
@@ -378,30 +391,40 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
                     self._insert(key, self._new(now), now)
                     self.successful_calls += 1
                     return 0
-                ring = state.ring
                 head = state.head
-                newest = state.newest
-                at = ring[head] + self._period
-                if at <= now >= newest:
-                    ring[head] = state.newest = now
+                if head != state.edge:
+                    # The oldest slot is known out of the window (and no reservation is pending: see the class
+                    # doc): granted now without reading the ring; ``edge`` and ``after`` are kept.
+                    state.ring[head] = now
                     state.head = self._next[head]
-                    state.after = None  # the hint is decide_quota's: forget it (one write, not its upkeep)
-                    if now >= self._cycle_end or newest < self._cycle_start:
-                        self._touch(key, newest, now)
+                    if now >= self._cycle_end or state.mark is not self._mark:
+                        self._touch(key, state, now)
                     self.successful_calls += 1
                     return 0
+                ring = state.ring
+                at = ring[head] + self._period
+                newest = ring[head - 1]  # index -1 when head is 0: the last slot
                 if newest > at:
                     at = newest
+                if at <= now:
+                    ring[head] = now
+                    state.edge = state.head = self._next[head]  # none known out still
+                    state.after = None  # the slot written was the one at edge
+                    if now >= self._cycle_end or state.mark is not self._mark:
+                        self._touch(key, state, now)
+                    self.successful_calls += 1
+                    return 0
                 wait = at - now  # > 0: the oldest is in the window, or a reservation is pending
                 if timeout_ns >= wait:
-                    ring[head] = state.newest = at
-                    state.head = self._next[head]
+                    ring[head] = at
+                    state.edge = state.head = self._next[head]
                     state.after = None
-                    self._touch(key, newest, now)
+                    self._touch(key, state, now)
                     self.successful_calls += 1
                     return wait
                 self.failed_calls += 1
-                self._roll(now)
+                if now >= self._cycle_end:
+                    self._set_cycle((now - self._anchor) // self._period)
                 return -wait
             return self._decide_locked(key, state, now, permits, timeout_ns)
         finally:
@@ -421,38 +444,47 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
                     self._insert(key, self._new(now), now)
                     self.successful_calls += 1
                     return 0, self._limit - 1, period
-                ring = state.ring
                 head = state.head
-                newest = state.newest
-                at = ring[head] + period
-                if at <= now >= newest:
-                    ring[head] = state.newest = now
-                    state.head = self._next[head]
-                    if now >= self._cycle_end or newest < self._cycle_start:
-                        self._touch(key, newest, now)
+                edge = state.edge
+                if head != edge:
+                    # Granted now without reading the ring (see decide); ``edge`` and ``after`` are kept.
+                    state.ring[head] = now
+                    state.head = head = self._next[head]
+                    if now >= self._cycle_end or state.mark is not self._mark:
+                        self._touch(key, state, now)
                     self.successful_calls += 1
                     # The figures (sliding_quota): the newest is now, so reset is one period while a permit
                     # remains; remaining is how many logged permits have left the window (see the class doc).
                     after = state.after
-                    if after is not None:
-                        out = state.out
-                        if out:  # the grant took one of them: ``after`` is still the next slot's
-                            out = state.out = out - 1
-                            if after > now:  # the common case: nothing more has left the window
-                                return (0, out, period) if out else (0, 0, after - now)
-                        else:
-                            state.after = None  # the slot written was the next one
+                    if after is not None and after > now:  # the common case: the known ones are all of them
+                        out = edge - head
+                        if out < 0:
+                            out += self._limit
+                        return (0, out, period) if out else (0, 0, after - now)
                     out, after = self._out(state, now)
                     # None left: reset is the wait for one, when the oldest leaves the window.
                     return (0, out, period) if out else (0, 0, after - now)
+                ring = state.ring
+                at = ring[head] + period
+                newest = ring[head - 1]
                 if newest > at:
                     at = newest
+                if at <= now:
+                    ring[head] = now
+                    state.edge = state.head = self._next[head]
+                    state.after = None  # the slot written was the one at edge
+                    if now >= self._cycle_end or state.mark is not self._mark:
+                        self._touch(key, state, now)
+                    self.successful_calls += 1
+                    out, after = self._out(state, now)
+                    return (0, out, period) if out else (0, 0, after - now)
                 wait = at - now
                 if timeout_ns < wait:
                     # Rejected: the oldest is in the window or a reservation is pending, so none remains
                     # and reset is this wait (what quota() reads: rejection_quotas).
                     self.failed_calls += 1
-                    self._roll(now)
+                    if now >= self._cycle_end:
+                        self._set_cycle((now - self._anchor) // self._period)
                     return -wait, 0, wait
             elif permits < 1:
                 raise ValueError(f"permits must be >= 1, got {permits!r}")
@@ -462,52 +494,56 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
         finally:
             lock.release()
 
-    def limiter_acquire_quota(self, limiter: Any, key: str, permits: int = 1) -> tuple[int, int]:
+    @staticmethod
+    def limiter_acquire_quota(limiter: Any, key: str, permits: int = 1) -> tuple[int, int]:
         """``limiter.acquire_quota(key, permits)`` for a :class:`~django_ratelimit_r4.keyed.KeyedRateLimiter` on
-        this store (it binds this as its ``acquire_quota``), its common cases written out: one permit granted now
-        to a key whose figures the hint knows (a permit left after it), and one permit rejected (its figures:
-        none left, reset is the wait). Everything else (a new key, a key without the hint, a reservation,
-        several permits) goes through the limiter's ``_acquire_quota_of_store`` (``decide_quota``), which leaves
-        the hint known."""
-        wait = 0
+        this store (a function of the limiter: it binds it as its ``acquire_quota`` method, whose call is cheaper
+        than a ``partial``'s), its common cases written out: one permit granted now from the slots known out of
+        the window while they are all of them (``after > now``: its figures are their count less this one), and
+        one permit rejected (its figures: none left, reset is the wait). Everything else (a new key, a key whose
+        ``after`` is not known or has passed, a reservation, several permits) goes through the limiter's
+        ``_acquire_quota_of_store`` (``decide_quota``), which leaves ``after`` known."""
         if permits == 1:
-            lock = self._lock
+            store: SlidingWindowKeyedStore = limiter.store
+            granted = False
+            wait = 0
+            lock = store._lock
             lock.acquire()
             try:
-                state: _Log | None = self._states.get(key)
+                state: _Log | None = store._states.get(key)
                 if state is not None:
-                    now = self._now()
-                    ring = state.ring
+                    now = store._now()
                     head = state.head
-                    newest = state.newest
-                    period = self._period
-                    at = ring[head] + period
-                    if at <= now >= newest:
-                        out = state.out
+                    edge = state.edge
+                    if head != edge:
                         after = state.after
-                        # With two logged permits at least known out of the window and the next one still in
-                        # it, this grant takes one and one at least remains: reset is one period.
-                        if out > 1 and after is not None and after > now:
-                            ring[head] = state.newest = now
-                            state.head = self._next[head]
-                            out = state.out = out - 1
-                            if now >= self._cycle_end or newest < self._cycle_start:
-                                self._touch(key, newest, now)
-                            self.successful_calls += 1
-                            wait = -1  # granted: figures (out, period)
+                        if after is not None and after > now:
+                            state.ring[head] = now
+                            state.head = head = store._next[head]
+                            if now >= store._cycle_end or state.mark is not store._mark:
+                                store._touch(key, state, now)
+                            store.successful_calls += 1
+                            granted = True
                     else:
+                        ring = state.ring
+                        at = ring[head] + store._period
+                        newest = ring[head - 1]
                         if newest > at:
                             at = newest
                         if at - now > limiter._timeout_ns:  # rejected (no reservation could cover it)
                             wait = at - now
-                            self.failed_calls += 1
-                            self._roll(now)
+                            store.failed_calls += 1
+                            store._roll(now)
             finally:
                 lock.release()
-            if wait < 0:
+            if granted:
                 if limiter.events.wants_successful:
                     limiter._publish(SUCCESSFUL_ACQUIRE, 1)
-                return out, period
+                out = edge - head
+                if out < 0:
+                    out += store._limit
+                # One at least remains: reset is one period; none: reset is when the next slot leaves the window.
+                return (out, store._period) if out else (0, after - now)  # type: ignore[operator]
             if wait:
                 # One permit is always grantable (no refuse_never_grantable); raised without a local holding it.
                 raise limiter._rejection(key, 1, wait, ((0, wait),))
@@ -520,13 +556,11 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
             state: _Log | None = self._states.get(key)
             if state is None or since_ns < self._anchor:
                 return
-            ring = state.ring
-            head = ring_give_back(ring, state.head, self._limit, self._period, permits, since_ns, self._now())
+            head = ring_give_back(state.ring, state.head, self._limit, self._period, permits, since_ns, self._now())
             if head is None:
                 return  # nothing given back
-            state.head = head
-            state.newest = ring[head - 1]  # index -1 when head is 0: the last slot
-            state.after = None  # slots moved: the hint is unknown
+            state.edge = state.head = _INDEXES[head]  # slots moved: none known out of the window
+            state.after = None
             self.successful_calls -= 1
 
 
@@ -535,32 +569,37 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
 
 class _Log:
     """One key's sliding log (caller holds the store's lock): ``ring`` the ``array('q')`` of the last ``limit``
-    hand-over times, oldest at ``ring[head]``; ``newest`` its newest time (``ring[head - 1]``); ``out`` and
-    ``after`` the hint for the header figures (see :class:`SlidingWindowKeyedStore`; ``after`` None: no hint).
+    hand-over times, oldest at ``ring[head]``, newest at ``ring[head - 1]``; the slots from ``head`` up to
+    ``edge`` are known to have left the window and ``after`` is when the one at ``edge`` leaves it (None: not
+    known); ``mark`` the store's token of the period of the entry's last move (see
+    :class:`SlidingWindowKeyedStore`).
 
-    Its own object with slots rather than a list: one memory block holds the five fields (a list keeps its items
-    in a second one), a cache line fewer per decision across many keys.
+    Its own object with slots rather than a list: one memory block holds the fields (a list keeps its items in
+    a second one), a cache line fewer per decision across many keys. No field holds an int made per key on the
+    common path: ``head`` and ``edge`` are shared index objects, the times are in the array.
     """
 
-    __slots__ = ("after", "head", "newest", "out", "ring")
+    __slots__ = ("after", "edge", "head", "mark", "ring")
 
-    def __init__(self, head: int, newest: int, ring: array[int], out: int, after: int | None) -> None:
-        self.head = head
-        self.newest = newest
+    def __init__(self, ring: array[int], head: int, edge: int, after: int | None) -> None:
         self.ring = ring
-        self.out = out
+        self.head = head
+        self.edge = edge
         self.after = after
+        self.mark: object = None
 
 
 def _ring_at(state: _Log, limit: int, period: int, now: int, permits: int) -> int:
     """When ``permits <= limit`` permits can be handed over (:func:`~.backends.algorithms.sliding_decide`)."""
-    index = state.head + permits - 1
+    ring = state.ring
+    head = state.head
+    index = head + permits - 1
     if index >= limit:
         index -= limit
-    at = state.ring[index] + period
+    at = ring[index] + period
     if at < now:
         at = now
-    newest = state.newest
+    newest = ring[head - 1]
     return newest if newest > at else at
 
 
@@ -575,16 +614,23 @@ def _ring_write(state: _Log, limit: int, at: int, permits: int) -> None:
         ring[head:] = array("q", [at]) * (limit - head)
         end -= limit
         ring[:end] = array("q", [at]) * end
-    state.head = end if end < limit else 0
-    state.newest = at
-    state.after = None  # the hint is unknown
+    state.head = new_head = _INDEXES[end if end < limit else 0]
+    out = state.edge - head
+    if out < 0:
+        out += limit
+    if permits > out:  # slots not known out were written: none is known now
+        state.edge = new_head
+        state.after = None
+    # else the slots written were known out: the rest still are, and ``edge`` and ``after`` are unchanged
 
 
 def _ring_available(state: _Log, limit: int, period: int, now: int) -> int:
     """:func:`~.backends.algorithms.sliding_available`: a binary search of the ring's two sorted runs."""
-    if state.newest > now:
+    ring = state.ring
+    head = state.head
+    if ring[head - 1] > now:
         return 0
-    return _ring_count(state.ring, state.head, limit, now - period)
+    return _ring_count(ring, head, limit, now - period)
 
 
 def _ring_count(ring: array[int], head: int, limit: int, edge: int) -> int:

@@ -22,6 +22,7 @@ from django_ratelimit_r4.backends.algorithms import (
     sliding_give_back,
     sliding_quota,
 )
+from django_ratelimit_r4.backends.memory import _INDEXES
 from django_ratelimit_r4.core.clock import FakeClock
 from django_ratelimit_r4.core.exceptions import RequestNotPermitted
 from django_ratelimit_r4.core.ratelimiter import RateLimiterConfig
@@ -51,19 +52,23 @@ _ops = st.lists(
 
 
 def _check_state(store: SlidingWindowKeyedStore, now: int) -> None:
-    """Every stored key's invariants: the newest is the slot before the head, the ``out`` slots from the head
-    have left the window, ``after`` (when read) is the next slot's time, and the key is not full."""
+    """Every stored key's invariants: the slots from the head up to ``edge`` have left the window (always: a
+    one-permit grant takes one of them without reading the ring, so no reservation may be pending then),
+    ``after`` (when known) is the time the slot at ``edge`` leaves it, and ``head`` and ``edge`` are the shared
+    index objects."""
     limit = store._limit
     for state in store._states.values():
-        head, newest, ring, out, after = state.head, state.newest, state.ring, state.out, state.after
-        assert len(ring) == limit and 0 <= head < limit and 0 <= out <= limit
-        assert newest == ring[head - 1]
+        head, edge, ring, after = state.head, state.edge, state.ring, state.after
+        assert len(ring) == limit and 0 <= head < limit and 0 <= edge < limit
+        assert head is _INDEXES[head] and edge is _INDEXES[edge]
         logged = ring[head:] + ring[:head]
         assert list(logged) == sorted(logged)
-        # The hint for the figures: out slots known out of the window, and the next one's time.
+        newest = logged[-1]
+        out = (edge - head) % limit
+        assert all(t <= now - T for t in logged[:out])
+        assert not out or newest <= now  # so a grant from the known-out slots is never a reservation
         if after is not None:
-            assert out < limit and after == logged[out] + T  # when it leaves the window
-            assert all(t <= now - T for t in logged[:out])
+            assert after == logged[out] + T  # when the slot at edge leaves the window
 
 
 @settings(max_examples=400, deadline=None)

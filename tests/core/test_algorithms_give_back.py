@@ -159,7 +159,7 @@ def _memory_sliding(keyed: bool, limit: int, period: int, clock: Any) -> tuple[A
             if state is None:  # full: absent
                 return (-(10**18),) * limit
             head, ring = state.head, state.ring
-            assert state.newest == ring[head - 1]  # the newest time kept with the ring
+            assert state.head == state.edge  # a give-back moved slots: none is known out of the window
             return tuple(ring[head:] + ring[:head])
 
         return (lambda k, t: store.decide("x", k, t)), (lambda k, s: store.give_back("x", k, s)), keyed_log
