@@ -730,6 +730,51 @@ def acquire_many(
             backend._lock.release()
 
 
+def acquire_local_many(
+    members: Sequence[tuple[Any, str | None]], permits: int, commit: bool = True
+) -> tuple[int, int] | None:
+    """All-or-nothing with timeout 0 over in-process limiters of any algorithms: in-memory backends
+    ``(backend, None)`` and keyed in-memory stores ``(store, key)`` (the Redis limiters' fallbacks under the
+    "local" fault policy: ``backends.redis._fault_many_reply``).
+
+    Every lock is held at once (each once, in ``id`` order: no deadlock with another such call), the members are
+    peeked in order, and only when all of them can grant now are they committed (``commit=False``: none is).
+    Nothing is taken from the members of a refused decision, so nothing is given back: exact for every
+    algorithm, whatever time passes between the members' clock readings. Returns None when granted, else
+    ``(index, wait)`` of the first member that cannot grant (its ``failed_calls`` counted; the members after it
+    are not asked).
+    """
+    if permits < 1:
+        raise ValueError(f"permits must be >= 1, got {permits!r}")
+    held: list[Any] = []
+    try:
+        for owner in sorted({id(owner): owner for owner, _ in members}.values(), key=id):
+            owner._lock.acquire()
+            held.append(owner)
+        peeks: list[Any] = []
+        for index, (owner, key) in enumerate(members):
+            if key is None:
+                peek, wait = None, owner._peek_locked(permits)
+            else:
+                peek = owner._peek_locked(key, permits)
+                wait = peek[0]
+            if wait > 0:
+                owner.failed_calls += 1
+                return index, wait
+            peeks.append(peek)
+        if commit:
+            for (owner, key), peek in zip(members, peeks, strict=True):
+                if key is None:
+                    owner._take_locked(permits)
+                else:
+                    owner._commit_peek_locked(key, peek, permits)
+                owner.successful_calls += 1
+        return None
+    finally:
+        for owner in reversed(held):
+            owner._lock.release()
+
+
 def memory_backend(config: Any) -> BackendFactory:
     """The in-memory :class:`~.base.BackendFactory` for a ``RateLimiterConfig``'s ``algorithm``."""
     if config.algorithm == GCRA:

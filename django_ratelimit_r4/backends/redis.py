@@ -79,7 +79,7 @@ from .base import (
     check_fault_policy,
     redis_period_error,
 )
-from .memory import MemoryBackend
+from .memory import MemoryBackend, acquire_local_many
 from .redis_mixed import CYCLE_FILES, MIXED_SCRIPT, MIXED_SCRIPT_SHA, lua_text, mixed_args, mixed_reply
 
 __all__ = [
@@ -3262,30 +3262,30 @@ def _fault_many_reply(members: list[_Member], permits: int) -> Any:
     """What an all-or-nothing decision Redis could not make answers: ``_FAULT`` (the first member's "open" or
     "closed" policy decides), or under "local" the in-process limiters' decision shaped as the script's reply.
 
-    The local decision takes each member's permits in turn and gives back the ones already taken when a later
-    member rejects (exact per member; not atomic across members, which only matters while Redis is down).
+    The local decision is all-or-nothing under the in-process limiters' locks (:func:`.memory.acquire_local_many`:
+    every member peeked, all committed only when all grant), so a refused decision takes nothing from any member
+    and nothing is given back: exact for every algorithm (it took each member's permits in turn and gave the
+    earlier ones back, GCRA from the clock reading before its take: up to that interval less). A member on
+    another policy is refused as "closed" (its own policy cannot be mixed in), after the members before it.
     """
     if members[0].counter._local is None:
         return _FAULT
-    taken: list[tuple[Any, str, int, bool]] = []
-    for index, member in enumerate(members):
-        local = member.counter._local
-        unkeyed = isinstance(local, member.counter._local_type)  # else a keyed in-process limiter
-        if local is None:  # a member on another policy: its own policy cannot be mixed in, refuse as "closed"
-            wait = -FAULT_RETRY_AFTER_NS
-        else:
-            since = local._now()
-            wait = local.acquire(permits, 0) if unkeyed else local.decide(member.state, permits, 0)
-        if wait < 0:
-            for earlier, state_key, since_ns, alone in taken:
-                if alone:
-                    earlier.give_back(permits, since_ns)
-                else:
-                    earlier.give_back(state_key, permits, since_ns)
-            unit = member.counter._unit  # _many_result scales the script's wait by it: round up to it here
-            return [index + 1, -(wait // unit), index + 1]
-        taken.append((local, member.state, since, unkeyed))
-    return [0]
+    local: list[tuple[Any, str | None]] = []
+    for member in members:
+        owner = member.counter._local
+        if owner is None:
+            break
+        # An unkeyed in-process limiter, or the keyed in-process store (keyed by the member's state key).
+        local.append((owner, None if isinstance(owner, member.counter._local_type) else member.state))
+    mixed = len(local) < len(members)
+    outcome = acquire_local_many(local, permits, commit=not mixed) if local else None
+    if outcome is None:
+        if not mixed:
+            return [0]
+        outcome = (len(local), FAULT_RETRY_AFTER_NS)
+    index, wait = outcome
+    unit = members[index].counter._unit  # _many_result scales the script's wait by it: round up to it here
+    return [index + 1, -(-wait // unit), index + 1]
 
 
 #: The all-or-nothing decider of every Redis limiter (``_RedisCycleOps.all_or_nothing``): this module.

@@ -35,9 +35,11 @@ from django_ratelimit_r4.backends.algorithms import (
     sliding_initial,
     sliding_quota,
 )
+from django_ratelimit_r4.backends.memory import GcraBackend
 from django_ratelimit_r4.core.clock import SYSTEM_CLOCK, FakeClock
 from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig, aacquire_all, acquire_all
 from django_ratelimit_r4.decorators import ratelimit
+from django_ratelimit_r4.keyed import acquire_all_keyed
 
 redis = pytest.importorskip("redis")
 rb = pytest.importorskip("django_ratelimit_r4.backends.redis")
@@ -347,6 +349,95 @@ def test_fault_policies_decide_a_mixed_decision(policy: str, expected: list[bool
     assert [acquire_all(limiters) is None for _ in range(3)] == expected
     if policy == "local":  # in process: the GCRA limit rejected the third, the others gave their permits back
         assert [rl.backend._local.quota()[0] for rl in limiters] == [3, 0, 2]
+
+
+class _TickingClock(FakeClock):
+    """A FakeClock that moves 1 us at every reading: time passes between one member's decision and the next,
+    as it does on a real clock (deterministic: each reading is 1 us after the previous one)."""
+
+    __slots__ = ()
+
+    def now_ns(self) -> int:
+        return self.advance_ns(1_000)
+
+
+def _local_state(rl: Any) -> Any:
+    local = rl.backend._local
+    return local._tat if isinstance(local, GcraBackend) else (list(local._ring), local._head)
+
+
+@pytest.mark.parametrize("algorithm", ["gcra", "sliding_window"])
+def test_local_all_or_nothing_leaves_a_refused_decisions_members_exactly_as_they_were(algorithm: str) -> None:
+    """Redis down, fault policy "local": an all-or-nothing decision that a later member refuses takes nothing
+    from the earlier ones, whatever time passes between the members' readings. Was: each member took its
+    permits in turn and gave them back when a later one refused; GCRA gave back from the clock reading before
+    its take, so here 2 us less than it took (one reading per step of the ticking clock), and its theoretical
+    arrival time stayed that much later (docs/redis.md, "Fault policy")."""
+    clock = _TickingClock()
+    backend = rb.redis_backend(UNREACHABLE, fault_policy="local")
+    smooth = RateLimiter(
+        "x", RateLimiterConfig(limit_for_period=10, limit_refresh_period="1s", algorithm=algorithm),
+        clock=clock, backend=backend,
+    )
+    spent = RateLimiter(
+        "c", RateLimiterConfig(limit_for_period=1, limit_refresh_period="1h"), clock=clock, backend=backend
+    )
+    assert smooth.acquire_permission() and smooth.acquire_permission()  # not full: a grant moves its state on
+    assert spent.acquire_permission()  # none left for an hour
+    before = _local_state(smooth)
+    granted = smooth.backend._local.successful_calls
+    for _ in range(3):
+        assert acquire_all([smooth, spent]) is not None  # refused by the second member
+        assert _local_state(smooth) == before
+    assert smooth.backend._local.successful_calls == granted
+    assert spent.backend._local.failed_calls == 3
+    assert acquire_all([smooth]) is None  # and a decision it alone makes still takes
+
+
+@pytest.mark.parametrize("algorithm", ["gcra", "sliding_window"])
+def test_local_all_or_nothing_of_keyed_members_is_exact_too(algorithm: str) -> None:
+    """The same through the keyed in-process stores (per client key): the refused decision leaves the earlier
+    key's state as it was."""
+    clock = _TickingClock()
+    config = RateLimiterConfig(limit_for_period=10, limit_refresh_period="1s", algorithm=algorithm)
+    keyed_type = rg.RedisGcraKeyedRateLimiter if algorithm == "gcra" else rs.RedisSlidingKeyedRateLimiter
+    per_ip = keyed_type("kx", config, clock=clock, url=UNREACHABLE, fault_policy="local")
+    spent = rb.RedisKeyedRateLimiter(
+        "kc", RateLimiterConfig(limit_for_period=1, limit_refresh_period="1h"), clock=clock, url=UNREACHABLE,
+        fault_policy="local",
+    )
+    assert per_ip.acquire_permission("ip") and per_ip.acquire_permission("ip")
+    assert spent.acquire_permission("ip")
+    store = per_ip.store._local
+
+    def state() -> Any:
+        return {key: (value if isinstance(value, int) else (list(value.ring), value.head))
+                for key, value in store._states.items()}
+
+    before = state()
+    for _ in range(3):
+        assert acquire_all_keyed([(per_ip, "ip"), (spent, "ip")]) is not None
+        assert state() == before
+
+
+def test_local_all_or_nothing_with_a_member_on_another_policy_refuses_it_as_closed() -> None:
+    """A member whose policy is not "local" cannot be decided in process: the decision is refused at it with the
+    "closed" wait (1 s), and takes nothing from the "local" members before it."""
+    clock = FakeClock()
+    local = RateLimiter(
+        "p1", RateLimiterConfig(limit_for_period=10, limit_refresh_period="1s", algorithm="gcra"),
+        clock=clock, backend=rb.redis_backend(UNREACHABLE, fault_policy="local"),
+    )
+    closed = RateLimiter(
+        "p2", RateLimiterConfig(limit_for_period=10, limit_refresh_period="1s"),
+        clock=clock, backend=rb.redis_backend(UNREACHABLE, fault_policy="closed"),
+    )
+    assert local.acquire_permission()
+    before = _local_state(local)
+    assert acquire_all([local, closed]) == (closed, 1_000_000_000)
+    assert acquire_all([closed, local]) == (closed, 1_000_000_000)  # the first member's policy decides
+    assert _local_state(local) == before
+    assert local.backend._local.successful_calls == 1
 
 
 # ------------------------------------------------------------------------------------------------ HTTP
