@@ -14,7 +14,10 @@ with the peers, allowed and denied, in memory and on Redis (``R4_REDIS_URL``, de
 ours (``@ratelimit`` unkeyed and keyed by ip; DRF ``APIView`` + ``RateLimiterThrottle`` keyed by ip) against DRF's
 own ``AnonRateThrottle`` (per ip) on the local-memory cache and on django-redis, with one bare ``EVALSHA`` of a
 trivial script on the same Redis as the round-trip reference. Each row's cost is its request minus the bare
-request of its kind (function view or ``APIView``), all callers interleaved in blocks of 10 requests (medians). In DRF's favour: its allowed rows
+request of its kind (function view or ``APIView``; a DRF denied row: an ``APIView`` whose throttle refuses without
+I/O, i.e. DRF's own 429 (``Throttled`` raised, handled and rendered), which every DRF throttle pays alike), all callers
+interleaved in blocks of 10 requests (medians). An info row puts one bare ``EVALSHA`` where a DRF throttle makes its
+round trip (a throttle of an ``APIView``), the reference of a round trip in that place. In DRF's favour: its allowed rows
 keep one entry in the window (DRF stores every request's time and pickles the list per request). Targets: ours below the peer on every
 path; on Redis, decorated request <= bare view + 1.10x one round trip. ``--peers --cpu`` measures this thread's
 CPU time instead of wall time (the client's work, robust under load; the wait for Redis is not in it). Needs the
@@ -136,7 +139,7 @@ _configure()
 from django.http import HttpRequest, HttpResponse  # noqa: E402
 from django.urls import path  # noqa: E402
 from rest_framework.response import Response  # noqa: E402
-from rest_framework.throttling import AnonRateThrottle  # noqa: E402
+from rest_framework.throttling import AnonRateThrottle, BaseThrottle  # noqa: E402
 from rest_framework.views import APIView  # noqa: E402
 
 from django_ratelimit_r4.decorators import ratelimit  # noqa: E402
@@ -218,6 +221,33 @@ def _peer_views() -> None:
 
     VIEWS["bare-rt"] = round_trip
 
+    # The DRF rows' references: one bare EVALSHA where a throttle makes its round trip (DRF's check_throttles),
+    # and DRF's own 429 (a throttle that refuses without I/O: DRF raises Throttled and renders it). A denied
+    # DRF request pays that 429 whatever the throttle, so DRF denied rows are judged against it + 1.10 RT.
+    class RoundTripThrottle(BaseThrottle):
+        def allow_request(self, request: Any, view: Any) -> bool:
+            evalsha()
+            return True
+
+    class RefusingThrottle(BaseThrottle):
+        def allow_request(self, request: Any, view: Any) -> bool:
+            return False
+
+        def wait(self) -> float:
+            return 3600.0
+
+    VIEWS["drf-bare-rt"] = type("DrfBareRT", (DrfBare,), {"throttle_classes": [RoundTripThrottle]}).as_view()
+    VIEWS["drf-bare-throttled"] = type("DrfThrottled", (DrfBare,), {"throttle_classes": [RefusingThrottle]}).as_view()
+
+    class RoundTripRefusingThrottle(RefusingThrottle):
+        def allow_request(self, request: Any, view: Any) -> bool:
+            evalsha()
+            return False
+
+    VIEWS["drf-bare-rt-throttled"] = type(
+        "DrfThrottledRT", (DrfBare,), {"throttle_classes": [RoundTripRefusingThrottle]}
+    ).as_view()
+
     def function_view(instance: str) -> Callable[..., Any]:
         @ratelimit(instance)
         def view(request: HttpRequest) -> HttpResponse:
@@ -236,8 +266,11 @@ def _peer_views() -> None:
             drf_r4 = type(f"DrfR4_{where}_{outcome}", (DrfBare,), {
                 "throttle_classes": [RateLimiterThrottle], "rate_limiter": f"peer_{where}_keyed_{outcome}",
             })
+            # A denied DRF request is answered by DRF (Throttled, its handler, a rendered body) whatever the
+            # throttle: DRF denied rows count from DRF's own 429 without any throttle.
+            drf_base = "drf-bare" if outcome == "open" else "drf-bare-throttled"
             PEER_VIEWS[f"drf-r4-{where}-{word}"] = (
-                f"ours DRF RateLimiterThrottle per ip, {where}, {word}", drf_r4.as_view(), status, "drf-bare"
+                f"ours DRF RateLimiterThrottle per ip, {where}, {word}", drf_r4.as_view(), status, drf_base
             )
             if where == "redis" and not _django_redis():
                 continue
@@ -255,7 +288,7 @@ def _peer_views() -> None:
             drf_own = type(f"DrfOwn_{where}_{outcome}", (DrfBare,), {"throttle_classes": [throttle]})
             cache_label = "LocMemCache" if where == "memory" else "django-redis"
             PEER_VIEWS[f"drf-own-{where}-{word}"] = (
-                f"DRF AnonRateThrottle, {cache_label}, {word}", drf_own.as_view(), status, "drf-bare"
+                f"DRF AnonRateThrottle, {cache_label}, {word}", drf_own.as_view(), status, drf_base
             )
 urlpatterns = [path(f"{name}/", view) for name, view in VIEWS.items()]
 
@@ -491,12 +524,13 @@ def run_peers(rounds: int = 300, block: int = 10, cpu: bool = False) -> list[dic
     try:
         with override_settings(ROOT_URLCONF=__name__, MIDDLEWARE=middleware, RATELIMIT_R4=PEERS_R4):
             _peer_views()
-            names = ["bare", "bare-rt", "drf-bare", *PEER_VIEWS]
+            names = ["bare", "bare-rt", "drf-bare", "drf-bare-rt", "drf-bare-throttled", "drf-bare-rt-throttled",
+                     *PEER_VIEWS]
             callers = {name: _peer_caller(name) for name in names}
             for name, call in callers.items():  # warm up; exhaust the denied limits
                 for _ in range(20):
                     response = call()
-                expected = PEER_VIEWS[name][2] if name in PEER_VIEWS else 200
+                expected = PEER_VIEWS[name][2] if name in PEER_VIEWS else 429 if "throttled" in name else 200
                 assert response.status_code == expected, (name, response.status_code, expected)
             evalsha = bare_evalsha(client)
             clock = time.thread_time_ns if cpu else time.perf_counter_ns
@@ -534,6 +568,17 @@ def run_peers(rounds: int = 300, block: int = 10, cpu: bool = False) -> list[dic
          "round_trips": None, "peer": None, "target": "", "met": None},
         {"name": "DRF APIView, no throttle", "ns_per_op": best["drf-bare"], "baseline_ns": None, "delta_ns": None,
          "round_trips": None, "peer": None, "target": "", "met": None},
+        {"name": "info: DRF APIView + throttle making 1 bare EVALSHA", "ns_per_op": best["drf-bare-rt"],
+         "baseline_ns": best["drf-bare"], "delta_ns": best["drf-bare-rt"] - best["drf-bare"],
+         "round_trips": (best["drf-bare-rt"] - best["drf-bare"]) / best_rt, "peer": None, "target": "", "met": None},
+        {"name": "DRF APIView raising Throttled (DRF's 429)", "ns_per_op": best["drf-bare-throttled"],
+         "baseline_ns": best["drf-bare"], "delta_ns": best["drf-bare-throttled"] - best["drf-bare"],
+         "round_trips": None, "peer": None, "target": "DRF denied rows count from this", "met": None},
+        {"name": "info: DRF's 429 + throttle making 1 bare EVALSHA", "ns_per_op": best["drf-bare-rt-throttled"],
+         "baseline_ns": best["drf-bare-throttled"],
+         "delta_ns": best["drf-bare-rt-throttled"] - best["drf-bare-throttled"],
+         "round_trips": (best["drf-bare-rt-throttled"] - best["drf-bare-throttled"]) / best_rt, "peer": None,
+         "target": "", "met": None},
     ]
     for name, (label, _, _, base_name) in PEER_VIEWS.items():
         ns, base = best[name], best[base_name]
@@ -546,7 +591,7 @@ def run_peers(rounds: int = 300, block: int = 10, cpu: bool = False) -> list[dic
             "round_trips": delta / best_rt if where == "redis" else None, "peer": None, "target": "", "met": None,
         }
         if not name.startswith("drf-own") and peer in best:
-            peer_delta = best[peer] - best["drf-bare"]
+            peer_delta = best[peer] - best[PEER_VIEWS[peer][3]]  # DRF's own throttle over its own baseline
             row["peer"] = peer_delta
             ok = delta < peer_delta
             row["target"] = "< peer"
