@@ -34,6 +34,31 @@ def _by(items: list[dict[str, Any]], type_: str, name: str) -> dict[str, Any]:
     return next(i for i in items if i["type"] == type_ and i["name"] == name)
 
 
+def test_status_shows_gcra_and_sliding_window_limiters_state(settings: Any, fresh: Any) -> None:
+    """Issue 13: ``r4 status`` shows a GCRA and a sliding-window instance like a cycle one, their state from
+    their algorithm (available permits, the wait for one) and their config's ``algorithm`` and ``burst``."""
+    config = copy.deepcopy(settings.RATELIMIT_R4)
+    instances = config["ratelimiters"]["instances"]
+    instances["smooth_g"] = {"limit_for_period": 4, "limit_refresh_period": "1s", "algorithm": "gcra", "burst": 2}
+    instances["smooth_s"] = {"limit_for_period": 3, "limit_refresh_period": "1s", "algorithm": "sliding_window"}
+    settings.RATELIMIT_R4 = config
+    assert [get_rate_limiter("smooth_g").acquire_permission() for _ in range(3)] == [True, True, False]
+    assert [get_rate_limiter("smooth_s").acquire_permission() for _ in range(4)] == [True] * 3 + [False]
+    fresh.advance(0.1)
+    items = json.loads(run("status", "--json")[0])
+    gcra, sliding = _by(items, "ratelimiter", "smooth_g"), _by(items, "ratelimiter", "smooth_s")
+    assert (gcra["config"]["algorithm"], gcra["config"]["burst"]) == ("gcra", 2)
+    assert sliding["config"]["algorithm"] == "sliding_window"
+    # GCRA: one permit per 250 ms, burst 2, both spent 100 ms ago: the next in 150 ms.
+    assert (gcra["state"]["available_permissions"], gcra["state"]["nanos_to_wait"]) == (0, 150_000_000)
+    assert (gcra["state"]["successful_calls"], gcra["state"]["failed_calls"]) == (2, 1)
+    # The sliding window: 3 in the last second, the oldest leaves it in 900 ms.
+    assert (sliding["state"]["available_permissions"], sliding["state"]["nanos_to_wait"]) == (0, 900_000_000)
+    assert (sliding["state"]["successful_calls"], sliding["state"]["failed_calls"]) == (3, 1)
+    table = run("status")[0]
+    assert "smooth_g" in table and "smooth_s" in table
+
+
 def test_status_json_after_11_calls_shows_zero_available(fresh: Any) -> None:
     for _ in range(11):
         get_rate_limiter("api").acquire_permission()

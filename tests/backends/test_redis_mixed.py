@@ -14,6 +14,7 @@ import asyncio
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -329,6 +330,43 @@ def test_exact_across_four_processes(redis_url: str, prefix: str, limits: tuple[
         assert slide.backend.quota()[0] == limits[2] - granted
         # GCRA refills one permit per 60 s / limit (>= 1.5 s): at most one came back during the trial
         assert per_ip.quota("client")[0] in (limits[1] - granted, limits[1] - granted + 1)
+
+
+def _granted_at_a_barrier(acquire: Any, threads: int) -> int:
+    """How many of ``threads`` threads released together at a barrier ``acquire()`` granted."""
+    barrier = threading.Barrier(threads)
+    results: list[bool] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        barrier.wait()
+        ok = acquire()
+        with lock:
+            results.append(ok)
+
+    pool = [threading.Thread(target=work) for _ in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    return sum(results)
+
+
+@pytest.mark.parametrize("algorithm", ["gcra", "sliding_window"])
+def test_exact_under_20_threads_on_redis(redis_url: str, prefix: str, algorithm: str, fast_switching: None) -> None:
+    """Issue 13's proof on Redis, as for cycle limiters (``test_redis.py::test_seed_000_threads``): 20 threads at a
+    barrier (1 us switch interval) on 5 per 60 s, unkeyed and per key: exactly 5 granted every trial, then the
+    wait the algorithm gives (GCRA: one permit per 12 s; the sliding window: the oldest leaves in 60 s)."""
+    wait_s = 12 if algorithm == "gcra" else 60
+    for trial in range(6):
+        clock = FakeClock()
+        unkeyed = limiter(redis_url, prefix, f"t20-{algorithm}-{trial}", algorithm, 5, "60s", clock)
+        per_ip = keyed(redis_url, prefix, f"t20k-{algorithm}-{trial}", algorithm, 5, "60s", clock)
+        for acquire in (unkeyed.acquire_permission, lambda per_ip=per_ip: per_ip.acquire_permission("ip")):
+            assert _granted_at_a_barrier(acquire, 20) == 5, trial
+            assert not acquire()
+        assert unkeyed.metrics.nanos_to_wait == wait_s * 1_000_000_000
+        assert per_ip.state("ip")[2] == wait_s * 1_000_000_000
 
 
 # ------------------------------------------------------------------------------------------------ faults
