@@ -495,10 +495,16 @@ urlpatterns = [path("mixed/", mixed_view), path("mixed-async/", mixed_async_view
 
 
 def _settings(redis_url: str, prefix: str) -> dict[str, Any]:
+    # Patient timeouts: at load 7 a 0.25 s socket timeout handed the async view's decisions to the fault policy,
+    # which allowed all five requests (the test is about the gate, not about faults).
     return {
-        "backend": "redis",
-        "redis_url": redis_url,
-        "redis_key_prefix": prefix,
+        "backends": {
+            "default": {
+                "BACKEND": "redis",
+                "LOCATION": redis_url,
+                "OPTIONS": {"key_prefix": prefix, "socket_timeout": "5s", "socket_connect_timeout": "5s"},
+            }
+        },
         "ratelimiters": {
             "instances": {
                 "m_cycle": {"rate": "5/10s"},
