@@ -159,8 +159,10 @@ def _memory_sliding(keyed: bool, limit: int, period: int, clock: Any) -> tuple[A
             if state is None:  # full: absent
                 return (-(10**18),) * limit
             head, ring = state.head, state.ring
-            assert state.head == state.edge  # a give-back moved slots: none is known out of the window
-            return tuple(ring[head:] + ring[:head])
+            logged = tuple(ring[head:] + ring[:head])
+            # The slots known out of the window (up to edge; none right after a give-back) have left it.
+            assert all(t <= clock.now_ns() - period for t in logged[: (state.edge - head) % limit])
+            return logged
 
         return (lambda k, t: store.decide("x", k, t)), (lambda k, s: store.give_back("x", k, s)), keyed_log
     backend = SlidingWindowBackend("s", limit, period, clock)
