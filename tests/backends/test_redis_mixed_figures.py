@@ -17,15 +17,13 @@ import pytest
 from django.http import HttpRequest, HttpResponse
 from django.test import AsyncClient, Client, RequestFactory, override_settings
 from django.urls import path
-from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from django_ratelimit_r4 import get_rate_limiter, registry
 from django_ratelimit_r4.core.clock import SYSTEM_CLOCK
 from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig
 from django_ratelimit_r4.decorators import RateLimitGate, ratelimit
 from django_ratelimit_r4.keyed import KeyedRateLimiter, aacquire_all_quotas, acquire_all_quotas
-from django_ratelimit_r4.rest_framework import RateLimiterThrottle
+from tests.backends.drf_views import drf_view
 
 redis = pytest.importorskip("redis")
 rb = pytest.importorskip("django_ratelimit_r4.backends.redis")
@@ -61,21 +59,10 @@ def _async_view(names: list[str]) -> Any:
     return view
 
 
-def _drf(names: list[str]) -> Any:
-    class View(APIView):  # type: ignore[misc]
-        throttle_classes = [RateLimiterThrottle]
-        rate_limiter = names
-
-        def get(self, request: Any) -> Response:
-            return Response({"ok": True})
-
-    return View.as_view()
-
-
 urlpatterns = [
     *(path(f"{gate}/", _view(names)) for gate, names in GATES.items()),
     *(path(f"{gate}-async/", _async_view(names)) for gate, names in GATES.items()),
-    *(path(f"{gate}-drf/", _drf(names)) for gate, names in GATES.items()),
+    *(path(f"{gate}-drf/", drf_view(names)) for gate, names in GATES.items()),
 ]
 
 

@@ -16,13 +16,11 @@ import pytest
 from django.http import HttpRequest, HttpResponse
 from django.test import AsyncClient, Client, RequestFactory, override_settings
 from django.urls import path
-from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from django_ratelimit_r4 import get_rate_limiter, registry
 from django_ratelimit_r4.core.exceptions import RequestNotPermitted
 from django_ratelimit_r4.decorators import RateLimitGate, ratelimit
-from django_ratelimit_r4.rest_framework import RateLimiterThrottle
+from tests.backends.drf_views import drf_view
 from tests.cyclic import cyclic_garbage
 
 redis = pytest.importorskip("redis")
@@ -95,15 +93,7 @@ async def mixed_keyed_async(request: HttpRequest) -> HttpResponse:
     return HttpResponse("ok")
 
 
-def _drf(names: str | list[str]) -> Any:
-    class View(APIView):  # type: ignore[misc]
-        throttle_classes = [RateLimiterThrottle]
-        rate_limiter = names
-
-        def get(self, request: Any) -> Response:
-            return Response({"ok": True})
-
-    return View.as_view()
+_drf = drf_view
 
 
 urlpatterns = [
