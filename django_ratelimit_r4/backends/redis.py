@@ -2640,24 +2640,63 @@ def _split_many(
     return _split_result(conn, leader, members, groups, op, replies, given, back, error)
 
 
+# Give-backs running on after their caller was cancelled: referenced until done (the loop keeps weak ones).
+_GIVING_BACK: set[asyncio.Task[Any]] = set()
+
+
+def _given_back(task: asyncio.Task[Any]) -> None:
+    _GIVING_BACK.discard(task)
+    if not task.cancelled():
+        task.exception()  # retrieved: a fault was already recorded by the call (run_scripts returns it)
+
+
+def _agive_back(
+    conn: RedisConnection,
+    leader: _RedisCycleOps,
+    members: list[_Member],
+    groups: list[list[int]],
+    permits: int,
+    op: bytes,
+    scripts: list[tuple[str, str]],
+    first: list[tuple[Any, int, bool]],
+    replies: list[Any],
+    given: list[int],
+    clock_then: int,
+) -> asyncio.Task[list[tuple[Any, int, bool]]]:
+    """The give-back of a refused split decision as a task of its own: it restores permits other requests
+    need, so a cancellation of the caller (a client gone, a timeout around the view) must not stop it."""
+    sent = [first[k][1] for k in given]
+    takes = [_taken(replies[k], len(groups[k]), op) for k in given]
+    calls = _give_back_calls(conn, leader, members, [groups[k] for k in given], permits, sent, clock_then, takes)
+    task = asyncio.ensure_future(conn.arun_scripts(SCRIPT_SHA, SCRIPT, calls, [scripts[k] for k in given]))
+    _GIVING_BACK.add(task)
+    task.add_done_callback(_given_back)
+    return task
+
+
 async def _asplit_many(
     conn: RedisConnection, leader: _RedisCycleOps, members: list[_Member], groups: list[list[int]], permits: int, op: bytes
 ) -> Any:
-    """Async twin of :func:`_split_many` (the calls of each step run concurrently)."""
+    """Async twin of :func:`_split_many` (the calls of each step run concurrently). The give-back runs to
+    its end even when the caller is cancelled, and a refusal whose cancellation was lost below us (its
+    replies came back) still gives back what its granted slots took."""
     clock_then = 0 if leader._now is None else leader._now()
     calls, scripts = _group_calls(leader, members, groups, permits, op)
-    first = await conn.arun_scripts(SCRIPT_SHA, SCRIPT, calls, scripts)
+    try:
+        first = await conn.arun_scripts(SCRIPT_SHA, SCRIPT, calls, scripts)
+    except LostCancellation as lost:
+        replies, granted, error = _split_first(conn, leader, members, groups, op, lost.reply)
+        if granted and (error is not None or len(granted) < len(groups)):
+            _agive_back(conn, leader, members, groups, permits, op, scripts, lost.reply, replies, granted, clock_then)
+        raise
     replies, granted, error = _split_first(conn, leader, members, groups, op, first)
     given: list[int] = []
     back: list[tuple[Any, int, bool]] = []
     if granted and (error is not None or len(granted) < len(groups)):
         given = granted
-        sent = [first[k][1] for k in given]
-        takes = [_taken(replies[k], len(groups[k]), op) for k in given]
-        calls = _give_back_calls(
-            conn, leader, members, [groups[k] for k in given], permits, sent, clock_then, takes
+        back = await asyncio.shield(
+            _agive_back(conn, leader, members, groups, permits, op, scripts, first, replies, given, clock_then)
         )
-        back = await conn.arun_scripts(SCRIPT_SHA, SCRIPT, calls, [scripts[k] for k in given])
     return _split_result(conn, leader, members, groups, op, replies, given, back, error)
 
 

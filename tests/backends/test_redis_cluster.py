@@ -301,6 +301,88 @@ def test_a_split_decision_compensates_the_slots_that_granted(redis_cluster: Loca
     assert tight.metrics.failed_calls == 1 and wide.metrics.failed_calls == 0
 
 
+def _split_refused_by(redis_cluster: LocalCluster, tag: str) -> tuple[RateLimiter, RateLimiter]:
+    """``tight`` (spent) and ``wide`` (3 left) in two slots: a decision over both is split, ``wide`` grants
+    in the first round trip and must get its permit back in the second."""
+    from django_ratelimit_r4.core.ratelimiter import acquire_all
+
+    names = _spread_names(_probe(redis_cluster.url, True), 2, tag)
+    tight, wide = (_unkeyed(redis_cluster.url, _prefix(), n, limit) for n, limit in zip(names, (1, 3), strict=True))
+    _aged(tight, wide)
+    assert acquire_all([tight]) is None
+    return tight, wide
+
+
+async def _finish_background() -> None:
+    others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    await asyncio.wait_for(asyncio.gather(*others, return_exceptions=True), 20)
+
+
+def test_a_give_back_runs_to_its_end_when_the_caller_is_cancelled(
+    redis_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The give-back restores permits OTHER requests need: the cancellation of the request that took them
+    (a client gone, a timeout around the view) must not leave them taken until the cycle ends."""
+    from django_ratelimit_r4.core.ratelimiter import aacquire_all
+
+    tight, wide = _split_refused_by(redis_cluster, "gbc")
+    real = rb.RedisConnection.arun_scripts
+    seen: list[int] = []
+
+    async def run() -> None:
+        entered, gate = asyncio.Event(), asyncio.Event()
+
+        async def gated(self: Any, *args: Any, **kwargs: Any) -> Any:
+            seen.append(1)
+            if len(seen) == 2:  # the give-back: the caller is cancelled before it is sent
+                entered.set()
+                await gate.wait()
+            return await real(self, *args, **kwargs)
+
+        monkeypatch.setattr(rb.RedisConnection, "arun_scripts", gated)
+        task = asyncio.ensure_future(aacquire_all([wide, tight]))
+        await asyncio.wait_for(entered.wait(), 20)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        gate.set()
+        await _finish_background()
+
+    asyncio.run(run())
+    assert len(seen) == 2
+    assert wide.backend.state()[1] == 3  # its permit came back
+    assert tight.backend.state()[1] == 0
+
+
+@pytest.mark.skipif(not hasattr(asyncio.Task, "cancelling"), reason="Task.cancelling() is 3.11+")
+def test_a_refused_split_whose_cancellation_was_lost_gives_back_what_it_took(redis_cluster: LocalCluster) -> None:
+    """The first round trip answered although the task was cancelled (redis-py lost the CancelledError): the
+    replies are known, so the slots that granted a refused decision get their permits back; the task still
+    ends cancelled."""
+    from django_ratelimit_r4.core.ratelimiter import aacquire_all
+
+    from .lost_cancel import Loser, cancel_lost
+
+    tight, wide = _split_refused_by(redis_cluster, "gbl")
+
+    async def run() -> asyncio.Task[Any]:
+        loser = Loser()
+        conn: Any = rb.RedisConnection
+        real = conn._arun_scripts
+        conn._arun_scripts = loser.wrap(real)
+        try:
+            task = await cancel_lost(loser, aacquire_all([wide, tight]))
+        finally:
+            conn._arun_scripts = real
+        await _finish_background()
+        return task
+
+    task = asyncio.run(run())
+    assert task.cancelled(), task
+    assert wide.backend.state()[1] == 3
+    assert tight.backend.state()[1] == 0
+
+
 def _mirror_ops(seed: int, n: int = 60) -> list[tuple[int, int, int]]:
     import random
 
