@@ -156,6 +156,28 @@ def _pieces() -> dict[str, Callable[[redis.Redis, str], Callable[[], Any]]]:
 
         rows[name] = lsetup
 
+    for name, algorithm, limit, period, quota in (
+        ("decision: gcra all-or-nothing over 3", "gcra", 10**12, "1h", False),
+        ("decision: gcra all-or-nothing over 3 + header figures", "gcra", 10**12, "1h", True),
+        ("decision: sliding_window all-or-nothing over 3 (logs of 100)", "sliding_window", 100, "1ms", False),
+        ("decision: sliding_window all-or-nothing over 3 + header figures", "sliding_window", 100, "1ms", True),
+    ):
+
+        def tsetup(
+            c: redis.Redis, url: str, algorithm: str = algorithm, limit: int = limit, period: str = period, quota: bool = quota
+        ) -> Any:
+            from django_ratelimit_r4.backends.redis import acquire_all_quotas, redis_backend
+            from django_ratelimit_r4.core.clock import SYSTEM_CLOCK
+            from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig, acquire_all
+
+            factory = redis_backend(url, prefix="r4p", connection_options={"socket_timeout": 30.0})
+            config = RateLimiterConfig(limit_for_period=limit, limit_refresh_period=period, algorithm=algorithm)
+            trio = [RateLimiter(f"parts-{algorithm}-trio{i}", config, clock=SYSTEM_CLOCK, backend=factory) for i in range(3)]
+            entries = [(r, None) for r in trio]
+            return (lambda: acquire_all_quotas(entries)) if quota else (lambda: acquire_all(trio))
+
+        rows[name] = tsetup
+
     for name, row in (
         ("decision: mixed cycle + gcra + sliding_window granted, one script", "ours mixed cycle + gcra + sliding granted (one script)"),
         ("decision: the same, old split (three scripts)", "old split: mixed granted (three scripts)"),

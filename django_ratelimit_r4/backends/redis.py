@@ -198,6 +198,16 @@ _poll: Any = getattr(select, "poll", None)
 _POLL_EVENTS = getattr(select, "POLLIN", 1) | getattr(select, "POLLPRI", 2)
 
 
+#: RESP bulk strings of the arguments decisions send again and again (keys, ops, per-limiter figures), so a
+#: decision formats only what is new (its deadline). Keyed by the argument itself, only ``str``, ``bytes`` and
+#: ``int`` (``type(...) is``: a ``bool``, a ``float`` or a ``Decimal`` equal to a cached int is never served
+#: from it); ints of magnitude 2^50 or more (deadlines, cycle bases in µs: new every call or cycle) and values
+#: over 256 bytes are not kept. Bounded: emptied when full (a keyed limiter's client keys cycle through it).
+_RESP_MEMO: dict[Any, bytes] = {}
+_RESP_MEMO_MAX = 4096
+_MEMO_INT = 2**50
+
+
 def _pack_evalsha(sha: str, numkeys: int, args: Sequence[Any], utf8: bool) -> bytes | None:
     """``EVALSHA sha numkeys *args`` in RESP, as redis-py's packer writes it, for ``bytes``/``str``/``int``
     arguments on a connection encoding ``str`` as strict UTF-8 (its default; ``utf8``). Otherwise None, and
@@ -205,7 +215,9 @@ def _pack_evalsha(sha: str, numkeys: int, args: Sequence[Any], utf8: bool) -> by
 
     Every decision sends one: redis-py's general packer (an encoder call and type tests per argument, chunking
     for large values) costs about 7 µs for a decision's 15 arguments on the shared 2-core machine, this
-    about 1.5 µs; the head (``*N``, ``EVALSHA``, the sha, numkeys) is built once per sha and key count.
+    about 1.5 µs; the head (``*N``, ``EVALSHA``, the sha, numkeys) is built once per sha and key count, and an
+    argument seen before (:data:`_RESP_MEMO`) is one dict lookup instead of a ``%``-format (about 3.8 k
+    instructions an argument: 76 k for an all-or-nothing decision over three GCRA limits, 25 k with it).
     """
     if not utf8:
         return None
@@ -220,15 +232,26 @@ def _pack_evalsha(sha: str, numkeys: int, args: Sequence[Any], utf8: bool) -> by
         )
     parts = [b"*%d\r\n" % (len(args) + 3), head]
     append = parts.append
+    memo = _RESP_MEMO
+    get = memo.get
     for arg in args:
         kind = type(arg)
-        if kind is str:
-            arg = arg.encode()
-        elif kind is int:
-            arg = b"%d" % arg
-        elif kind is not bytes:
+        if kind is not str and kind is not int and kind is not bytes:
             return None
-        append(b"$%d\r\n%s\r\n" % (len(arg), arg))
+        chunk = get(arg)
+        if chunk is None:
+            if kind is str:
+                value = arg.encode()
+            elif kind is int:
+                value = b"%d" % arg
+            else:
+                value = arg
+            chunk = b"$%d\r\n%s\r\n" % (len(value), value)
+            if len(value) <= 256 and (kind is not int or -_MEMO_INT < arg < _MEMO_INT):
+                if len(memo) >= _RESP_MEMO_MAX:
+                    memo.clear()
+                memo[arg] = chunk
+        append(chunk)
     return b"".join(parts)
 
 

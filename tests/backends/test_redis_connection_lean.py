@@ -49,6 +49,24 @@ def test_pack_evalsha_leaves_other_types_and_encodings_to_redis_py() -> None:
     assert rb.RedisConnection("redis://127.0.0.1:1/0")._utf8 is True
 
 
+def test_pack_evalsha_memo_serves_only_the_same_type_and_stays_bounded() -> None:
+    from decimal import Decimal
+    from fractions import Fraction
+
+    sha = rb.SCRIPT_SHA
+    args = ["k", b"k", 1, 0, 2**49, 2**50, -(2**50), "x" * 300, b""]
+    for _ in range(2):  # the second time from the memo
+        assert rb._pack_evalsha(sha, 2, args, True) == _redis_py_packed("EVALSHA", sha, 2, *args)
+    assert 1 in rb._RESP_MEMO and 2**50 not in rb._RESP_MEMO and "x" * 300 not in rb._RESP_MEMO
+    # equal to a memoised int, but not an int: redis-py packs them (or refuses), as without the memo
+    for other in (True, False, 1.0, 0.0, Decimal(1), Fraction(1)):
+        assert rb._pack_evalsha(sha, 0, [other], True) is None
+    for i in range(rb._RESP_MEMO_MAX + 10):
+        rb._pack_evalsha(sha, 0, [f"key-{i}"], True)
+    assert len(rb._RESP_MEMO) <= rb._RESP_MEMO_MAX
+    assert rb._pack_evalsha(sha, 2, args, True) == _redis_py_packed("EVALSHA", sha, 2, *args)
+
+
 def _limiter(url: str, prefix: str, name: str = "lean") -> RateLimiter:
     config = RateLimiterConfig(limit_for_period=3, limit_refresh_period="1h")
     return RateLimiter(name, config, clock=SYSTEM_CLOCK, backend=rb.redis_backend(url, prefix=prefix))
