@@ -160,15 +160,7 @@ for g = 1, r4_count do
     end
   end
   if verdict[1] == 0 then
-    local taken -- the give-back's slot: cycle: the take's time (this instant); GCRA: the states written;
-    if kind == 'c' then -- sliding: the time logged
-      taken = r4_now_us or 0
-    elseif kind == 'g' then
-      taken = table.concat(verdict, ',', 2, n + 1)
-    else
-      taken = string.format('%d %d', verdict[2], verdict[3])
-    end
-    granted[#granted + 1] = {gr, taken}
+    granted[#granted + 1] = {gr, verdict} -- (what its give-back needs is formed only if one is run)
   else
     local i = verdict[1]
     -- the wait in ns: cycle units are 1000 / m ns (m: units per microsecond), GCRA's ns, the sliding window's
@@ -197,7 +189,15 @@ end
 local reply
 if worst > 0 then
   for k = 1, #granted do
-    local gr, taken = granted[k][1], granted[k][2]
+    local gr, verdict = granted[k][1], granted[k][2]
+    local taken -- the give-back's slot: cycle: the take's time (this instant); GCRA: the states written;
+    if gr.kind == 'c' then -- sliding: the time logged
+      taken = r4_now_us or 0
+    elseif gr.kind == 'g' then
+      taken = table.concat(verdict, ',', 2, gr.n + 1)
+    else
+      taken = string.format('%d %d', verdict[2], verdict[3])
+    end
     local back = r4_group_run(gr, 'g', taken)
     if gr.kind == 'c' then
       back = r4_unwrap(gr, back)

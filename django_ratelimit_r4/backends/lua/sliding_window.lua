@@ -277,8 +277,8 @@ local function save(st)
   end
 end
 
-local available, quota_of -- (not needed by "a": no closures built for it)
-if op ~= 'a' then
+local available, quota_of -- (not needed by "a", "m", "n": no closures built for them)
+if op ~= 'a' and op ~= 'm' and op ~= 'n' then
   -- sliding_available: permits one request could take now (0 while a reservation is pending): the logged
   -- times outside the window (now - period, now], oldest first. The header's hint says that the oldest `hint`
   -- slots were outside the window at `hint_at` (so are now, when now >= hint_at): the search gallops forward
