@@ -198,6 +198,32 @@ _poll: Any = getattr(select, "poll", None)
 _POLL_EVENTS = getattr(select, "POLLIN", 1) | getattr(select, "POLLPRI", 2)
 
 
+class _Packed(bytes):
+    """Several script arguments already in RESP (bulk strings), packed once where they are made (a GCRA or
+    sliding-window limiter's per-limiter arguments, :func:`packed_args`): :func:`_pack_evalsha` copies them as
+    they are; every other way of sending a command takes them one by one again (:func:`_flat`)."""
+
+    args: tuple[Any, ...]
+
+
+def packed_args(args: Sequence[int]) -> _Packed:
+    """``args`` (ints) as one :class:`_Packed` run of arguments."""
+    chunk = _Packed(b"".join(b"$%d\r\n%s\r\n" % (len(value), value) for value in (b"%d" % arg for arg in args)))
+    chunk.args = tuple(args)
+    return chunk
+
+
+def _flat(args: Sequence[Any]) -> list[Any]:
+    """``args`` with every :class:`_Packed` run taken apart (for redis-py's own packer)."""
+    flat: list[Any] = []
+    for arg in args:
+        if type(arg) is _Packed:
+            flat.extend(arg.args)
+        else:
+            flat.append(arg)
+    return flat
+
+
 #: RESP bulk strings of the arguments decisions send again and again (keys, ops, per-limiter figures), so a
 #: decision formats only what is new (its deadline). Keyed by the argument itself, only ``str``, ``bytes`` and
 #: ``int`` (``type(...) is``: a ``bool``, a ``float`` or a ``Decimal`` equal to a cached int is never served
@@ -230,13 +256,18 @@ def _pack_evalsha(sha: str, numkeys: int, args: Sequence[Any], utf8: bool) -> by
             len(n),
             n,
         )
-    parts = [b"*%d\r\n" % (len(args) + 3), head]
+    parts = [b"", head]
     append = parts.append
     memo = _RESP_MEMO
     get = memo.get
+    count = len(args) + 3
     for arg in args:
         kind = type(arg)
         if kind is not str and kind is not int and kind is not bytes:
+            if kind is _Packed:
+                append(arg)
+                count += len(arg.args) - 1
+                continue
             return None
         chunk = get(arg)
         if chunk is None:
@@ -252,6 +283,7 @@ def _pack_evalsha(sha: str, numkeys: int, args: Sequence[Any], utf8: bool) -> by
                     memo.clear()
                 memo[arg] = chunk
         append(chunk)
+    parts[0] = b"*%d\r\n" % count
     return b"".join(parts)
 
 
@@ -318,11 +350,20 @@ def _parse_reply(buf: bytes, pos: int, parser: Any) -> tuple[Any, int]:
         count = int(buf[pos + 1 : end])
         if count < 0:
             return None, end + 2
-        items = []
+        items: list[Any] = []
+        append = items.append
         pos = end + 2
+        size = len(buf)
         for _ in range(count):
-            item, pos = _parse_reply(buf, pos, parser)
-            items.append(item)
+            if pos < size and buf[pos] == 58:  # ":" an integer (a decision's figures): read here, no call
+                end = buf.find(b"\r\n", pos)
+                if end < 0:
+                    raise _Incomplete
+                append(int(buf[pos + 1 : end]))
+                pos = end + 2
+            else:
+                item, pos = _parse_reply(buf, pos, parser)
+                append(item)
         return (_Push(items) if kind == 62 else items), pos
     if kind == 37:  # "%" map
         count = int(buf[pos + 1 : end])
@@ -949,7 +990,7 @@ class RedisConnection:
             try:
                 packed = _pack_evalsha(sha, numkeys, args, self._utf8)
                 if packed is None:
-                    conn.send_command("EVALSHA", sha, numkeys, *args)
+                    conn.send_command("EVALSHA", sha, numkeys, *_flat(args))
                     reply = conn.read_response()
                 elif self._lean_io and type(conn._parser) in _SYNC_PY_PARSERS and _drained(conn._parser):
                     reply = _exchange(conn, packed)
@@ -957,7 +998,7 @@ class RedisConnection:
                     conn.send_packed_command([packed])
                     reply = conn.read_response()
             except NoScriptError:
-                conn.send_command("EVAL", source, numkeys, *args)
+                conn.send_command("EVAL", source, numkeys, *_flat(args))
                 reply = conn.read_response()
         except BaseException:
             conn.disconnect()
@@ -1087,10 +1128,10 @@ class RedisConnection:
                     if node is not None:
                         conn.send_command("ASKING")
                         conn.read_response()
-                    conn.send_command("EVALSHA", sha, numkeys, *args)
+                    conn.send_command("EVALSHA", sha, numkeys, *_flat(args))
                     reply = conn.read_response()
                 except NoScriptError:
-                    conn.send_command("EVAL", source, numkeys, *args)
+                    conn.send_command("EVAL", source, numkeys, *_flat(args))
                     reply = conn.read_response()
             except _REDIRECTS as exc:
                 pool.release(conn)
@@ -1163,7 +1204,7 @@ class RedisConnection:
                         results[index][1:] = [started, self._stamp(args, at, tokens, started)]
                         packed = _pack_evalsha(scripts[index][0], numkeys, args, self._utf8)
                         if packed is None:
-                            commands += conn.pack_command("EVALSHA", scripts[index][0], numkeys, *args)
+                            commands += conn.pack_command("EVALSHA", scripts[index][0], numkeys, *_flat(args))
                         else:
                             commands.append(packed)
                     # One write for all of the node's calls: redis-py sends each item of a list with a sendall
@@ -1262,7 +1303,7 @@ class RedisConnection:
                 results[index][1:] = [started, self._stamp(args, at, tokens, started)]
                 packed = _pack_evalsha(scripts[index][0], numkeys, args, self._utf8)
                 if packed is None:
-                    commands += conn.pack_command("EVALSHA", scripts[index][0], numkeys, *args)
+                    commands += conn.pack_command("EVALSHA", scripts[index][0], numkeys, *_flat(args))
                 else:
                     commands.append(packed)
             if lean:
@@ -1358,18 +1399,18 @@ class RedisConnection:
                 packed = _pack_evalsha(sha, numkeys, args, self._utf8)
                 if lean:
                     if packed is None:
-                        packed = b"".join(conn.pack_command("EVALSHA", sha, numkeys, *args))
+                        packed = b"".join(conn.pack_command("EVALSHA", sha, numkeys, *_flat(args)))
                     (reply,) = await self._aexchange(conn, packed, 1)
                     if isinstance(reply, redis.exceptions.ResponseError):
                         raise reply
                 else:
                     if packed is None:
-                        await conn.send_command("EVALSHA", sha, numkeys, *args)
+                        await conn.send_command("EVALSHA", sha, numkeys, *_flat(args))
                     else:
                         await conn.send_packed_command([packed])
                     reply = await conn.read_response()
             except NoScriptError:
-                await conn.send_command("EVAL", source, numkeys, *args)
+                await conn.send_command("EVAL", source, numkeys, *_flat(args))
                 reply = await conn.read_response()
         except BaseException:
             if lean:
@@ -1410,10 +1451,10 @@ class RedisConnection:
                         if asking:
                             await conn.send_command("ASKING")
                             await conn.read_response()
-                        await conn.send_command("EVALSHA", sha, numkeys, *args)
+                        await conn.send_command("EVALSHA", sha, numkeys, *_flat(args))
                         reply = await conn.read_response()
                     except NoScriptError:
-                        await conn.send_command("EVAL", source, numkeys, *args)
+                        await conn.send_command("EVAL", source, numkeys, *_flat(args))
                         reply = await conn.read_response()
                 except _REDIRECTS as exc:
                     node.release(conn)
@@ -3117,6 +3158,19 @@ def _entries_outcome(
     return outcome
 
 
+_SCRIPTED: list[Any] = []
+
+
+def _scripted() -> Any:
+    """:mod:`.redis_scripted`, imported on first use (it imports this module) and then kept: an ``import``
+    statement in a function runs the import machinery's lookup on every call (a few thousand instructions)."""
+    if not _SCRIPTED:
+        from . import redis_scripted
+
+        _SCRIPTED.append(redis_scripted)
+    return _SCRIPTED[0]
+
+
 def _is_scripted(entries: Sequence[tuple[Any, str | None]]) -> bool:
     """True when every entry's algorithm is one with a script of its own (all GCRA, or all sliding window: see
     :mod:`.redis_scripted`, which decides them in one call of that script). Entries of several algorithms are
@@ -3146,9 +3200,8 @@ def acquire_all_keyed(
     if not entries:
         return None
     if _is_scripted(entries):  # all GCRA or all sliding-window limiters: one call of their algorithm's script
-        from . import redis_scripted
-
-        return redis_scripted.entries(redis_scripted.members_of(entries), permits)
+        redis_scripted = _scripted()
+        return redis_scripted.entries(redis_scripted.members_of(entries), permits)  # type: ignore[no-any-return]
     owners, members = _entries_members(entries, permits)
     leader = members[0].counter
     return _entries_outcome(owners, _many_result(members, _sync_many(leader, members, permits)), permits)
@@ -3161,9 +3214,8 @@ async def aacquire_all_keyed(
     if not entries:
         return None
     if _is_scripted(entries):  # all GCRA or all sliding-window limiters: one call of their algorithm's script
-        from . import redis_scripted
-
-        return await redis_scripted.aentries(redis_scripted.members_of(entries), permits)
+        redis_scripted = _scripted()
+        return await redis_scripted.aentries(redis_scripted.members_of(entries), permits)  # type: ignore[no-any-return]
     owners, members = _entries_members(entries, permits)
     leader = members[0].counter
     return _entries_outcome(
@@ -3185,8 +3237,7 @@ def acquire_all_quotas(
     """:func:`acquire_all_keyed` whose one round trip also reads every entry's RateLimit figures after the
     decision: ``(outcome, [(remaining, reset_ns), ...])`` in entry order (``quota()``'s values, read at once)."""
     if entries and _is_scripted(entries):  # all GCRA or all sliding-window limiters: their algorithm's script
-        from . import redis_scripted
-
+        redis_scripted = _scripted()
         return redis_scripted.entries_quotas(redis_scripted.members_of(entries), permits)  # type: ignore[no-any-return]
     return _quotas_outcome(entries, permits, _sync_many)
 
@@ -3196,8 +3247,7 @@ async def aacquire_all_quotas(
 ) -> tuple[tuple[int, int] | None, list[tuple[int, int]]]:
     """Async twin of :func:`acquire_all_quotas` on ``redis.asyncio``."""
     if entries and _is_scripted(entries):  # all GCRA or all sliding-window limiters: their algorithm's script
-        from . import redis_scripted
-
+        redis_scripted = _scripted()
         return await redis_scripted.aentries_quotas(redis_scripted.members_of(entries), permits)  # type: ignore[no-any-return]
     owners, members = _entries_members(entries, permits)
     reply, quotas = _split_quotas(members, await _async_many(members[0].counter, members, permits, b"M"))

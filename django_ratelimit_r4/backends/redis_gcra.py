@@ -27,7 +27,7 @@ from typing import Any
 from ..core.clock import Clock
 from . import redis_scripted as scripted
 from .memory import GcraBackend
-from .redis import RedisBackend, RedisKeyedRateLimiter, RedisKeyedStore
+from .redis import RedisBackend, RedisKeyedRateLimiter, RedisKeyedStore, packed_args
 
 __all__ = [
     "GCRA",
@@ -72,6 +72,7 @@ class _Gcra(scripted.ScriptedLimiter):
             )
         self._unit = 1  # the script answers in ns
         self._margs = [step, span, scale, self._period]
+        self._margs_resp = packed_args(self._margs)
 
 
 class RedisGcraBackend(_Gcra, RedisBackend):

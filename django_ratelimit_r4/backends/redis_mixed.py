@@ -69,7 +69,7 @@ def mixed_args(
                 args += member.phase._limiter_args()
             else:
                 keys.append(member.state)
-                args += member.counter._margs
+                args.append(member.counter._margs_resp)
     deadline_at = len(keys) + len(args)
     args.append(b"")  # stamped once a connection is held (server time)
     return order, len(keys), keys + args + client_now(), deadline_at

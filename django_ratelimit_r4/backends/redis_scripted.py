@@ -94,14 +94,16 @@ class ScriptedLimiter:
     #: The in-process limiter of the same algorithm that the "local" fault policy builds (unkeyed); the cycle
     #: limiter's fault decisions and states ask it.
     _local_type: Any
-    #: The script's per-limiter arguments (an all-or-nothing decision concatenates them).
+    #: The script's per-limiter arguments (an all-or-nothing decision concatenates them), and the same packed
+    #: once in RESP (``redis.packed_args``: a decision copies them instead of formatting each).
     _margs: list[Any]
+    _margs_resp: bytes
     #: The longest wait the script can express exactly, in its units.
     _max_timeout_units: int
 
     def _script_args(self: Any, op: bytes, permits: int, timeout_ns: int) -> list[Any]:
         timeout = min(timeout_ns // self._unit, self._max_timeout_units)
-        return [op, permits, timeout, 1, *self._margs, *self._tail()]
+        return [op, permits, timeout, 1, self._margs_resp, *self._tail()]
 
     def _tail(self: Any) -> list[Any]:
         """The deadline slot, then ``now_s, now_ns`` on a client clock."""
@@ -170,7 +172,7 @@ def _many_args(
         raise ValueError("the same rate limiter (and key) appears more than once")
     args: list[Any] = [op, permits, 0, len(members)]
     for owner, _ in members:
-        args += owner._margs
+        args.append(owner._margs_resp)
     return keys, args + leader._tail()
 
 

@@ -31,7 +31,7 @@ from typing import Any
 from ..core.clock import Clock
 from . import redis_scripted as scripted
 from .memory import SlidingWindowBackend
-from .redis import RedisBackend, RedisKeyedRateLimiter, RedisKeyedStore
+from .redis import RedisBackend, RedisKeyedRateLimiter, RedisKeyedStore, packed_args
 
 __all__ = [
     "SLIDING",
@@ -63,6 +63,7 @@ class _Sliding(scripted.ScriptedLimiter):
     def _sliding_rate(self: Any) -> None:
         """The script's three limiter arguments: limit, period in units, ns per unit (set by ``_use_period``)."""
         self._margs = [self._limit, self._period // self._unit, self._unit]
+        self._margs_resp = packed_args(self._margs)
 
 
 class RedisSlidingBackend(_Sliding, RedisBackend):

@@ -67,6 +67,36 @@ def test_pack_evalsha_memo_serves_only_the_same_type_and_stays_bounded() -> None
     assert rb._pack_evalsha(sha, 2, args, True) == _redis_py_packed("EVALSHA", sha, 2, *args)
 
 
+def test_packed_argument_runs_are_sent_as_the_arguments_they_hold() -> None:
+    sha = rb.SCRIPT_SHA
+    run = rb.packed_args([18, 18000000000000, 5, 3600000000000])
+    flat = ["k1", "k2", b"m", 1, 0, 2, 18, 18000000000000, 5, 3600000000000, 7, 0, 1, 2, b""]
+    args = ["k1", "k2", b"m", 1, 0, 2, run, rb.packed_args([7, 0, 1, 2]), b""]
+    assert rb._flat(args) == flat
+    assert rb._pack_evalsha(sha, 2, args, True) == _redis_py_packed("EVALSHA", sha, 2, *flat)
+    assert rb._pack_evalsha(sha, 2, [*args, 1.5], True) is None  # redis-py then packs _flat(args)
+
+
+def test_packed_runs_reach_redis_by_every_path(redis_server: Any) -> None:
+    """GCRA and sliding-window decisions send their per-limiter arguments as packed runs: the same decisions
+    on a connection redis-py packs for (another encoding) and after the server forgot the script (EVAL)."""
+    from django_ratelimit_r4.core.ratelimiter import acquire_all
+
+    url = redis_server.url
+    for algorithm in ("gcra", "sliding_window"):
+        config = RateLimiterConfig(limit_for_period=2, limit_refresh_period="1h", algorithm=algorithm)
+        for options in ({}, {"encoding": "latin-1"}):
+            factory = rb.redis_backend(url, prefix=f"packed-{len(options)}", connection_options=options)
+            trio = [RateLimiter(f"{algorithm}-{i}", config, clock=SYSTEM_CLOCK, backend=factory) for i in range(3)]
+            redis.Redis.from_url(url).script_flush()
+            assert trio[0].acquire_permission()
+            assert acquire_all(trio) is None  # 2 of 2 taken from the first one
+            redis.Redis.from_url(url).script_flush()
+            refused = acquire_all(trio)
+            assert refused is not None and refused[0] is trio[0]
+            assert trio[1].acquire_permission() and not trio[1].acquire_permission()
+
+
 def _limiter(url: str, prefix: str, name: str = "lean") -> RateLimiter:
     config = RateLimiterConfig(limit_for_period=3, limit_refresh_period="1h")
     return RateLimiter(name, config, clock=SYSTEM_CLOCK, backend=rb.redis_backend(url, prefix=prefix))

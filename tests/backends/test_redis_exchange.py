@@ -229,3 +229,23 @@ def test_a_returning_client_key_is_not_hashed_again(redis_server: Any, monkeypat
     assert len(keyed.store._state_keys) <= 3
     assert keyed.store._state_key(42) == keyed.store._state_key_of(42)  # not a str: computed, not kept
     assert 42 not in keyed.store._state_keys
+
+
+@pytest.mark.parametrize(
+    "wire, value",
+    [
+        (b"*2\r\n*1\r\n:0\r\n*6\r\n:5\r\n:-3\r\n:0\r\n:12345678901234\r\n:1\r\n:0\r\n", [[0], [5, -3, 0, 12345678901234, 1, 0]]),
+        (b"*3\r\n:1\r\n$3\r\nabc\r\n:-2\r\n", [1, b"abc", -2]),
+        (b"*2\r\n*0\r\n:7\r\n", [[], 7]),
+        (b"*4\r\n:1\r\n_\r\n(99\r\n:2\r\n", [1, None, 99, 2]),
+    ],
+)
+def test_parse_reply_reads_integer_elements_and_tells_every_cut_short(wire: bytes, value: Any) -> None:
+    """Array elements that are integers (the decision replies) are read in the array's own loop: the same
+    values, and every prefix of the reply is incomplete (read more), never a wrong value or an IndexError."""
+    parser = _RESP3Parser(65536)
+    assert rb._parse_reply(wire, 0, parser) == (value, len(wire))
+    assert rb._parse_reply(b"xx" + wire, 2, parser) == (value, len(wire) + 2)
+    for cut in range(len(wire)):
+        with pytest.raises(rb._Incomplete):
+            rb._parse_reply(wire[:cut], 0, parser)

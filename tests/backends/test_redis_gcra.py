@@ -213,7 +213,7 @@ def test_a_late_call_changes_nothing(redis_url: str, prefix: str) -> None:
     pool = conn.sync.connection_pool
     c = pool.get_connection()
     try:
-        c.send_command("EVAL", rg.GCRA_SCRIPT, 1, backend.state_key, *args)
+        c.send_command("EVAL", rg.GCRA_SCRIPT, 1, backend.state_key, *rb._flat(args))
         assert c.read_response() == b"LATE"
     finally:
         pool.release(c)
