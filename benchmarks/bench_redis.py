@@ -39,12 +39,13 @@ except ImportError:  # benchmarks/run.py, or run as a script
 
 from django_ratelimit_r4.backends.redis import (
     RedisKeyedRateLimiter,
+    aacquire_all_quotas,
     acquire_all_quotas,
     connection,
     redis_backend,
 )
 from django_ratelimit_r4.core.clock import SYSTEM_CLOCK
-from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig, acquire_all
+from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig, aacquire_all, acquire_all
 
 __all__ = ["TRIVIAL", "abare_evalsha", "bare_evalsha", "run"]
 
@@ -156,6 +157,16 @@ def run(number: int = NUMBER, repeat: int = REPEAT) -> list[dict[str, Any]]:
                 "redis aacquire_permission (redis.asyncio)",
                 *await _abest_pair(allowed.aacquire_permission, abare, number, repeat),
                 TARGET_RATIO,
+            )
+            add(
+                "info: redis aacquire_all over 3 limits (redis.asyncio)",
+                *await _abest_pair(lambda: aacquire_all(trio), abare, number, repeat),
+                None,
+            )
+            add(
+                "info: redis aacquire_all_quotas over 3 limits (+ figures, redis.asyncio)",
+                *await _abest_pair(lambda: aacquire_all_quotas(entries), abare, number, repeat),
+                None,
             )
 
         asyncio.run(async_rows())

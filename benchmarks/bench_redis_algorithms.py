@@ -42,12 +42,13 @@ except ImportError:  # benchmarks/run.py, or run as a script
 
 from django_ratelimit_r4.backends.redis import (
     RedisKeyedRateLimiter,
+    aacquire_all_quotas,
     acquire_all_quotas,
     connection,
     redis_backend,
 )
 from django_ratelimit_r4.core.clock import SYSTEM_CLOCK
-from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig, acquire_all
+from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig, aacquire_all, acquire_all
 
 __all__ = ["run"]
 
@@ -185,6 +186,16 @@ def run(number: int = NUMBER, repeat: int = REPEAT) -> list[dict[str, Any]]:
                 *await _abest_pair(allowed.aacquire_permission, abare, number, repeat),
                 TARGET_RATIO,
             )
+            add(
+                f"info: redis {algorithm} aacquire_all over 3 limits (redis.asyncio)",
+                *await _abest_pair(lambda: aacquire_all(trio), abare, number, repeat),
+                None,
+            )
+            add(
+                f"info: redis {algorithm} aacquire_all_quotas over 3 (+ figures, redis.asyncio)",
+                *await _abest_pair(lambda: aacquire_all_quotas(entries), abare, number, repeat),
+                None,
+            )
 
         asyncio.run(async_row())
 
@@ -219,6 +230,18 @@ def run(number: int = NUMBER, repeat: int = REPEAT) -> list[dict[str, Any]]:
         ]
         for name, fn in mixed_rows:
             add(f"info: {name}", *_best_pair(fn, bare, number, repeat), None)
+
+        async def mixed_async() -> None:
+            abare = await abare_evalsha(conn.aio())
+            await abare()
+            await aacquire_all(mixed)
+            add(
+                "info: redis aacquire_all over cycle + gcra + sliding_window (one script, redis.asyncio)",
+                *await _abest_pair(lambda: aacquire_all(mixed), abare, number, repeat),
+                None,
+            )
+
+        asyncio.run(mixed_async())
         if os.environ.get("R4_BENCH_MIXED_ONLY"):
             return rows
         for name, fn in _peers(URL, prefix):

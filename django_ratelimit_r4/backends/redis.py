@@ -206,9 +206,10 @@ class _Packed(bytes):
     args: tuple[Any, ...]
 
 
-def packed_args(args: Sequence[int]) -> _Packed:
-    """``args`` (ints) as one :class:`_Packed` run of arguments."""
-    chunk = _Packed(b"".join(b"$%d\r\n%s\r\n" % (len(value), value) for value in (b"%d" % arg for arg in args)))
+def packed_args(args: Sequence[int | bytes]) -> _Packed:
+    """``args`` (ints and bytes) as one :class:`_Packed` run of arguments."""
+    values = [arg if isinstance(arg, bytes) else b"%d" % arg for arg in args]
+    chunk = _Packed(b"".join(b"$%d\r\n%s\r\n" % (len(value), value) for value in values))
     chunk.args = tuple(args)
     return chunk
 
@@ -1750,6 +1751,7 @@ class _RedisCycleOps:
     # (token, base instant in ns, K) of the anchor cache; _lim: the script's six limiter arguments.
     _cache: tuple[bytes, int, int]
     _lim: list[Any]
+    _lim_resp: list[Any]
 
     def _use_period(self, period_ns: int) -> None:
         _check_period(period_ns)
@@ -1790,6 +1792,9 @@ class _RedisCycleOps:
         token, base_ns, k = self._cache
         # Server time: the base in absolute microseconds. Client time: filled in per call (elapsed units).
         self._lim = [token, base_ns // 1000, k, self._limit, self._period_u, self._m]
+        # The same as an all-or-nothing call sends them on server time: the token (blanked when the deadline is
+        # unknown), then the other five packed once (they change with the anchor cache only).
+        self._lim_resp = [token, packed_args(self._lim[1:])]
 
     def _refresh(self, anchor: bytes, cycle: int) -> None:
         """Cache ``anchor`` (as stored in Redis) with a base at ``cycle``, as the script reported them."""
@@ -2065,7 +2070,7 @@ class _Phase:
     """The anchor cache of one shard of a keyed limiter on a cluster (each shard has an anchor of its own, in
     its hash tag); the limit, period and clock are its limiter's. Decides like :class:`_RedisCycleOps`."""
 
-    __slots__ = ("_cache", "_lim", "anchor_key", "owner")
+    __slots__ = ("_cache", "_lim", "_lim_resp", "anchor_key", "owner")
 
     def __init__(self, owner: _RedisCycleOps, anchor_key: str) -> None:
         self.owner = owner
@@ -2336,18 +2341,41 @@ def _many_where(leader: _RedisCycleOps, n: int) -> tuple[int | None, range]:
     return 8 * n + 3, range(2 * n + 3, 8 * n + 3, 6)
 
 
+def _packed_many(
+    leader: _RedisCycleOps, members: list[_Member], permits: int, op: bytes
+) -> tuple[list[Any], int | None, Sequence[int]]:
+    """:func:`_many_args` and :func:`_many_where` of one all-or-nothing call: on server time each limiter's
+    token and then its other five arguments as one packed run (``_lim_resp``, built with its anchor cache), so
+    the deadline and the tokens sit at other indexes; on a caller's clock the plain layout."""
+    n = len(members)
+    if leader._now is None:
+        args: list[Any] = []
+        for m in members:
+            args.append(m.anchor)
+            args.append(m.state)
+        args += [op, permits, n]
+        for m in members:
+            phase = m.phase
+            if phase._now is not None:
+                break
+            args += phase._lim_resp
+        else:
+            args.append(b"")  # the deadline: set by RedisConnection.call once a connection is held
+            return args, 4 * n + 3, range(2 * n + 3, 4 * n + 3, 2)
+    at, tokens = _many_where(leader, n)
+    return _many_args(leader, members, permits, op), at, tokens
+
+
 def _many_call(
     conn: RedisConnection, leader: _RedisCycleOps, members: list[_Member], permits: int, op: bytes = b"m"
 ) -> Any:
     owners = [m.phase for m in members]
-    at, tokens = _many_where(leader, len(members))
     try:
-        return leader._settle(
-            conn.call(2 * len(members), _many_args(leader, members, permits, op), at, tokens), owners
-        )
+        args, at, tokens = _packed_many(leader, members, permits, op)
+        return leader._settle(conn.call(2 * len(members), args, at, tokens), owners)
     except _Late:
         pass  # nothing was changed: once more with a fresh deadline
-    args = _many_args(leader, members, permits, op)
+    args, at, tokens = _packed_many(leader, members, permits, op)
     return leader._settle(conn.call(2 * len(members), args, at, tokens), owners)
 
 
@@ -2355,13 +2383,12 @@ async def _amany_call(
     conn: RedisConnection, leader: _RedisCycleOps, members: list[_Member], permits: int, op: bytes = b"m"
 ) -> Any:
     owners = [m.phase for m in members]
-    at, tokens = _many_where(leader, len(members))
     try:
-        args = _many_args(leader, members, permits, op)
+        args, at, tokens = _packed_many(leader, members, permits, op)
         return leader._settle(await conn.acall(2 * len(members), args, at, tokens), owners)
     except _Late:
         pass  # nothing was changed: once more with a fresh deadline
-    args = _many_args(leader, members, permits, op)
+    args, at, tokens = _packed_many(leader, members, permits, op)
     return leader._settle(await conn.acall(2 * len(members), args, at, tokens), owners)
 
 

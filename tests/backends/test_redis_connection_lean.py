@@ -158,3 +158,35 @@ def test_the_pool_bound_holds_on_the_lean_path(redis_server: Any) -> None:
         t.join()
     assert sorted(results) == [False] * 5 + [True] * 3
     assert len(pool._connections) <= 2
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_cycle_all_or_nothing_packed_runs_with_the_deadline_known_and_unknown(
+    redis_server: Any, asynchronous: bool
+) -> None:
+    """On server time an all-or-nothing call of cycle limiters sends each limiter's token and then its other
+    five arguments as one packed run: with the server time not learned yet (the tokens are blanked, the reply
+    carries the time), learned, forgotten again and after the anchors moved on, it decides exactly."""
+    import asyncio
+    import uuid
+
+    from django_ratelimit_r4.core.ratelimiter import aacquire_all, acquire_all
+
+    config = RateLimiterConfig(limit_for_period=4, limit_refresh_period="1h")
+    factory = rb.redis_backend(redis_server.url, prefix=f"pk{uuid.uuid4().hex[:6]}")
+    trio = [RateLimiter(f"c{i}", config, clock=SYSTEM_CLOCK, backend=factory) for i in range(3)]
+
+    def decide() -> Any:
+        return asyncio.run(aacquire_all(trio)) if asynchronous else acquire_all(trio)
+
+    conn = trio[0].backend._connection()
+    conn._shift_us = None  # the deadline unknown: the slow path
+    assert decide() is None
+    assert conn._shift_us is not None
+    assert decide() is None
+    conn._shift_us = None
+    assert decide() is None
+    assert trio[2].acquire_permission()  # 4 of 4 taken from the third
+    refused = decide()
+    assert refused is not None and refused[0] is trio[2]
+    assert [r.backend.successful_calls for r in trio] == [3, 3, 4]
