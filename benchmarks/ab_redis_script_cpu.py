@@ -6,7 +6,9 @@ same ``EVALSHA`` is replayed against both versions of the script on one dedicate
 old, new, ... (``REPEAT`` rounds of ``NUMBER`` calls each; the best round is kept). The figure is the
 script command's ``usec`` per call from ``INFO commandstats`` (what ``bench_redis_server.py`` counts), next to
 limits' fixed window (``FixedWindowRateLimiter.hit``: one ``EVALSHA`` of its ``incr_expire.lua``) measured in
-the same rounds. Valid while the argument layout of the scripts is the same in both revisions.
+the same rounds. Valid while the argument layout of the scripts is the same in both revisions, with one
+translation: a cycle script older than the ops ``"A"``/``"Q"`` (one permit, no wait, 8 arguments) is sent the
+same decision as ``"a"``/``"q"`` with permits ``1`` and timeout ``0`` (10 arguments), as its clients sent it.
 
 Run: ``python benchmarks/ab_redis_script_cpu.py [REV] [N]`` (REV default ``main``).
 """
@@ -35,6 +37,20 @@ REPEAT = 7
 ROOT = Path(__file__).resolve().parent.parent
 _LUA = "django_ratelimit_r4/backends/lua/"
 FAR = b"9999999999999999"  # a deadline (server µs) that never passes
+
+
+# The cycle script's ops of one permit without waiting, and what a script older than them was sent instead.
+_ONE_OPS = {b"A": b"a", b"Q": b"q"}
+
+
+def _as_old(source: str, numkeys: int, args: list[bytes]) -> list[bytes]:
+    """``args`` as the cycle script ``source`` takes them: an "A"/"Q" call becomes "a"/"q" with permits 1 and
+    timeout 0 when that script does not know the op (its clients sent that)."""
+    op = args[numkeys]
+    if op not in _ONE_OPS or "op == 'A'" in source:
+        return args
+    at = numkeys + 7  # the deadline slot of "A"/"Q"; "a"/"q" have permits and timeout before it
+    return [*args[:numkeys], _ONE_OPS[op], *args[numkeys + 1 : at], b"1", b"0", *args[at:]]
 
 
 def _old_scripts(rev: str) -> dict[str, str]:
@@ -113,7 +129,7 @@ def _deadline_index(algorithm: str, numkeys: int, args: list[bytes]) -> int:
     """Index in ``args`` (keys then ARGV) of a one-limiter call's deadline."""
     argv = numkeys
     if algorithm == "cycle":
-        return argv + 9  # ARGV[10]
+        return argv + (7 if args[argv] in _ONE_OPS else 9)  # ARGV[8] ("A", "Q") or ARGV[10]
     n = int(args[argv + 3])
     per = 4 if algorithm == "gcra" else 3
     return argv + 4 + per * n  # ARGV[5 + per * n]
@@ -135,7 +151,7 @@ def main(argv: list[str]) -> int:
             sha, numkeys, args = _capture(fn)
             args[_deadline_index(algorithm, numkeys, args)] = FAR
             new = (sha, numkeys, *args)
-            before = (old_sha[algorithm], numkeys, *args)
+            before = (old_sha[algorithm], numkeys, *_as_old(old[algorithm], numkeys, args))
             assert hashlib.sha1(old[algorithm].encode()).hexdigest() == old_sha[algorithm]
 
             def run(cmd: tuple[Any, ...] = new) -> Any:

@@ -56,6 +56,7 @@ PIECES: list[tuple[str, str, bool]] = [
     ("empty script, 1 key + 1 arg of 1 byte", "return 0", False),
     ("empty script, the decision's 2 keys + 10 args", "return 0", True),
     ("empty script, 2 keys + 3 args", "return 0", True),
+    ("empty script, 2 keys + 8 args (an \"A\" call's)", "return 0", True),
     ("empty body the size of the cycle script (early return)", "<SCRIPT>", True),
     ("TIME", "redis.call('TIME') return 0", True),
     ("GET", "redis.call('GET', KEYS[2]) return 0", True),
@@ -108,6 +109,8 @@ def _pieces() -> dict[str, Callable[[redis.Redis, str], Callable[[], Any]]]:
         keys, args = (KEYS, ARGV) if ours else (["k"], ["x"])
         if name.endswith("2 keys + 3 args"):
             args = ARGV[:3]
+        elif "8 args" in name:
+            args = ARGV[:8]
 
         def setup(c: redis.Redis, url: str, src: str = src, keys: list[str] = keys, args: list[str] = args) -> Any:
             c.set(KEYS[1], STATE, px=3_600_000)

@@ -1861,13 +1861,17 @@ class _RedisCycleOps:
 
     def _one_args(self, state_key: str, op: bytes, permits: int, timeout_ns: int) -> list[Any]:
         phase = self._phase_of(state_key)
+        timeout = timeout_ns // self._unit
+        if permits == 1 and timeout == 0 and op in _ONE_OPS:
+            # "A"/"Q": one permit, no wait (what a request asks), without those two arguments (Redis CPU)
+            return [phase.anchor_key, state_key, _ONE_OPS[op], *phase._limiter_args(), b"", *self._client_now()]
         return [
             phase.anchor_key,
             state_key,
             op,
             *phase._limiter_args(),
             permits,
-            timeout_ns // self._unit,
+            timeout,
             b"",  # deadline: set by RedisConnection.call once a connection is held (server time only)
             *self._client_now(),
         ]
@@ -1980,7 +1984,14 @@ class _RedisCycleOps:
         return self._fault_quota(state_key, permits, timeout_ns)
 
     def _quota_reply(self, reply: Any) -> tuple[int, int, int]:
-        wait, remaining, reset = reply
+        if type(reply) is int:  # "Q"'s one integer (see ratelimiter.lua)
+            if reply < 0:
+                wait, remaining, reset = reply, 0, -reply
+            else:
+                wait = 0
+                remaining, reset = divmod(reply, self._period_u + 1)
+        else:
+            wait, remaining, reset = reply
         unit = self._unit
         return self._count(wait * unit), remaining, reset * unit
 
@@ -2118,6 +2129,8 @@ class _Phase:
 
 # The token's index in a one-limiter call's arguments (anchor key, state key, op, token, ...).
 _ONE_TOKEN = (3,)
+# "a"/"q" of one permit without waiting, sent as the ops without permits and timeout ("A"/"Q").
+_ONE_OPS = {b"a": b"A", b"q": b"Q"}
 #: The cycle script's (SHA, source), as :meth:`RedisConnection.run_scripts` takes each call's.
 _CYCLE_SCRIPT = (SCRIPT_SHA, SCRIPT)
 

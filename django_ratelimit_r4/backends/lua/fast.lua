@@ -13,9 +13,13 @@ local op = ARGV[1]
 -- ARGV[at], ARGV[at + 1]: now_s, now_ns of a caller on its own clock (absent: server TIME); ARGV[at - 1]:
 -- the deadline in server microseconds ('' for none).
 local at = 11
--- 'q' and 'M' are 'a' and 'm' whose reply also carries the RateLimit header figures (see ratelimiter.lua).
-local many, quota = op == 'm' or op == 'M', op == 'q' or op == 'M'
-if many or op == 'g' then
+-- "A" and "Q" are "a" and "q" of ONE permit WITHOUT waiting (what a request asks), without the permits and
+-- timeout arguments: 8 arguments instead of 10 (each costs the server ~560 instructions, and a 9th one more
+-- growth of the ARGV table: benchmarks/bench_redis_script_parts.py).
+local one = op == 'A' or op == 'Q'
+if one then
+  at = 9
+elseif op == 'm' or op == 'M' or op == 'g' then
   at = 5 + 6 * ARGV[3]
 elseif op == 'r' then
   at = 3
@@ -37,9 +41,130 @@ else
   end
 end
 
+-- The fast path of "A" and "Q": "a"'s below for one limiter, one permit and no wait, straight (no loop, no
+-- table). A grant within the stored cycle rewrites only the permissions' digits in place (SETRANGE: the
+-- expiry stays, as KEEPTTL; the state is byte for byte what SET would write). "Q" answers one integer when
+-- it can (see ratelimiter.lua): a table reply costs the server ~4 000 instructions more.
+if one then
+  local ARGV, call = ARGV, redis.call -- (locals: a global lookup each time otherwise)
+  local token, elapsed = ARGV[2], -1
+  local c, p, a
+  if token ~= '' then
+    local state = call('GET', KEYS[2])
+    if state then
+      c, p, a = string.match(state, '^(%-?%d+) (%-?%d+) (.*)$')
+    end
+    if a == token or call('GET', KEYS[1]) == token then
+      if a ~= token then
+        c = nil -- the cached anchor is current; a state of another anchor is stale (full)
+      end
+      if not now_us then
+        elapsed = ARGV[3] + 0
+      elseif ARGV[7] == '1000' then
+        elapsed = (now_us - ARGV[3]) * 1000
+      else
+        elapsed = (now_us - ARGV[3]) * ARGV[7]
+      end
+    end
+  end
+  if elapsed >= 0 and elapsed < 4503599627370496 then -- 2^52: elapsed + period stays exact
+    local period = ARGV[6] + 0
+    -- (cycle, offset) = divmod(elapsed, period), exact below 2^53 (see the general path below).
+    local offset = elapsed % period
+    if offset < 0 then
+      offset = offset + period
+    elseif offset >= period then
+      offset = offset - period
+    end
+    local current = ARGV[4] + (elapsed - offset) / period
+    local limit = ARGV[5] -- (a string until needed)
+    local same, cycle = false, c
+    if c then
+      local digits = p
+      c, p = c + 0, p + 0
+      if c == current then
+        same = digits -- this cycle's state: a grant keeps its expiry
+      else
+        limit = limit + 0
+        if c > current then
+          p = limit -- a state from a later cycle (the server clock stepped back): full, as ratelimiter.lua
+        else
+          p = math.min(p + (current - c) * limit, limit)
+        end
+      end
+    else
+      limit = limit + 0
+      p = limit
+    end
+    if p >= 1 then
+      local left = p - 1
+      if same then
+        -- (%d prints an integer-valued double through a C long: exact below 2^53)
+        local digits = string.format('%d', left)
+        if #digits == #same then
+          call('SETRANGE', KEYS[2], '0', cycle .. ' ' .. digits)
+        else
+          call('SET', KEYS[2], string.format('%d %s ', current, digits) .. token, 'KEEPTTL')
+        end
+      else
+        -- Expires when lazily refreshed to full: after div_ceil(limit - left, limit) cycles from this one.
+        limit = limit + 0
+        local m = limit - left + limit - 1
+        local d = math.floor(m / limit)
+        if d * limit > m then
+          d = d - 1
+        elseif (d + 1) * limit <= m then
+          d = d + 1
+        end
+        local ms = string.format('%d', math.min(math.ceil((d * period - offset) / (1000 * ARGV[7])) + slack, 1e15))
+        call('SET', KEYS[2], string.format('%d %d ', current, left) .. token, 'PX', ms)
+      end
+      if op == 'A' then
+        return 0
+      end
+      -- "Q" granted: remaining left, reset the time to the next cycle (left >= 0), wait 0: one integer
+      -- left * (period + 1) + reset (reset is 1..period) while it is exact, else "q"'s table.
+      local reset = period - offset
+      local n = left * (period + 1) + reset
+      if n < 9007199254740992 then
+        return n
+      end
+      return {0, left, reset}
+    end
+    -- Rejected: the wait for one permit (base.nanos_to_wait), the time to the next cycle plus
+    -- div_ceil(1 - (p + limit), limit) = floor(-p / limit) whole periods while in debt. It is also the reset.
+    local wait = period - offset
+    if p < 0 then
+      limit = limit + 0
+      if -p >= limit then
+        local d = math.floor(-p / limit)
+        if d * limit > -p then
+          d = d - 1
+        elseif (d + 1) * limit <= -p then
+          d = d + 1
+        end
+        wait = wait + d * period
+      end
+    end
+    if op == 'A' or p == 0 then
+      return -wait -- ("Q": remaining 0, reset = wait)
+    end
+    return {-wait, p, wait}
+  end
+  -- No cached anchor, a stale one, a base too far back: the exact slow path (ratelimiter.lua).
+  if op == 'A' then
+    op = 'a'
+  else
+    op = 'q'
+  end
+end
+
+-- 'q' and 'M' are 'a' and 'm' whose reply also carries the RateLimit header figures (see ratelimiter.lua).
+local many, quota = op == 'm' or op == 'M', op == 'q' or op == 'M'
+
 -- The fast path of "a" (acquire), "s" (state) and "m" (all-or-nothing): every limiter's state proves the
 -- client's cached anchor (or the anchor does) and its base is recent. Otherwise: ratelimiter.lua.
-if op == 'a' or op == 's' or many or quota then
+if not one and (op == 'a' or op == 's' or many or quota) then
   local n, j, permits, timeout = 1, 2, 0, 0
   -- Redis CPU: every string -> number conversion (x + 0: strtod) costs about as much as 30 VM instructions
   -- (benchmarks/bench_redis_script_parts.py), so the usual values are recognised by comparing with a

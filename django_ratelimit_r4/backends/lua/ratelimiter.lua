@@ -22,6 +22,12 @@
 --   "q" acquire with quota: 'a''s layout -> {wait as "a", remaining, reset}: the RateLimit figures after
 --                the decision (as "s" then reads them): reset is the time to the next cycle while a permit
 --                is left, else the wait for one.
+--   "A", "Q": "a" and "q" of one permit without waiting (what a request asks): 'a''s layout without permits
+--                and timeout (op, L, deadline_us [, now_s, now_ns]). "A" replies as "a". "Q" replies with
+--                ONE integer when it can (a table reply costs the server ~5 000 instructions, an integer
+--                ~300): n >= 1 granted (wait 0) with remaining, reset = divmod(n, period + 1); n <= -1
+--                rejected with wait = reset = -n and remaining 0. Otherwise (a grant whose n would not be
+--                exact below 2^53, a rejection in debt) "q"'s table. (Never a string: that reads as LATE.)
 --   "M" many with quotas: 'm''s layout -> {remaining1, reset1, .., remainingN, resetN, then "m"'s reply}.
 --   "g" give back: 'm''s layout, the deadline slot holding `since` -> {remaining1, reset1, ..}: returns
 --                `permits` taken by an "m"/"M" to each limiter whose current cycle began no later than
@@ -136,9 +142,11 @@ if op == 'a' or op == 'q' or op == 's' or op == 'd' then
   e.i = 1
   local stale = e.report and {1, e.report, e.current}
   if op == 'a' or op == 'q' then
-    local _, left, wait, granted = decide(
-      e.cycle, e.permissions, tonumber(ARGV[8]), tonumber(ARGV[9]), e.current, e.offset, e.period, e.limit
-    )
+    local permits, timeout = 1, 0 -- ("A", "Q": one permit, no wait)
+    if not one then
+      permits, timeout = tonumber(ARGV[8]), tonumber(ARGV[9])
+    end
+    local _, left, wait, granted = decide(e.cycle, e.permissions, permits, timeout, e.current, e.offset, e.period, e.limit)
     if granted then
       store(e, left)
     else
