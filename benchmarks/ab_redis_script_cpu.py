@@ -75,8 +75,17 @@ def _capture(fn: Callable[[], Any]) -> tuple[str, int, list[bytes]]:
     seen: list[tuple[str, int, list[bytes]]] = []
     real = rb._pack_evalsha
 
+    def plain(args: Any) -> list[bytes]:
+        out: list[bytes] = []
+        for a in args:
+            if isinstance(a, rb._Packed):  # a packed run of arguments (redis.packed_args): its own
+                out += plain(a.args)
+            else:
+                out.append(a.encode() if isinstance(a, str) else b"%d" % a if isinstance(a, int) else a)
+        return out
+
     def spy(sha: str, numkeys: int, args: Any, utf8: bool) -> Any:
-        seen.append((sha, numkeys, [a.encode() if isinstance(a, str) else b"%d" % a if isinstance(a, int) else a for a in args]))
+        seen.append((sha, numkeys, plain(args)))
         return real(sha, numkeys, args, utf8)
 
     rb._pack_evalsha = spy  # type: ignore[assignment]

@@ -1989,7 +1989,12 @@ class _RedisCycleOps:
                 wait, remaining, reset = reply, 0, -reply
             else:
                 wait = 0
-                remaining, reset = divmod(reply, self._period_u + 1)
+                n, thousands = divmod(reply, 2)
+                if thousands:
+                    remaining, reset = divmod(n, self._period_u // 1000 + 1)
+                    reset *= 1000
+                else:
+                    remaining, reset = divmod(n, self._period_u + 1)
         else:
             wait, remaining, reset = reply
         unit = self._unit

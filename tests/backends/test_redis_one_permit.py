@@ -71,6 +71,29 @@ def test_one_permit_without_waiting_is_sent_as_A_and_Q(redis_url: str, prefix: s
         assert _sent(red, lambda: red.acquire_quota(permits, timeout))[2] == b"q"  # noqa: B023
 
 
+@pytest.mark.parametrize(
+    ("limit", "period", "shape"),
+    [(100, 60 * S, int), (10**6, 3600 * S, int), (10**12, 3600 * S, list)],  # 10**6/h: in thousands of units
+)
+def test_Q_answers_one_integer_where_it_is_exact(redis_url: str, prefix: str, limit, period, shape) -> None:
+    red = _backend(redis_url, prefix, limit, period, SYSTEM_CLOCK)
+    red.acquire(1, 0)  # learns the anchor and the server time
+    replies: list[Any] = []
+    real = rb.RedisConnection.call
+
+    def spy(self: Any, *args: Any) -> Any:
+        replies.append(real(self, *args))
+        return replies[-1]
+
+    rb.RedisConnection.call = spy  # type: ignore[method-assign]
+    try:
+        wait, remaining, reset = red.acquire_quota(1, 0)
+    finally:
+        rb.RedisConnection.call = real  # type: ignore[method-assign]
+    assert [type(r) for r in replies] == [shape]
+    assert (wait, remaining) == (0, limit - 2) and 0 < reset <= period
+
+
 def test_a_same_cycle_grant_rewrites_the_permissions_in_place(redis_url: str, prefix: str) -> None:
     """Byte for byte the state "cycle permissions anchor"; its expiry untouched (a sentinel TTL survives), also
     when the permissions lose a digit (11 -> 10 -> 9: SET ... KEEPTTL); a new cycle sets the expiry again."""
@@ -147,7 +170,7 @@ def test_short_ops_write_what_the_general_path_writes(redis_url: str, prefix: st
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     limit=st.sampled_from([1, 3, 10**6, 10**12]),
-    period=st.sampled_from([7, S, 3600 * S, 30 * 86400 * S]),
+    period=st.sampled_from([7, 7000, S, 3600 * S, 30 * 86400 * S]),
     ops=st.lists(
         st.one_of(
             st.tuples(st.just("quota"), st.just(0)),
@@ -159,8 +182,9 @@ def test_short_ops_write_what_the_general_path_writes(redis_url: str, prefix: st
     ),
 )
 def test_every_Q_reply_reads_back_to_decide(redis_url: str, prefix: str, limit, period, ops) -> None:
-    """"Q"'s one integer (granted; rejected without debt), its table (a limit x period too large for one exact
-    integer: 10**12 per hour; a rejection in debt after reservations): acquire then quota, as in memory."""
+    """"Q"'s one integer (granted, in units or thousands of units; rejected without debt), its table (a limit x
+    period too large for one exact integer: 10**12 per hour; a rejection in debt after reservations): acquire
+    then quota, as in memory."""
     clock = FakeClock(2**62 + 12_345)
     memory = MemoryBackend("m", limit, period, clock)
     red = _backend(redis_url, prefix, limit, period, clock)

@@ -123,9 +123,16 @@ if one then
         return 0
       end
       -- "Q" granted: remaining left, reset the time to the next cycle (left >= 0), wait 0: one integer
-      -- left * (period + 1) + reset (reset is 1..period) while it is exact, else "q"'s table.
+      -- 2 * (left * (period + 1) + reset) (reset is 1..period), or with period and reset in thousands of
+      -- units when both are whole ones (server time counts whole µs: an hourly limit of up to ~10^6
+      -- permits fits) 2 * (left * (period / 1000 + 1) + reset / 1000) + 1, while exact; else "q"'s table.
       local reset = period - offset
-      local n = left * (period + 1) + reset
+      local n
+      if reset % 1000 == 0 and period % 1000 == 0 then
+        n = 2 * (left * (period / 1000 + 1) + reset / 1000) + 1
+      else
+        n = 2 * (left * (period + 1) + reset)
+      end
       if n < 9007199254740992 then
         return n
       end

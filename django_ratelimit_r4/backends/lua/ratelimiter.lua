@@ -25,9 +25,10 @@
 --   "A", "Q": "a" and "q" of one permit without waiting (what a request asks): 'a''s layout without permits
 --                and timeout (op, L, deadline_us [, now_s, now_ns]). "A" replies as "a". "Q" replies with
 --                ONE integer when it can (a table reply costs the server ~5 000 instructions, an integer
---                ~300): n >= 1 granted (wait 0) with remaining, reset = divmod(n, period + 1); n <= -1
---                rejected with wait = reset = -n and remaining 0. Otherwise (a grant whose n would not be
---                exact below 2^53, a rejection in debt) "q"'s table. (Never a string: that reads as LATE.)
+--                ~300): n >= 2 granted (wait 0) with remaining, reset = divmod(n // 2, period + 1) for an
+--                even n, and remaining, reset / 1000 = divmod(n // 2, period / 1000 + 1) for an odd one;
+--                n <= -1 rejected with wait = reset = -n and remaining 0. Otherwise (a grant whose n would
+--                not be exact below 2^53, a rejection in debt) "q"'s table. (Never a string: LATE is one.)
 --   "M" many with quotas: 'm''s layout -> {remaining1, reset1, .., remainingN, resetN, then "m"'s reply}.
 --   "g" give back: 'm''s layout, the deadline slot holding `since` -> {remaining1, reset1, ..}: returns
 --                `permits` taken by an "m"/"M" to each limiter whose current cycle began no later than
