@@ -363,3 +363,23 @@ def test_decisions_and_figures_match_the_memory_limiters(redis_url: str, prefix:
         if got is not None and want is not None:
             assert (remote.index(got[0]), got[1]) == (local.index(want[0]), want[1]), op
         assert [rl.backend.quota() for rl in remote] == [rl.backend.quota() for rl in local], op  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("clocked", [False, True], ids=["server-time", "caller-clock"])
+def test_a_group_of_over_1000_limits_decides_like_a_small_one(redis_url: str, prefix: str, clocked: bool) -> None:
+    """mixed.lua copies a group of more than 1 000 limits element by element (unpack's C-stack bound), a
+    smaller one with one constructor: both place the deadline slot and a caller's clock where its script reads
+    them. 1 001 GCRA limits beside a cycle and a sliding-window limit: granted, then refused by the cycle
+    limit with every other limit given back."""
+    clock: Any = FakeClock() if clocked else SYSTEM_CLOCK
+    many = [limiter(redis_url, prefix, f"big-g{i}", "gcra", 2, clock) for i in range(1001)]
+    cycle = limiter(redis_url, prefix, "big-c", "cycle", 1, clock)
+    sliding = limiter(redis_url, prefix, "big-s", "sliding_window", 2, clock)
+    everything = [cycle, *many, sliding]
+    for rl in everything:
+        rl.reset()
+    assert acquire_all(everything) is None
+    assert remaining([cycle, many[0], many[-1], sliding]) == [0, 1, 1, 1]
+    refused = acquire_all(everything)
+    assert refused is not None and refused[0] is cycle
+    assert remaining([cycle, many[0], many[500], many[-1], sliding]) == [0, 1, 1, 1, 1]
