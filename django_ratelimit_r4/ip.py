@@ -90,13 +90,14 @@ def _parse_address(text: str) -> _IPAddress | None:
     return addr
 
 
-def _forwarded_for(value: str) -> list[str]:
-    """The ``for=`` value of each element of an RFC 7239 ``Forwarded`` field, "" when absent.
+def _forwarded_for(value: str, last: int) -> list[str]:
+    """The ``for=`` value of each of the ``last`` right-most elements of an RFC 7239 ``Forwarded`` field, "" when
+    absent, after the rest of the field as one more (unparsed) entry when there is more (see :func:`_x_forwarded_for`).
 
     Quotes are removed; an element without ``for=`` gives "" so it counts as a malformed hop.
     """
     result: list[str] = []
-    for element in value.split(","):
+    for element in value.rsplit(",", last):
         found = ""
         for pair in element.split(";"):
             name, sep, raw = pair.partition("=")
@@ -107,8 +108,10 @@ def _forwarded_for(value: str) -> list[str]:
     return result
 
 
-def _x_forwarded_for(value: str) -> list[str]:
-    return [part.strip() for part in value.split(",")]
+def _x_forwarded_for(value: str, last: int) -> list[str]:
+    """The ``last`` right-most entries of an ``X-Forwarded-For`` value, after the rest of the value as one more entry
+    when there is more: the client writes the left of the header, so its length never costs more than this."""
+    return [part.strip() for part in value.rsplit(",", last)]
 
 
 # ---------------------------------------------------------------------------------- the one set of rules
@@ -181,6 +184,7 @@ class ClientIPResolver:
         "_direct",
         "_header",
         "_networks",
+        "_read",
         "_trust_unix",
         "ipv6_prefix_length",
         "trusted_proxies",
@@ -227,6 +231,8 @@ class ClientIPResolver:
             self._networks = tuple(net for net in proxies if not isinstance(net, str))
         # Normalisation and trust per textual address, memoised: the same clients and proxies repeat.
         self._cache = lru_cache(maxsize=_CACHE_SIZE)(self._classify)
+        # Header entries read, from the right: the N-th with a count, at most _MAX_HOPS walking CIDRs.
+        self._read = self._count or _MAX_HOPS
         # No trusted proxies: the answer is REMOTE_ADDR's alone and no header is read (see as_function).
         self._direct = not self._count and not self._networks and not self._trust_unix
 
@@ -262,12 +268,13 @@ class ClientIPResolver:
         fwd = meta.get("HTTP_FORWARDED") if self._header != "x-forwarded-for" else None
         if xff is None and fwd is None:
             return fallback
+        read = self._read
         if xff is not None:
-            answer = self._from_chain(_x_forwarded_for(xff), fallback)
-            if fwd is not None and self._from_chain(_forwarded_for(fwd), fallback) != answer:
+            answer = self._from_chain(_x_forwarded_for(xff, read), fallback)
+            if fwd is not None and self._from_chain(_forwarded_for(fwd, read), fallback) != answer:
                 return fallback  # two headers, two stories: one of them is forged
             return answer
-        return self._from_chain(_forwarded_for(fwd), fallback)  # type: ignore[arg-type]
+        return self._from_chain(_forwarded_for(fwd, read), fallback)  # type: ignore[arg-type]
 
     @property
     def remote_addr_only(self) -> bool:
@@ -307,22 +314,25 @@ class ClientIPResolver:
         return remote_addr
 
     def _from_chain(self, hops: list[str], fallback: str) -> str:
-        """Pick the client from header entries (left = farthest), or ``fallback`` when unusable."""
-        if len(hops) > _MAX_HOPS:
-            return fallback
+        """Pick the client from header entries (left = farthest; at most ``_read + 1``, the first then holding the
+        unread rest), or ``fallback`` when unusable. Entries left of the answer are never looked at: the client
+        wrote them, and how many or what they are must not change its budget."""
         if self._count:
             if len(hops) < self._count:
                 return fallback
             entry = self._lookup(hops[-self._count])
             return fallback if entry is None else entry[0]
+        walked = hops[1:] if len(hops) > _MAX_HOPS else hops
         client = fallback
-        for text in reversed(hops):
+        for text in reversed(walked):
             entry = self._lookup(text)
             if entry is None:
                 return fallback
             client = entry[0]
             if not entry[1]:
                 return client
+        if len(hops) > _MAX_HOPS:
+            return fallback  # more than _MAX_HOPS trusted hops: not something a proxy chain produced
         return client  # every hop trusted: the left-most is the origin
 
     def __repr__(self) -> str:

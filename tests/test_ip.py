@@ -123,6 +123,19 @@ class TestProxyCount:
         with pytest.raises(ValueError):
             ClientIPResolver(-1)
 
+    @pytest.mark.parametrize("forged", ["garbage", "6.6.6.6", "for=6.6.6.6"])
+    @pytest.mark.parametrize("count", [1, 2])
+    def test_any_number_of_forged_entries_left_of_the_proxies_is_ignored(self, forged, count):
+        # The client writes what it likes left of what the proxies append: 1 000 entries of it must not
+        # make the answer the proxy's own address (a budget the client would share with every such request).
+        proxies = ["10.0.0.9"] * (count - 1)
+        xff = ", ".join([forged] * 1000 + ["198.51.100.5", *proxies])
+        fwd = ", ".join([f"for={forged}"] * 1000 + ["for=198.51.100.5", *(f"for={p}" for p in proxies)])
+        resolver = ClientIPResolver(count)
+        assert resolver(req("10.0.0.1", xff=xff)) == "198.51.100.5"
+        assert resolver(req("10.0.0.1", fwd=fwd)) == "198.51.100.5"
+        assert resolver(req("10.0.0.1", xff=xff, fwd=fwd)) == "198.51.100.5"
+
 
 class TestTrustedCIDRs:
     resolver = ClientIPResolver(["10.0.0.0/8", "2001:db8:ffff::/48"])
@@ -150,6 +163,13 @@ class TestTrustedCIDRs:
 
     def test_malformed_left_of_the_client_does_not_matter(self):
         assert self.resolver(req("10.0.0.1", xff="garbage, 198.51.100.5")) == "198.51.100.5"
+
+    @pytest.mark.parametrize("forged", ["garbage", "6.6.6.6", "10.0.0.7"])
+    def test_any_number_of_entries_left_of_the_client_does_not_matter(self, forged):
+        # The walk stops at the first untrusted hop: what the client wrote before it is never read, however long.
+        hops = [forged] * 1000 + ["198.51.100.5", *["10.0.0.2"] * 63]
+        assert self.resolver(req("10.0.0.1", xff=", ".join(hops))) == "198.51.100.5"
+        assert self.resolver(req("10.0.0.1", fwd=", ".join(f"for={h}" for h in hops))) == "198.51.100.5"
 
     def test_forwarded_multiple_fields_joined(self):
         r = req("10.0.0.1", fwd='for=6.6.6.6;by=10.0.0.1, For="198.51.100.5";proto=http, for=10.0.0.3')
