@@ -289,7 +289,7 @@ def _timeout(value: Any) -> float:
         return control.DEFAULT_TIMEOUT_S
     try:
         seconds = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: a JSON integer too large for a float
         seconds = -1.0
     if isinstance(value, bool) or not 0 <= seconds <= MAX_TIMEOUT_S:
         raise state.IllegalAction(f"'timeout' must be a number of seconds from 0 to {MAX_TIMEOUT_S:g}, got {value!r}")

@@ -79,10 +79,21 @@ def test_the_endpoint_names_the_worker_and_the_scope_of_an_action(ops: Any, clie
     assert isinstance(client.get(BASE, **_bearer()).json(), list)  # a plain GET keeps its list
 
 
-def test_timeout_field_is_validated(ops: Any, client: Client) -> None:
-    response = client.post(
-        BASE + "slow/drain", json.dumps({"timeout": "soon"}), content_type="application/json", **_bearer()
-    )
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"timeout": "soon"}',
+        '{"timeout": -1}',
+        '{"timeout": NaN}',
+        '{"timeout": Infinity}',
+        '{"timeout": true}',
+        '{"timeout": [1]}',
+        '{"timeout": 1' + "0" * 400 + "}",  # an int too large for a float: OverflowError, a 500 before
+        '{"timeout": "1' + "0" * 400 + '"}',
+    ],
+)
+def test_timeout_field_is_validated(ops: Any, client: Client, body: str) -> None:
+    response = client.post(BASE + "slow/drain", body, content_type="application/json", **_bearer())
     assert response.status_code == 400 and "'timeout' must be a number" in response.json()["error"]
 
 
