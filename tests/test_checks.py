@@ -194,6 +194,22 @@ CASES = [
         id="E004-type",
     ),
     pytest.param(
+        {"circuitbreakers": {"instances": {"p": {"sliding_window_size": 10**13}}}},
+        "E004",
+        f'{CB}["instances"]["p"]["sliding_window_size"]',
+        "must be <= 1000000, got 10000000000000",
+        None,
+        id="E004-window-size",  # passed the check, then MemoryError at the first request
+    ),
+    pytest.param(
+        {"circuitbreakers": {"instances": {"p": {"failure_rate_threshold": 10**400}}}},
+        "E004",
+        f'{CB}["instances"]["p"]["failure_rate_threshold"]',
+        "must be a number, got an integer too large for a float (1329 bits)",
+        None,
+        id="E004-float-overflow",  # was "cannot be built: OverflowError(...)"
+    ),
+    pytest.param(
         {"circuitbreakers": {"instances": {"p": {"failure_rate_threshold": 150}}}},
         "E004",
         f'{CB}["instances"]["p"]["failure_rate_threshold"]',

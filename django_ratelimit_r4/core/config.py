@@ -164,7 +164,11 @@ class Validator:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             self.error(name, f"must be a number, got {value!r}")
             return
-        value = float(value)
+        try:
+            value = float(value)
+        except OverflowError:  # an int beyond the float range: a clear message, not "cannot be built"
+            self.error(name, f"must be a number, got an integer too large for a float ({value.bit_length()} bits)")
+            return
         if gt is not None and not value > gt:
             self.error(name, f"must be > {gt:g}, got {value:g}")
         elif ge is not None and not value >= ge:

@@ -16,6 +16,7 @@ from django_ratelimit_r4.core.circuitbreaker import (
     State,
 )
 from django_ratelimit_r4.core.circuitbreaker import breaker as cbmod  # the state machine builds the events
+from django_ratelimit_r4.core.circuitbreaker.config import MAX_SLIDING_WINDOW_SIZE
 from django_ratelimit_r4.core.clock import FakeClock
 from django_ratelimit_r4.core.durations import Nanos
 from django_ratelimit_r4.core.exceptions import CallNotPermitted, ConfigurationError, IllegalStateTransition
@@ -778,6 +779,16 @@ def test_exponential_backoff_without_a_cap_stops_growing_at_366_days() -> None:
 def test_open_times_longer_than_366_days_are_refused(field: str) -> None:
     with pytest.raises(ConfigurationError, match=f"{field}.*must be at most 366d, got 367d"):
         CircuitBreakerConfig(**{field: "367d"})
+
+
+@pytest.mark.parametrize("window_type", ["COUNT_BASED", "TIME_BASED"])
+def test_sliding_windows_larger_than_the_maximum_are_refused(window_type: str) -> None:
+    # Every slot is allocated when the breaker is built: 10**13 passed the config and raised MemoryError (a 500)
+    # at the first request; 10**9 took gigabytes per worker.
+    config = CircuitBreakerConfig(sliding_window_type=window_type, sliding_window_size=MAX_SLIDING_WINDOW_SIZE)
+    assert CircuitBreaker("big", config, clock=FakeClock()).state is State.CLOSED
+    with pytest.raises(ConfigurationError, match=rf"sliding_window_size.*must be <= {MAX_SLIDING_WINDOW_SIZE}"):
+        CircuitBreakerConfig(sliding_window_type=window_type, sliding_window_size=MAX_SLIDING_WINDOW_SIZE + 1)
 
 
 # ---------------------------------------------------------------- exception predicates (issue 8)

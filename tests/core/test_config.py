@@ -113,6 +113,7 @@ def test_duration_errors_carry_a_hint_and_bounds() -> None:
         ({"ratio": 0}, "must be > 0, got 0"),
         ({"ratio": "0.5"}, "must be a number, got '0.5'"),
         ({"ratio": False}, "must be a number, got False"),
+        ({"ratio": 10**400}, "must be a number, got an integer too large for a float (1329 bits)"),
         ({"flag": 1}, "must be True or False, got 1"),
         ({"mode": "medium"}, "must be one of FAST, SLOW, RED, got 'medium'"),
         ({"mode": 3}, "must be one of FAST, SLOW, RED, got 3"),

@@ -14,7 +14,7 @@ here, as it was when this was one module:
 from __future__ import annotations
 
 from .breaker import CircuitBreaker, ResultRecordedAsFailure
-from .config import STATE_TRANSITIONS, CircuitBreakerConfig, SlidingWindowType, State
+from .config import MAX_SLIDING_WINDOW_SIZE, STATE_TRANSITIONS, CircuitBreakerConfig, SlidingWindowType, State
 from .events import (
     CircuitBreakerEvents,
     CircuitBreakerOnCallNotPermittedEvent,
@@ -29,6 +29,7 @@ from .events import (
 from .metrics import CircuitBreakerMetrics
 
 __all__ = [
+    "MAX_SLIDING_WINDOW_SIZE",
     "STATE_TRANSITIONS",
     "CircuitBreaker",
     "CircuitBreakerConfig",

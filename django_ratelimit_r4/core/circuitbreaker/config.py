@@ -10,7 +10,11 @@ from typing import Any
 from ..config import Validator
 from ..durations import MAX_PERIOD_NS
 
-__all__ = ["STATE_TRANSITIONS", "CircuitBreakerConfig", "SlidingWindowType", "State"]
+__all__ = ["MAX_SLIDING_WINDOW_SIZE", "STATE_TRANSITIONS", "CircuitBreakerConfig", "SlidingWindowType", "State"]
+
+#: Largest ``sliding_window_size``: the window's slots are allocated when the breaker is built (8 bytes a call
+#: COUNT_BASED, 32 bytes a second TIME_BASED: 8 MB / 32 MB, 11.5 days, at this size), per breaker and per worker.
+MAX_SLIDING_WINDOW_SIZE = 1_000_000
 
 
 class State(enum.Enum):
@@ -80,7 +84,7 @@ class CircuitBreakerConfig:
         v.duration("max_wait_duration_in_half_open_state")
         v.choice("transition_to_state_after_wait_duration", ("OPEN", "CLOSED"))
         v.choice("sliding_window_type", (t.value for t in SlidingWindowType))
-        v.integer("sliding_window_size", minimum=1)
+        v.integer("sliding_window_size", minimum=1, maximum=MAX_SLIDING_WINDOW_SIZE)
         v.integer("minimum_number_of_calls", minimum=1)
         v.duration("wait_duration_in_open_state", min_ns=1_000_000, max_ns=MAX_PERIOD_NS)
         v.callable_or_path("wait_interval_function_in_open_state")
