@@ -137,6 +137,22 @@ def test_status_reflects_live_state(fresh: Any) -> None:
     bulkhead.release_permission()
 
 
+def test_status_table_escapes_control_characters_of_client_keys(fresh: Any) -> None:
+    # A client chooses its key's text (a header or a query parameter a key function reads): printed raw, a
+    # newline forged lines of the operator's table and an ESC sequence reached the terminal.
+    hostile = "k\n    ip:203.0.113.9: 3 available, wait 0\x1b]0;pwned\x07\x1b[2J\x00\u2028"
+    get_rate_limiter("per_ip", key=hostile).acquire_permission()
+    get_rate_limiter("per_ip", key="plain key é").acquire_permission()
+    out, _ = run("status", "per_ip", "--keys")
+    assert not any(c in out for c in "\x1b\x07\x00\u2028"), out
+    keys = out[out.index("per_ip: keys") :].splitlines()[1:]
+    assert len(keys) == 2, out  # one line per key: no forged line
+    assert any(line.startswith("    'k\\n    ip:203.0.113.9") for line in keys), keys
+    assert any(line.startswith("    plain key é: 2 available") for line in keys), keys  # printable: as it is
+    listed = json.loads(run("status", "per_ip", "--json", "--keys")[0])[0]["state"]["keyed"]["keys"]
+    assert hostile in listed  # the JSON keeps the exact key (r4 reset --key takes it)
+
+
 def test_status_table(fresh: Any) -> None:
     for _ in range(11):
         get_rate_limiter("api").acquire_permission()

@@ -283,11 +283,17 @@ def render_table(items: list[dict[str, Any]]) -> str:
             if keys:
                 lines.append(f"  {item['name']}: keys")
                 lines.extend(
-                    f"    {key}: {v['available_permissions']} available, wait {human_ns(v['nanos_to_wait'])}"
+                    f"    {_shown_key(key)}: {v['available_permissions']} available, wait {human_ns(v['nanos_to_wait'])}"
                     for key, v in keys.items()
                 )
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
+
+
+def _shown_key(key: str) -> str:
+    """A client key for the terminal: as it is when printable, else its ``repr`` (a client chose the text: a raw
+    newline would forge table lines, an ESC sequence would reach the operator's terminal). ``--json`` is exact."""
+    return key if key.isprintable() else repr(key)
 
 
 def _age(seconds: float) -> str:
