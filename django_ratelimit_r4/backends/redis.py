@@ -870,9 +870,12 @@ class RedisConnection:
     def deadline(self, started_ns: int) -> Any:
         """The server time (µs) after which a call started at ``started_ns`` may have been given up (never
         later than its socket timeout, whatever the offset's error); ``b""`` when the server time is not known
-        yet or due to be learned again (the call then takes the slow path, whose reply carries it)."""
+        yet or due to be learned again outside an outage (the call then takes the slow path, whose reply carries
+        it; during an outage the last offset is kept until a reply ends it)."""
         shift = self._shift_us
-        if shift is None or started_ns > self._resync_ns:
+        # A due resync goes without a deadline (the learning call's shape) only while the server answers: a
+        # probe of an outage keeps the last offset, or every probe queued in a stalled server is a ghost charge.
+        if shift is None or (started_ns > self._resync_ns and self.outage_since is None):
             return b""
         return started_ns // 1000 + shift
 

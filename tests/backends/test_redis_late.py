@@ -151,3 +151,62 @@ def test_a_wrong_server_time_offset_costs_one_retry_never_a_decision(redis_url: 
     assert conn.deadline(time.monotonic_ns()) != b""  # learned again from the retry's reply
     seconds, micros = redis.Redis.from_url(redis_url).time()
     assert abs(conn.deadline(time.monotonic_ns()) - (seconds * 1_000_000 + micros)) < 10_000_000
+
+
+async def _outage_past_the_resync(server, rl: RateLimiter, url: str) -> int:
+    """Freeze the server, let 8 sync decisions time out (the outage begins), then make the server time due to be
+    learned again (an outage longer than ``TIME_RESYNC_S``) and send 8 async probes. Returns how many decisions
+    reached the frozen server; every one is rejected (closed policy)."""
+    conn = rb.connection(url)
+    _open_connections(conn.sync.connection_pool, QUEUED)
+    await _aopen_connections(conn.aio().connection_pool, QUEUED)
+    server.pause()
+    try:
+        assert await asyncio.to_thread(_round, rl, QUEUED) == [False] * QUEUED
+        assert conn.outage_since is not None
+        conn._resync_ns = 0  # the outage outlasted TIME_RESYNC_S: the offset is due to be learned again
+        conn.down_until = 0.0  # the cool-down is over: these probe the frozen server (the outage goes on)
+        assert await asyncio.gather(*(rl.aacquire_permission() for _ in range(QUEUED))) == [False] * QUEUED
+    finally:
+        server.resume()
+    return 2 * QUEUED
+
+
+@pytest.mark.parametrize("burst", ["async_probes", "sync_probes"])
+def test_probes_of_an_outage_longer_than_the_time_resync_charge_nothing_when_it_resumes(
+    redis_server, burst: str
+) -> None:
+    """A probe sent while the server time is due to be learned again went without a deadline (the learning
+    call's shape): in an outage longer than ``TIME_RESYNC_S`` every probe (two a second) queued in a frozen
+    server was a ghost charge on resume (failed before: 0 of 5 permits left). During an outage the last
+    offset's deadline is kept; the time is learned again once the server answers."""
+    url = f"{redis_server.url}?socket_timeout={TIMEOUT_S}"
+    rl = _limiter(url, "long-outage")
+    assert rl.acquire_permission()  # 4 of 5 left; the client now knows the anchor and the server time
+    before = _evalsha_calls(url)
+    scenario = _outage_past_the_resync if burst == "async_probes" else _outage_past_the_resync_sync_probes
+    queued = asyncio.run(scenario(redis_server, rl, url))
+    assert _wait_for_calls(url, before + queued) >= before + queued
+    conn = rb.connection(url)
+    conn.answered()
+    assert rl.metrics.available_permissions == 4  # the budget is intact
+    assert [rl.acquire_permission() for _ in range(5)] == [True] * 4 + [False]
+    assert conn._resync_ns > time.monotonic_ns()  # and the server time was learned again
+
+
+async def _outage_past_the_resync_sync_probes(server, rl: RateLimiter, url: str) -> int:
+    """:func:`_outage_past_the_resync` with the roles swapped: 8 async decisions begin the outage, 8 sync ones
+    probe it once the server time is due to be learned again."""
+    conn = rb.connection(url)
+    _open_connections(conn.sync.connection_pool, QUEUED)
+    await _aopen_connections(conn.aio().connection_pool, QUEUED)
+    server.pause()
+    try:
+        assert await asyncio.gather(*(rl.aacquire_permission() for _ in range(QUEUED))) == [False] * QUEUED
+        assert conn.outage_since is not None
+        conn._resync_ns = 0
+        conn.down_until = 0.0
+        assert await asyncio.to_thread(_round, rl, QUEUED) == [False] * QUEUED
+    finally:
+        server.resume()
+    return 2 * QUEUED
