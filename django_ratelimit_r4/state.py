@@ -350,7 +350,7 @@ def snapshot(names: Iterable[str] | None = None, *, include_keys: bool = False) 
     and full).
     """
     wanted = None if names is None else [parse_name(n) for n in names]
-    keyed, keyed_failures = _keyed_stores()
+    keyed, keyed_failures = keyed_stores()
     out: list[dict[str, Any]] = []
     matched: set[tuple[str | None, str]] = set()
     for section in registry.SECTIONS:
@@ -386,7 +386,7 @@ def snapshot(names: Iterable[str] | None = None, *, include_keys: bool = False) 
     return out
 
 
-def _keyed_stores() -> tuple[dict[str, Any], dict[str, Exception]]:
+def keyed_stores() -> tuple[dict[str, Any], dict[str, Exception]]:
     """The keyed stores in use by name, and the error of any that cannot be built (its entry shows it)."""
     try:
         return dict(registry.keyed_rate_limiters()), {}

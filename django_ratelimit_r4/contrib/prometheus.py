@@ -89,6 +89,7 @@ import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import request_started
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, Summary
 from prometheus_client.core import (
@@ -404,99 +405,131 @@ class _Reading:
         self.summaries: list[tuple[_Spec, Labels, object, int, int]] = []
 
 
+def _each(section: str) -> Iterator[tuple[str, Any]]:
+    """``registry.instances(section)``, except that an instance that cannot be built is logged and left out:
+    one instance never hides the others from a scrape (misconfigured ones are skipped, as ``check`` reports
+    them)."""
+    for name in r4_registry.names(section):
+        try:
+            yield name, r4_registry.lookup(section, name)[1]
+        except ImproperlyConfigured:
+            continue
+        except Exception as exc:
+            logger.warning("r4 metrics of %s %r left out of this scrape: %r", section, name, exc)
+
+
+@contextlib.contextmanager
+def _isolated(out: _Reading, section: str, name: str) -> Iterator[None]:
+    """Read one instance into ``out``: all of its series, or (when reading it fails) none, with a warning."""
+    marks = len(out.gauges), len(out.counters), len(out.summaries)
+    try:
+        yield
+    except Exception as exc:
+        del out.gauges[marks[0] :], out.counters[marks[1] :], out.summaries[marks[2] :]
+        logger.warning("r4 metrics of %s %r left out of this scrape: %r", section, name, exc)
+
+
 def _read(out: _Reading) -> None:
     """Append the current value of every series of every configured instance to ``out``."""
     gauge, counter = out.gauges.append, out.counters.append
-    keyed = dict(r4_registry.keyed_rate_limiters())
-    for name, rl in r4_registry.instances("ratelimiters"):
-        m = rl.metrics
-        waiting = m.number_of_waiting_threads
-        counter((RL_CALLS, (name, "successful"), "shared", rl, m.successful_calls))
-        counter((RL_CALLS, (name, "failed"), "shared", rl, m.failed_calls))
-        k = keyed.get(name)
-        if k is None or r4_registry.instance_options("ratelimiters", name)["key"] is None:
-            gauge((RL_AVAILABLE, (name,), m.available_permissions))
-        if k is not None:
-            km = k.metrics
-            waiting += km.number_of_waiting_threads
-            counter((RL_CALLS, (name, "successful"), "keyed", k, km.successful_calls))
-            counter((RL_CALLS, (name, "failed"), "keyed", k, km.failed_calls))
-            live = km.live_keys
-            if live is not None and live >= 0:  # Redis cannot count its keys cheaply: no series then
-                gauge((RL_KEYS, (name,), live))
-        gauge((RL_WAITING, (name,), waiting))
-        degraded = None
-        keyed_store = k.store if k is not None else None
-        for owner, source in (("shared", rl.backend), ("keyed", keyed_store)):
-            if isinstance(source, HealthReporting):  # a remote backend (Redis): plain reads, no round trip
-                health = source.backend_health()
-                counter((RL_BACKEND_FAULTS, (name,), owner, source, health["fault_decisions"]))
-                degraded = bool(degraded) or health["degraded"]
-        if degraded is not None:
-            gauge((RL_BACKEND_DEGRADED, (name,), 1.0 if degraded else 0.0))
-        for owner, source in (("shared", rl.backend), ("keyed", keyed_store)):
-            if isinstance(source, LeaseReporting):  # permit leases: this process's plain counters, no round trip
-                lease = source.lease_snapshot()
-                counter((RL_LEASE_BATCHES, (name,), owner, source, lease["batches"]))
-                for outcome in _LEASE_OUTCOMES:
-                    counter((RL_LEASE_PERMITS, (name, outcome), owner, source, lease[f"{outcome}_permits"]))
+    keyed, unbuilt = r4_state.keyed_stores()
+    for name, rl in _each("ratelimiters"):
+        with _isolated(out, "ratelimiters", name):
+            if name in unbuilt:
+                raise unbuilt[name]
+            m = rl.metrics
+            waiting = m.number_of_waiting_threads
+            counter((RL_CALLS, (name, "successful"), "shared", rl, m.successful_calls))
+            counter((RL_CALLS, (name, "failed"), "shared", rl, m.failed_calls))
+            k = keyed.get(name)
+            if k is None or r4_registry.instance_options("ratelimiters", name)["key"] is None:
+                gauge((RL_AVAILABLE, (name,), m.available_permissions))
+            if k is not None:
+                km = k.metrics
+                waiting += km.number_of_waiting_threads
+                counter((RL_CALLS, (name, "successful"), "keyed", k, km.successful_calls))
+                counter((RL_CALLS, (name, "failed"), "keyed", k, km.failed_calls))
+                live = km.live_keys
+                if live is not None and live >= 0:  # Redis cannot count its keys cheaply: no series then
+                    gauge((RL_KEYS, (name,), live))
+            gauge((RL_WAITING, (name,), waiting))
+            degraded = None
+            keyed_store = k.store if k is not None else None
+            for owner, source in (("shared", rl.backend), ("keyed", keyed_store)):
+                if isinstance(source, HealthReporting):  # a remote backend (Redis): plain reads, no round trip
+                    health = source.backend_health()
+                    counter((RL_BACKEND_FAULTS, (name,), owner, source, health["fault_decisions"]))
+                    degraded = bool(degraded) or health["degraded"]
+            if degraded is not None:
+                gauge((RL_BACKEND_DEGRADED, (name,), 1.0 if degraded else 0.0))
+            for owner, source in (("shared", rl.backend), ("keyed", keyed_store)):
+                if isinstance(source, LeaseReporting):  # permit leases: this process's plain counters, no round trip
+                    lease = source.lease_snapshot()
+                    counter((RL_LEASE_BATCHES, (name,), owner, source, lease["batches"]))
+                    for outcome in _LEASE_OUTCOMES:
+                        counter((RL_LEASE_PERMITS, (name, outcome), owner, source, lease[f"{outcome}_permits"]))
 
-    for name, bh in r4_registry.instances("bulkheads"):
-        m = bh.metrics
-        counts = r4_state.cluster_counts(bh)
-        if counts is not None:  # cluster-wide (redis): one round trip per read, the cached count on a fault
-            in_flight, expired = counts
-            gauge((BH_CLUSTER_CALLS, (name,), in_flight))
-            if expired is not None:
-                gauge((BH_CLUSTER_EXPIRED, (name,), expired))
-            counter((BH_LOST_LEASES, (name,), "", bh, m.lost_leases))
-            gauge((BH_AVAILABLE, (name,), max(0, m.max_allowed_concurrent_calls - in_flight)))
-        else:
-            gauge((BH_AVAILABLE, (name,), m.available_concurrent_calls))
-        gauge((BH_MAX, (name,), m.max_allowed_concurrent_calls))
+    for name, bh in _each("bulkheads"):
+        with _isolated(out, "bulkheads", name):
+            m = bh.metrics
+            counts = r4_state.cluster_counts(bh)
+            if counts is not None:  # cluster-wide (redis): one round trip per read, the cached count on a fault
+                in_flight, expired = counts
+                gauge((BH_CLUSTER_CALLS, (name,), in_flight))
+                if expired is not None:
+                    gauge((BH_CLUSTER_EXPIRED, (name,), expired))
+                counter((BH_LOST_LEASES, (name,), "", bh, m.lost_leases))
+                gauge((BH_AVAILABLE, (name,), max(0, m.max_allowed_concurrent_calls - in_flight)))
+            else:
+                gauge((BH_AVAILABLE, (name,), m.available_concurrent_calls))
+            gauge((BH_MAX, (name,), m.max_allowed_concurrent_calls))
 
-    for name, cb in r4_registry.instances("circuitbreakers"):
-        current = cb.state  # applies automatic transitions that fell due
-        for label, state in _STATES:
-            gauge((CB_STATE, (name, label), 1.0 if state is current else 0.0))
-        m = cb.metrics
-        gauge((CB_FAILURE_RATE, (name,), m.failure_rate))
-        gauge((CB_SLOW_RATE, (name,), m.slow_call_rate))
-        gauge((CB_BUFFERED, (name, "successful"), m.number_of_successful_calls))
-        gauge((CB_BUFFERED, (name, "failed"), m.number_of_failed_calls))
-        if getattr(cb, "shared_health", None) is not None:  # cluster-wide: 1 while it decides alone
-            gauge((CB_BACKEND_DEGRADED, (name,), 1.0 if cb.degraded else 0.0))
-        out.summaries.append(
-            (CB_CALLS, (name, "successful"), cb, m.total_successful_calls, m.total_successful_duration_ns)
-        )
-        out.summaries.append(
-            (CB_CALLS, (name, "failed"), cb, m.total_failed_calls, m.total_failed_duration_ns)
-        )
-        out.summaries.append(
-            (CB_CALLS, (name, "ignored"), cb, m.total_ignored_calls, m.total_ignored_duration_ns)
-        )
-        counter((CB_NOT_PERMITTED, (name,), "", cb, m.total_not_permitted_calls))
+    for name, cb in _each("circuitbreakers"):
+        with _isolated(out, "circuitbreakers", name):
+            current = cb.state  # applies automatic transitions that fell due
+            for label, state in _STATES:
+                gauge((CB_STATE, (name, label), 1.0 if state is current else 0.0))
+            m = cb.metrics
+            gauge((CB_FAILURE_RATE, (name,), m.failure_rate))
+            gauge((CB_SLOW_RATE, (name,), m.slow_call_rate))
+            gauge((CB_BUFFERED, (name, "successful"), m.number_of_successful_calls))
+            gauge((CB_BUFFERED, (name, "failed"), m.number_of_failed_calls))
+            if getattr(cb, "shared_health", None) is not None:  # cluster-wide: 1 while it decides alone
+                gauge((CB_BACKEND_DEGRADED, (name,), 1.0 if cb.degraded else 0.0))
+            out.summaries.append(
+                (CB_CALLS, (name, "successful"), cb, m.total_successful_calls, m.total_successful_duration_ns)
+            )
+            out.summaries.append(
+                (CB_CALLS, (name, "failed"), cb, m.total_failed_calls, m.total_failed_duration_ns)
+            )
+            out.summaries.append(
+                (CB_CALLS, (name, "ignored"), cb, m.total_ignored_calls, m.total_ignored_duration_ns)
+            )
+            counter((CB_NOT_PERMITTED, (name,), "", cb, m.total_not_permitted_calls))
 
-    for name, retry in r4_registry.instances("retries"):
-        m = retry.metrics
-        for outcome, attr in _RETRY_OUTCOMES:
-            counter((RETRY_CALLS, (name, outcome), "", retry, getattr(m, attr)))
-        if retry.budget is not None:
-            counter((RETRY_BUDGET_EXHAUSTED, (name,), "", retry, m.number_of_budget_exhausted_calls))
+    for name, retry in _each("retries"):
+        with _isolated(out, "retries", name):
+            m = retry.metrics
+            for outcome, attr in _RETRY_OUTCOMES:
+                counter((RETRY_CALLS, (name, outcome), "", retry, getattr(m, attr)))
+            if retry.budget is not None:
+                counter((RETRY_BUDGET_EXHAUSTED, (name,), "", retry, m.number_of_budget_exhausted_calls))
 
     for name, budget in r4_registry.retry_budgets():
         gauge((RETRY_BUDGET_BALANCE, (name,), budget.balance))
 
-    for name, tl in r4_registry.instances("timelimiters"):
-        m = tl.metrics
-        for outcome, attr in _TL_OUTCOMES:
-            counter((TL_CALLS, (name, outcome), "", tl, getattr(m, attr)))
+    for name, tl in _each("timelimiters"):
+        with _isolated(out, "timelimiters", name):
+            m = tl.metrics
+            for outcome, attr in _TL_OUTCOMES:
+                counter((TL_CALLS, (name, outcome), "", tl, getattr(m, attr)))
 
-    for name, throttler in r4_registry.instances("adaptivethrottlers"):
-        m = throttler.metrics
-        for outcome, attr in _AT_OUTCOMES:
-            counter((AT_CALLS, (name, outcome), "", throttler, getattr(m, attr)))
-        gauge((AT_PROBABILITY, (name,), m.rejection_probability))
+    for name, throttler in _each("adaptivethrottlers"):
+        with _isolated(out, "adaptivethrottlers", name):
+            m = throttler.metrics
+            for outcome, attr in _AT_OUTCOMES:
+                counter((AT_CALLS, (name, outcome), "", throttler, getattr(m, attr)))
+            gauge((AT_PROBABILITY, (name,), m.rejection_probability))
 
 
 def _stall_families() -> Iterator[Metric]:

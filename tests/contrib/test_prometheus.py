@@ -132,10 +132,11 @@ class TestInstall:
         assert value("resilience4j_ratelimiter_available_permissions", name="api") is not None
 
     def test_describe_reads_no_settings(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        def boom(kind: str) -> Any:
+        def boom(*args: Any) -> Any:
             raise AssertionError("describe() must not build instances")
 
-        monkeypatch.setattr(r4_registry, "instances", boom)
+        for entry in ("instances", "names", "lookup"):
+            monkeypatch.setattr(r4_registry, entry, boom)
         names = {family.name for family in prometheus.collector.describe()}
         assert "resilience4j_ratelimiter_available_permissions" in names
         assert "resilience4j_circuitbreaker_calls_seconds" in names
@@ -144,10 +145,11 @@ class TestInstall:
     def test_a_broken_setting_leaves_r4_out_but_keeps_metrics_page_up(
         self, installed: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
     ) -> None:
-        def boom(kind: str) -> Any:
+        def boom(*args: Any) -> Any:
             raise RuntimeError("settings mid-edit")
 
-        monkeypatch.setattr(r4_registry, "instances", boom)
+        monkeypatch.setattr(r4_registry, "names", boom)  # RATELIMIT_R4 itself cannot be read
+        monkeypatch.setattr(r4_registry, "keyed_rate_limiters", boom)
         with caplog.at_level(logging.ERROR, logger="django_ratelimit_r4.prometheus"):
             text = exposition()
         assert "resilience4j_" not in text
@@ -701,3 +703,65 @@ def test_gcra_and_sliding_window_limiters_export_their_state(installed: None, r4
         assert value("resilience4j_ratelimiter_available_permissions", name="api") == 0
         assert value("resilience4j_ratelimiter_available_permissions", name="slow") == 7
         assert "resilience4j_ratelimiter" in exposition()
+
+
+class _UnbuildableStore:
+    """A third-party backend (``BACKEND`` by dotted path) whose store cannot be built: its server is away."""
+
+    def __init__(self, alias: str, location: str | None, options: Any) -> None:
+        raise ConnectionError("the cluster's seed nodes do not answer")
+
+
+class _UnreadableBackend:
+    """A rate-limiter backend (``backend_factory``'s product) that decides but cannot report its state."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        from django_ratelimit_r4.backends.memory import MemoryBackend
+
+        self._inner = MemoryBackend(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("state", "available_permissions", "metrics"):
+            raise RuntimeError("this backend cannot report its state")
+        return getattr(self._inner, name)
+
+
+class _UnreadableStore:
+    def __init__(self, alias: str, location: str | None, options: Any) -> None:
+        from django_ratelimit_r4.backends.memory import MemoryStore
+
+        self._inner = MemoryStore(alias, location, options)
+
+    def backend_factory(self, on_error: str | None) -> Any:
+        return _UnreadableBackend
+
+    def keyed_store(self, *args: Any, **kwargs: Any) -> Any:
+        return self._inner.keyed_store(*args, **kwargs)
+
+
+@pytest.mark.parametrize("broken", ["unbuildable", "unreadable"])
+def test_an_instance_that_cannot_be_built_or_read_does_not_hide_the_others(
+    installed: None, broken: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One rate limiter whose backend cannot be built (or read) is left out of the scrape, with a warning that
+    names it; every other instance's series are still exported (failed before: a scrape had no r4 series)."""
+    store = {"unbuildable": "_UnbuildableStore", "unreadable": "_UnreadableStore"}[broken]
+    setting = {
+        "backends": {"away": {"BACKEND": f"{__name__}.{store}"}},
+        "ratelimiters": {
+            "instances": {
+                "before": {"limit_for_period": 3, "limit_refresh_period": "1h"},
+                "broken": {"limit_for_period": 3, "limit_refresh_period": "1h", "backend": "away"},
+                "broken_ip": {"limit_for_period": 3, "limit_refresh_period": "1h", "backend": "away", "key": "ip"},
+                "after": {"limit_for_period": 4, "limit_refresh_period": "1h"},
+            }
+        },
+        "bulkheads": {"instances": {"db": {"max_concurrent_calls": 2}}},
+    }
+    with override_settings(RATELIMIT_R4=setting), caplog.at_level(logging.WARNING):
+        assert r4.get_rate_limiter("before").acquire_permission()
+        assert value("resilience4j_ratelimiter_available_permissions", name="before") == 2
+        assert value("resilience4j_ratelimiter_available_permissions", name="after") == 4
+        assert value("resilience4j_bulkhead_max_allowed_concurrent_calls", name="db") == 2
+        assert value("resilience4j_ratelimiter_available_permissions", name="broken") is None
+    assert any("'broken'" in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
