@@ -1043,6 +1043,16 @@ def _mixed_second_half(
     return remote[outcome[0]], outcome[1]
 
 
+def _not_combinable(entries: Sequence[tuple[Any, str | None]], store: Any) -> TypeError:
+    """The error of an all-or-nothing decision over a keyed store with only the protocol (a third party's)."""
+    name = next(limiter.name for limiter, _ in entries if getattr(limiter, "store", None) is store)
+    return TypeError(
+        f"cannot combine rate limiter {name!r} ({type(store).__name__}) with other limits in one all-or-nothing "
+        "decision: a store with only the KeyedBackend protocol decides its limits one at a time (the memory and "
+        "Redis backends take part in all-or-nothing decisions)"
+    )
+
+
 def acquire_all_keyed(
     entries: Sequence[tuple[RateLimiter | KeyedRateLimiter, str | None]], permits: int = 1
 ) -> tuple[int, int] | None:
@@ -1309,7 +1319,11 @@ def _acquire_memory(
     rejected = False
     try:
         for store in stores:
-            store._lock.acquire()
+            try:
+                lock = store._lock
+            except AttributeError:  # not an in-memory store of ours: the protocol has no all-or-nothing step
+                raise _not_combinable(entries, store) from None
+            lock.acquire()
             held.append(store)
         peeks = []
         for index, store, key in keyed:

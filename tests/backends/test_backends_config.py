@@ -195,6 +195,71 @@ def test_a_third_party_backend_plugs_in_by_dotted_path() -> None:
     assert CountingStore.built == [("custom", "anywhere", {"x": 1})]  # one store per entry
 
 
+#: The methods and attributes of core.backend.KeyedBackend: all that a third-party keyed store has.
+KEYED_PROTOCOL = frozenset(
+    {"remote", "rejection_quotas", "successful_calls", "failed_calls", "lossy_evictions", "decide", "adecide",
+     "decide_quota", "adecide_quota", "state", "quota", "aquota", "drain", "reset", "set_clock", "purge", "keys",
+     "live_keys", "__len__", "__contains__"}
+)
+
+
+class ProtocolOnlyKeyedStore:
+    """A third-party keyed store: the protocol and nothing else (ours decides behind it, out of reach)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in KEYED_PROTOCOL:
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._inner
+
+
+class ProtocolOnlyStore(MemoryStore):
+    def keyed_store(self, name: str, config: Any, **kwargs: Any) -> Any:
+        return ProtocolOnlyKeyedStore(super().keyed_store(name, config, **kwargs))
+
+
+@ratelimit("third_party_ip")
+def third_party_view(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+urlpatterns.append(path("third-party/", third_party_view))
+
+
+def test_a_third_party_keyed_store_decides_alone_and_refuses_all_or_nothing_clearly() -> None:
+    """A keyed store that has only the protocol works behind @ratelimit; one all-or-nothing decision over it and
+    another limit raises a TypeError that names it (it failed with AttributeError: '_lock', the memory store's
+    private lock), and charges nothing."""
+    from django_ratelimit_r4.keyed import acquire_all_keyed
+
+    setting = {
+        "backends": {"custom": {"BACKEND": f"{__name__}.ProtocolOnlyStore"}},
+        "ratelimiters": {
+            "configs": {"default": {"limit_refresh_period": "1h"}},
+            "instances": {
+                "third_party_ip": {"limit_for_period": 2, "backend": "custom", "key": "ip"},
+                "pool": {"limit_for_period": 5},
+            },
+        },
+    }
+    with override_settings(RATELIMIT_R4=setting):
+        keyed = registry.get_keyed_rate_limiter("third_party_ip")
+        assert isinstance(keyed.store, ProtocolOnlyKeyedStore)
+        assert [Client().get("/third-party/", **A).status_code for _ in range(3)] == [200, 200, 429]
+        pool = get_rate_limiter("pool")
+        with pytest.raises(TypeError, match=r"'third_party_ip'.*ProtocolOnlyKeyedStore.*one at a time"):
+            acquire_all_keyed([(pool, None), (keyed, "203.0.113.9")])
+        assert pool.metrics.available_permissions == 5 and keyed.quota("203.0.113.9")[0] == 2
+
+
 def test_a_broken_backend_breaks_only_its_instances(redis_url: str, prefix: str) -> None:
     setting = side_by_side(redis_url, prefix)
     setting["backends"]["shared"]["OPTIONS"]["socket_timout"] = "1s"
