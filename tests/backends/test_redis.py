@@ -865,6 +865,37 @@ async def test_a_burst_of_first_calls_waits_for_a_bounded_pool_instead_of_failin
     assert _connections_of(conn.aio()) <= rb.MAX_CONNECTIONS and len(opened) <= rb.MAX_CONNECTIONS
 
 
+def test_a_burst_of_first_sync_calls_waits_for_a_bounded_pool_instead_of_failing(
+    redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sync twin: 60 threads released together make the first calls of a process whose connections take
+    0.4 s each to open (a loaded worker), beyond the 0.25 s command timeout; Redis still decides every one."""
+    real_connect = redis.connection.Connection._connect
+    opened: list[int] = []
+
+    def slow_connect(self):  # redis-py's sync connections open their sockets here
+        opened.append(1)
+        time.sleep(0.4)
+        return real_connect(self)
+
+    monkeypatch.setattr(redis.connection.Connection, "_connect", slow_connect)
+    rl = limiter(redis_url, prefix, 30, "60s", clock=SYSTEM_CLOCK, name="burst-first-sync")
+    start = threading.Barrier(60)
+    results: list[bool] = []
+
+    def first_call() -> None:
+        start.wait()
+        results.append(rl.acquire_permission())
+
+    threads = [threading.Thread(target=first_call) for _ in range(60)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(results) == 30 and rl.backend.faults == 0  # type: ignore[attr-defined]
+    assert not rb.connection(redis_url).is_down() and len(opened) <= rb.MAX_CONNECTIONS
+
+
 def test_threads_share_a_bounded_sync_pool(redis_url: str, prefix: str) -> None:
     rl = limiter(redis_url, prefix, 1000, "60s", clock=SYSTEM_CLOCK, name="sync-pool")
     start = threading.Barrier(40)
