@@ -1881,24 +1881,35 @@ def _check_redis_periods(analysis: Analysis) -> None:
     Periods up to ~10.4 days are counted in nanoseconds, longer ones (monthly, yearly quotas) in whole
     microseconds. Only that instance breaks: it raises on use, while the others and ``r4 status`` work.
     """
-    from .backends.base import MAX_NS_PERIOD, redis_period_error
+    from .backends.base import MAX_NS_PERIOD, redis_gcra_error, redis_period_error
 
     specs = analysis.specs["ratelimiters"]
     for name, spec in list(specs.items()):
         backend = analysis.backends.get(spec.options["backend"])
         if backend is None or backend.backend != "redis":
             continue
-        error = redis_period_error(int(spec.config.limit_refresh_period))
+        config = spec.config
+        error = redis_period_error(int(config.limit_refresh_period))
+        if error is not None:
+            hint = (
+                f"Write it in whole microseconds (ms, s, m, h or d), e.g. '30d'; periods up to "
+                f"{format_duration(MAX_NS_PERIOD)} are exact to the nanosecond."
+                if "microseconds" in error
+                else "Use a shorter period, or a memory backend for this limit "
+                f"({setting_path('ratelimiters', 'instances', name, 'backend')})."
+            )
+        elif config.algorithm == "gcra":
+            error = redis_gcra_error(int(config.limit_for_period), int(config.limit_refresh_period), config.burst)
+            hint = (
+                "For quotas this long on Redis use algorithm 'cycle' or 'sliding_window'; GCRA keeps a shorter "
+                "period, a smaller burst or a rounder limit (a divisor of the period)."
+            )
         if error is not None:
             problem = Problem(
                 Code.INVALID_FIELD,
                 spec.origins.get("limit_refresh_period", f'{spec.path}["limit_refresh_period"]'),
                 error,
-                f"Write it in whole microseconds (ms, s, m, h or d), e.g. '30d'; periods up to "
-                f"{format_duration(MAX_NS_PERIOD)} are exact to the nanosecond."
-                if "microseconds" in error
-                else "Use a shorter period, or a memory backend for this limit "
-                f"({setting_path('ratelimiters', 'instances', name, 'backend')}).",
+                hint,
             )
             if problem not in analysis.problems:
                 analysis.problems.append(problem)

@@ -14,6 +14,7 @@ needs to keep only the two integers per key and call it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
@@ -151,6 +152,26 @@ def redis_period_error(period_ns: int) -> str | None:
             f"Redis backend and must be a whole number of them, got {period_ns} ns"
         )
     return None
+
+
+#: GCRA on Redis keeps its values below this: doubles are exact integers below 2**53 (``lua/gcra.lua``).
+GCRA_EXACT = 2**52
+
+
+def redis_gcra_error(limit: int, period_ns: int, burst: int | None) -> str | None:
+    """Why the Redis GCRA script cannot keep ``limit`` per ``period_ns`` with ``burst`` (None: the limit) exact,
+    or None when it can: its times are counted in steps of ``period / gcd(limit, period)`` ns, and twice the
+    burst's span plus two seconds (scaled) must stay below :data:`GCRA_EXACT` (see ``RedisGcraBackend``)."""
+    common = math.gcd(limit, period_ns)
+    scale, step = limit // common, period_ns // common
+    span = (limit if burst is None else burst) * step
+    if GCRA_EXACT - 2 * 1_000_000_000 * scale - 2 * span >= 0:
+        return None
+    return (
+        f"algorithm 'gcra' on Redis cannot keep limit {limit} per {period_ns} ns with burst "
+        f"{limit if burst is None else burst} exact: 2 x burst x period / gcd(limit, period) = {2 * span} must stay "
+        "below 2**52 (Lua's numbers are doubles)"
+    )
 
 
 def div_ceil(x: int, y: int) -> int:

@@ -26,6 +26,7 @@ from typing import Any
 
 from ..core.clock import Clock
 from . import redis_scripted as scripted
+from .base import redis_gcra_error
 from .memory import GcraBackend
 from .redis import RedisBackend, RedisKeyedRateLimiter, RedisKeyedStore, packed_args
 
@@ -61,15 +62,13 @@ class _Gcra(scripted.ScriptedLimiter):
         """Scale, step and span as :class:`~.memory.GcraBackend`; refuse a rate the script cannot keep exact."""
         if self._burst_default:
             self._burst = self._limit
+        error = redis_gcra_error(self._limit, self._period, self._burst)  # the settings' rule (E004)
+        if error is not None:
+            raise ValueError(f"rate limiter {self.name!r}: {error} (use a rounder period or a smaller burst)")
         common = math.gcd(self._limit, self._period)
         scale, step = self._limit // common, self._period // common
         span = self._burst * step
         self._max_timeout_units = (_EXACT - 2 * _NS_PER_S * scale - 2 * span) // scale
-        if self._max_timeout_units < 0:
-            raise ValueError(
-                f"rate limiter {self.name!r}: algorithm 'gcra' on Redis cannot keep limit {self._limit} per "
-                f"{self._period} ns with burst {self._burst} exact (use a rounder period or a smaller burst)"
-            )
         self._unit = 1  # the script answers in ns
         self._margs = [step, span, scale, self._period]
         self._margs_resp = packed_args(self._margs)
