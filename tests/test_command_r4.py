@@ -202,6 +202,13 @@ def test_watch_refuses_non_positive_intervals(fresh: Any) -> None:
         run("status", "--watch", "0")
 
 
+@pytest.mark.parametrize("interval", ["inf", "nan", "1e12"])
+def test_watch_refuses_intervals_sleep_cannot_take(fresh: Any, interval: str) -> None:
+    # time.sleep(inf) / sleep(1e12) raise OverflowError: a traceback after the first frame.
+    with pytest.raises(CommandError, match="seconds"):
+        run("status", "--watch", interval)
+
+
 def test_reset_drain_transition(fresh: Any) -> None:
     out, err = run("drain", "slow")
     assert out.strip() == "ratelimiter 'slow': drained 10 permission(s)"

@@ -58,6 +58,10 @@ CLEAR = "\x1b[H\x1b[2J"
 sleep = time.sleep
 
 
+#: The longest ``--watch`` interval (a day): time.sleep() overflows on inf or 1e12.
+MAX_WATCH_S = 86_400.0
+
+
 def _positive_seconds(value: str) -> float:
     try:
         seconds = float(value)
@@ -65,6 +69,8 @@ def _positive_seconds(value: str) -> float:
         raise ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
     if not seconds > 0:
         raise ArgumentTypeError(f"must be more than 0 seconds, got {value!r}")
+    if not seconds <= MAX_WATCH_S:
+        raise ArgumentTypeError(f"must be at most {MAX_WATCH_S:g} seconds, got {value!r}")
     return seconds
 
 
