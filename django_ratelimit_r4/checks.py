@@ -140,11 +140,43 @@ def _environment_warnings(
     return problems
 
 
+#: W005 above this: a keyed in-memory sliding window's ring is ``8 x limit_for_period`` bytes per client, allocated at
+#: the client's first request, so a client that makes up keys costs that much per request up to ``max_keys``.
+SLIDING_WINDOW_MEMORY_WARNING = 256 * 1024 * 1024
+_SLIDING_KEY_BYTES = 320  # the key, its entry and the log object besides the ring (benchmarks/bench_keyed_memory.py)
+
+
+def _memory_warnings(analysis: conf.Analysis) -> list[Problem]:
+    problems: list[Problem] = []
+    per_process = set(conf.per_process_rate_limiters(analysis))
+    for name, spec in analysis.specs["ratelimiters"].items():
+        if name not in per_process or spec.options.get("key") is None or spec.config.algorithm != "sliding_window":
+            continue
+        limit, max_keys = int(spec.config.limit_for_period), int(spec.options["max_keys"])
+        total = max_keys * (8 * limit + _SLIDING_KEY_BYTES)
+        if total <= SLIDING_WINDOW_MEMORY_WARNING:
+            continue
+        problems.append(
+            Problem(
+                Code.SLIDING_WINDOW_MEMORY,
+                spec.path,
+                f"a keyed sliding window keeps 8 bytes per permit for every live client, allocated at its first "
+                f"request: up to {max_keys} clients (max_keys) x (8 bytes x limit_for_period {limit} + "
+                f"{_SLIDING_KEY_BYTES}) = {total / 1e9:.1f} GB per process, and a client that makes up keys "
+                f"costs {8 * limit / 1e3:g} KB a request",
+                f"Use algorithm 'gcra' (one integer per client, the same smoothness), lower max_keys to at most "
+                f"{max(1, SLIDING_WINDOW_MEMORY_WARNING // (8 * limit + _SLIDING_KEY_BYTES))}, or keep the state "
+                "in Redis (backend 'redis').",
+            )
+        )
+    return problems
+
+
 @register("ratelimit_r4")
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Report every problem in ``settings.RATELIMIT_R4`` (registered with Django's check framework)."""
     analysis = conf.analyse(conf.raw_setting(), conf.drf_throttle_rates())  # fresh: checks must see the settings as they are now
-    problems = analysis.problems + _environment_warnings(analysis, os.environ, sys.argv)
+    problems = analysis.problems + _environment_warnings(analysis, os.environ, sys.argv) + _memory_warnings(analysis)
     return [problem_to_message(p) for p in problems]
 
 

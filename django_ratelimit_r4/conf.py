@@ -215,6 +215,11 @@ class Code(enum.Enum):
         "W004",
         "a DRF view's throttle_scope names no rate limiter and no DEFAULT_THROTTLE_RATES scope: not limited",
     )
+    SLIDING_WINDOW_MEMORY = (
+        "W005",
+        "a keyed in-memory sliding_window rate limiter may hold more than 256 MiB per process "
+        "(max_keys x 8 bytes x limit_for_period)",
+    )
 
     @property
     def check_id(self) -> str:

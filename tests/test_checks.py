@@ -952,6 +952,16 @@ CASES = [
         "at least 32 random characters",
         id="W003",
     ),
+    pytest.param(
+        # 800 KB of ring at each new client's first request, up to 80 GB per worker: a client that makes up
+        # X-Api-Key values takes a worker down with ~10 000 requests.
+        rl({"limit_for_period": 100_000, "algorithm": "sliding_window", "key": "header:X-Api-Key"}),
+        "W005",
+        f'{RL}["instances"]["api"]',
+        "up to 100000 clients (max_keys) x (8 bytes x limit_for_period 100000 + 320) = 80.0 GB per process",
+        "gcra",
+        id="W005",
+    ),
 ]
 
 
@@ -1248,6 +1258,28 @@ def test_ids_are_unique_stable_and_documented() -> None:
     doc = (ROOT / "docs" / "configuration.md").read_text()
     rows = re.findall(r"^\|\s*`ratelimit_r4\.([EW]\d{3})`\s*\|", doc, flags=re.MULTILINE)
     assert sorted(rows) == sorted(ids), "the table lists each id exactly once"
+
+
+@pytest.mark.parametrize(
+    "instance",
+    [
+        {"limit_for_period": 100, "algorithm": "sliding_window", "key": "ip"},  # ~110 MB at the default max_keys
+        {"limit_for_period": 100_000, "algorithm": "sliding_window", "key": "ip", "max_keys": 300},
+        {"limit_for_period": 100_000, "algorithm": "sliding_window"},  # unkeyed: one ring, 800 KB
+        {"limit_for_period": 100_000, "algorithm": "gcra", "key": "ip"},  # one integer per client
+        {"limit_for_period": 100_000, "key": "ip"},  # cycle: two integers per client
+    ],
+)
+def test_w005_only_for_keyed_in_memory_sliding_windows_past_256_mib(instance: dict) -> None:
+    with override_settings(RATELIMIT_R4=rl(instance)):
+        assert not [m for m in checks.check_settings() if m.id == "ratelimit_r4.W005"]
+
+
+def test_w005_not_for_a_sliding_window_in_redis() -> None:
+    setting = rl({"limit_for_period": 100_000, "algorithm": "sliding_window", "key": "ip"})
+    setting["backend"], setting["redis_url"] = "redis", "redis://127.0.0.1:6379/15"
+    with override_settings(RATELIMIT_R4=setting):
+        assert not [m for m in checks.check_settings() if m.id == "ratelimit_r4.W005"]
 
 
 def test_every_error_id_has_a_test_case() -> None:
