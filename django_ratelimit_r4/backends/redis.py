@@ -807,14 +807,23 @@ class RedisConnection:
         return reply
 
     def is_down(self) -> bool:
-        """True while in the cool-down after a fault (decisions then skip Redis)."""
+        """True while in the cool-down after a fault (decisions then skip Redis).
+
+        When it is over, the first caller gets False and probes the server; the cool-down is renewed for the
+        others meanwhile (they keep the fault policy), so one probe waits a socket timeout however many
+        requests are in flight. Its reply ends the outage (:meth:`answered`), its fault the next cool-down.
+        """
         until = self.down_until
         if not until:
             return False
-        if time.monotonic() < until:
+        now = time.monotonic()
+        if now < until:
             return True
-        self.down_until = 0.0
-        return False
+        with self._lock:
+            if self.down_until == until:  # this caller is the probe
+                self.down_until = now + FAULT_COOLDOWN_S
+                return False
+        return bool(self.down_until)  # another caller probes (or the server answered: 0.0)
 
     def fault(self, exc: BaseException, what: str, replies_before: int | None = None) -> None:
         """Record a failed call; start the cool-down only if the server is at fault.

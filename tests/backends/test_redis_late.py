@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -210,3 +211,65 @@ async def _outage_past_the_resync_sync_probes(server, rl: RateLimiter, url: str)
     finally:
         server.resume()
     return 2 * QUEUED
+
+
+# ----------------------------------------------------------------------------- one probe, however many callers
+
+
+@pytest.mark.parametrize("side", ["sync", "async"])
+def test_after_a_cool_down_one_caller_probes_and_the_others_keep_the_policy(redis_server, side: str) -> None:
+    """When the cool-down ends, the first caller probes the server; callers arriving while that probe waits
+    keep the fault policy. Before, every caller of that moment went to the hanging server and waited its socket
+    timeout (8 concurrent callers: 8 timeouts per cool-down, a latency spike for every in-flight request)."""
+    url = f"{redis_server.url}?socket_timeout=0.5"
+    rl = RateLimiter(
+        "probe-once",
+        RateLimiterConfig(limit_for_period=5, limit_refresh_period="60s"),
+        clock=SYSTEM_CLOCK,
+        backend=rb.redis_backend(url, prefix="r4probe", fault_policy="open"),
+    )
+    assert rl.acquire_permission()
+    conn = rb.connection(url)
+    redis_server.pause()
+    try:
+        assert rl.acquire_permission()  # the open policy: the outage begins
+        assert conn.is_down() and conn.server_faults == 1
+        conn.down_until = time.monotonic() - 1  # the cool-down is over
+        sent: list[int] = []
+        if side == "sync":
+            real = conn.run_script
+
+            def counting(*args: Any, **kwargs: Any) -> Any:
+                sent.append(1)
+                return real(*args, **kwargs)
+
+            conn.run_script = counting  # type: ignore[method-assign]
+            start = threading.Barrier(8)
+            results: list[bool] = []
+
+            def call() -> None:
+                start.wait()
+                results.append(rl.acquire_permission())
+
+            threads = [threading.Thread(target=call) for _ in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        else:
+            areal = conn.arun_script
+
+            async def acounting(*args: Any, **kwargs: Any) -> Any:
+                sent.append(1)
+                return await areal(*args, **kwargs)
+
+            conn.arun_script = acounting  # type: ignore[method-assign]
+
+            async def burst() -> list[bool]:
+                return await asyncio.gather(*(rl.aacquire_permission() for _ in range(8)))
+
+            results = asyncio.run(burst())
+        assert results == [True] * 8  # the open policy decided all of them
+        assert len(sent) == 1 and conn.server_faults == 2  # one probe reached the server, one more fault
+    finally:
+        redis_server.resume()
