@@ -37,6 +37,7 @@ decides only the call it hit. See docs/redis.md.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import math
@@ -58,6 +59,7 @@ import redis.cluster
 from redis._parsers.resp2 import _AsyncRESP2Parser, _RESP2Parser
 from redis._parsers.resp3 import _AsyncRESP3Parser, _RESP3Parser
 from redis.backoff import NoBackoff
+from redis.crc import key_slot
 from redis.exceptions import NoScriptError, RedisError
 
 from ..core.clock import SYSTEM_CLOCK, Clock, MonotonicClock
@@ -546,7 +548,12 @@ class RedisConnection:
         }
         # Topology to learn again before the next cluster call (a node failed, or a slot moved).
         self._stale_topology = False
-        self.sync: Any = self.new_client()
+        #: The sync client. A Redis Cluster client learns the slots when it is made, so one that cannot be made
+        #: (no node answers) is left unset here: :meth:`__getattr__` makes it at its first use, and a failure
+        #: there is a fault of that call (the fault policy decides, never a 500 per request).
+        self.sync: Any
+        with contextlib.suppress(redis.exceptions.RedisClusterException):
+            self.sync = self.new_client()
         self._aio: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
         # Per loop: (its client's pool, whether _atake/_agive/_aexchange may bypass redis-py's per-call work).
         self._aio_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Any, bool]] = (
@@ -632,8 +639,25 @@ class RedisConnection:
 
     def _connection_kwargs(self) -> Mapping[str, Any]:
         if self.cluster:
+            if "sync" not in self.__dict__:  # not made yet: the options as the client will take them
+                return {**self._options, **redis.connection.parse_url(self.url)}  # type: ignore[no-untyped-call]
             return self.sync.nodes_manager.connection_kwargs  # type: ignore[no-any-return]
         return self.sync.connection_pool.connection_kwargs  # type: ignore[no-any-return]
+
+    def keyslot(self, key: Any) -> int:
+        """The cluster slot of ``key`` (redis-py's rule for a key as this package writes it; no client needed)."""
+        return int(key_slot(key.encode() if isinstance(key, str) else key))
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached while ``sync`` is unset (a cluster no node of which answered yet): make it now.
+        if name != "sync":
+            raise AttributeError(name)
+        try:
+            client = self.new_client()
+        except redis.exceptions.RedisClusterException as exc:
+            raise redis.exceptions.ConnectionError(f"{type(exc).__name__}: {exc}") from exc
+        self.sync = client
+        return client
 
     def aio(self) -> Any:
         """The asyncio client of the running loop (created on first use in that loop)."""
@@ -1512,7 +1536,7 @@ class RedisConnection:
     def close(self) -> None:
         """Close the sync pool's connections and forget the asyncio clients and the fault state."""
         if self.cluster:
-            for node in self.sync.get_nodes():
+            for node in self.sync.get_nodes() if "sync" in self.__dict__ else ():
                 if node.redis_connection is not None:
                     node.redis_connection.connection_pool.disconnect()
         else:
@@ -2469,7 +2493,7 @@ def _one_slot(conn: RedisConnection, members: list[_Member], groups: list[list[i
     one server, or every key in one cluster slot."""
     if not conn.cluster:
         return True
-    keyslot = conn.sync.keyslot
+    keyslot = conn.keyslot
     return len({keyslot(members[group[0]].state) for group in groups}) == 1 and len(groups) > 1
 
 
@@ -2548,7 +2572,7 @@ async def _amixed_call(
 def several_slots(conn: RedisConnection, keys: Sequence[Any]) -> bool:
     """True when ``keys`` live in several cluster slots: one script cannot decide them, :func:`mixed_many` does
     (one call per slot, sent at once, and a give-back when one rejects)."""
-    return bool(conn.cluster) and len({conn.sync.keyslot(key) for key in keys}) > 1
+    return bool(conn.cluster) and len({conn.keyslot(key) for key in keys}) > 1
 
 
 def _groups(conn: RedisConnection, members: list[_Member]) -> list[list[int]] | None:
@@ -2560,7 +2584,7 @@ def _groups(conn: RedisConnection, members: list[_Member]) -> list[list[int]] | 
                 break
         else:
             return None  # the common case: cycle limiters on one server, one call
-    keyslot = conn.sync.keyslot if conn.cluster else None
+    keyslot = conn.keyslot if conn.cluster else None
     groups: dict[tuple[Any, int], list[int]] = {}
     for index, member in enumerate(members):
         groups.setdefault((member.script, keyslot(member.state) if keyslot else 0), []).append(index)

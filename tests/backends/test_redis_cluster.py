@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -684,3 +685,53 @@ def test_figures_of_limits_over_slots_read_in_one_round_trip(redis_cluster: Loca
     assert [q[0] for q in quotas[1:]] == [rl.backend.quota()[0] for rl in limiters] == [4, 4, 4]
     outcome, quotas = asyncio.run(aacquire_all_quotas(entries))
     assert outcome is not None and [q[0] for q in quotas[1:]] == [4, 4, 4]
+
+
+# ------------------------------------------------------------------------------- unreachable when built
+
+
+@pytest.mark.parametrize(("policy", "granted"), [("local", [True, True, False]), ("open", [True] * 3), ("closed", [False] * 3)])
+def test_a_cluster_no_node_of_which_answers_when_a_limiter_is_built_gets_the_fault_policy(
+    policy: str, granted: list[bool]
+) -> None:
+    """A process that starts while the cluster is away: building a limiter needs no node, and its decisions get
+    the fault policy (sync, async, keyed, all-or-nothing over two slots). Before, making the cluster client
+    raised RedisClusterUnreachableError when the limiter was built: a 500 for every request of the instance."""
+    url = "redis://127.0.0.1:1/0"  # nothing listens: connection refused
+    prefix = _prefix()
+    options = {"fault_policy": policy, "connection_options": CLUSTER}
+    a = RateLimiter("away-a", _config(2), backend=rb.redis_backend(url, prefix=prefix, **options))
+    b = RateLimiter("away-b", _config(2), backend=rb.redis_backend(url, prefix=prefix, **options))
+    keyed = rb.RedisKeyedRateLimiter("away-k", _config(2), url=url, prefix=prefix, **options)
+    assert [a.acquire_permission() for _ in range(3)] == granted
+    assert [keyed.acquire_permission("client") for _ in range(3)] == granted
+    assert asyncio.run(b.aacquire_permission()) is granted[0]
+    outcome = rb.acquire_all_keyed([(b, None), (keyed, "other")])
+    assert (outcome is None) is granted[0]
+    conn = rb.connection(url, CLUSTER)
+    assert conn.is_down() and "RedisClusterUnreachableError" in (conn.last_error or "")
+
+
+def test_a_cluster_that_answers_again_decides_again(redis_cluster: LocalCluster, monkeypatch) -> None:
+    """The client is made at the first call after the cluster answers: recovery needs no restart."""
+    away = [True]
+    real = rb.RedisConnection.new_client
+
+    def new_client(self: Any, **overrides: Any) -> Any:
+        if away[0]:
+            raise redis.exceptions.RedisClusterException("Redis Cluster cannot be connected (test)")
+        return real(self, **overrides)
+
+    monkeypatch.setattr(rb.RedisConnection, "new_client", new_client)
+    options = {**CLUSTER, "socket_timeout": 0.75}  # a connection of this test's own (connections are per process)
+    rl = RateLimiter(
+        "comes-back",
+        _config(2),
+        backend=rb.redis_backend(redis_cluster.url, prefix=_prefix(), fault_policy="closed", connection_options=options),
+    )
+    assert not rl.acquire_permission()  # closed: the cluster is away
+    away[0] = False
+    conn = rb.connection(redis_cluster.url, options)
+    conn.down_until = time.monotonic() - 1  # the cool-down is over
+    assert [rl.acquire_permission() for _ in range(3)] == [True, True, False]  # the cluster decides: 2 a minute
+    assert not conn.is_down() and rl.backend.faults == 1  # type: ignore[attr-defined]
