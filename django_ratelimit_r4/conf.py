@@ -1906,8 +1906,9 @@ def _check_redis_periods(analysis: Analysis) -> None:
         elif config.algorithm == "gcra":
             error = redis_gcra_error(int(config.limit_for_period), int(config.limit_refresh_period), config.burst)
             hint = (
-                "For quotas this long on Redis use algorithm 'cycle' or 'sliding_window'; GCRA keeps a shorter "
-                "period, a smaller burst or a rounder limit (a divisor of the period)."
+                "Use a smaller burst or a rounder limit (a divisor of the period in ns, or in µs over ~10.4 "
+                "days), algorithm 'cycle' or 'sliding_window', or a memory backend for this limit "
+                f"({setting_path('ratelimiters', 'instances', name, 'backend')})."
             )
         if error is not None:
             problem = Problem(

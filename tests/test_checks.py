@@ -887,6 +887,30 @@ CASES = [
         "whole microseconds",
         id="E004-redis-long-period-not-whole-microseconds",
     ),
+    pytest.param(  # issue 13: 86399 per day in units of 1/86399 ns overflows the script's exact integers
+        {
+            "backend": "redis",
+            "redis_url": "redis://127.0.0.1:6379/15",
+            "ratelimiters": {"instances": {"api": {"rate": "86399/d", "algorithm": "gcra"}}},
+        },
+        "E004",
+        f'{RL}["instances"]["api"]["rate"]',
+        "algorithm 'gcra' on Redis cannot keep limit 86399 per 86400000000000 ns with burst 86399 exact",
+        "a rounder limit (a divisor of the period in ns",
+        id="E004-redis-gcra-rate-not-exact",
+    ),
+    pytest.param(
+        {
+            "backend": "redis",
+            "redis_url": "redis://127.0.0.1:6379/15",
+            "ratelimiters": {"instances": {"api": {"rate": "4/s", "algorithm": "gcra", "burst": 10**9}}},
+        },
+        "E004",
+        f'{RL}["instances"]["api"]["rate"]',
+        "algorithm 'gcra' on Redis cannot keep limit 4 per 1000000000 ns with burst 1000000000 exact",
+        "a smaller burst",
+        id="E004-redis-gcra-burst-not-exact",
+    ),
     pytest.param(
         {"enabled": "false"},
         "E023",

@@ -46,6 +46,7 @@ __all__ = [
     "lease_value",
     "nanos_to_wait",
     "on_backend_error_value",
+    "redis_gcra_rate",
     "redis_period_error",
     "refresh",
 ]
@@ -158,19 +159,38 @@ def redis_period_error(period_ns: int) -> str | None:
 GCRA_EXACT = 2**52
 
 
+def redis_gcra_rate(limit: int, period_ns: int, burst: int) -> tuple[int, int, int, int] | None:
+    """The Redis GCRA script's figures for ``limit`` per ``period_ns`` with ``burst``, or None when they cannot
+    stay exact: ``(step, span, scale, max_timeout_ns)``.
+
+    Time is counted in units of ``1/scale`` ns (``scale = limit / gcd(limit, period)``, so the emission interval
+    ``step`` is whole), or, for a period over :data:`MAX_NS_PERIOD` (like the cycle and sliding-window
+    scripts), of ``1/scale`` µs, ``scale`` then sent negated. ``span`` is ``burst * step``; the script forms
+    values up to ``2 * span`` plus a timeout plus two seconds of units, which must stay below :data:`GCRA_EXACT`.
+    """
+    micro = period_ns > MAX_NS_PERIOD
+    period = period_ns // 1000 if micro else period_ns
+    per_second = 1_000_000 if micro else 1_000_000_000
+    common = math.gcd(limit, period)
+    scale, step = limit // common, period // common
+    span = burst * step
+    max_timeout = (GCRA_EXACT - 2 * per_second * scale - 2 * span) // scale
+    if max_timeout < 0:
+        return None
+    return step, span, -scale if micro else scale, max_timeout * 1000 if micro else max_timeout
+
+
 def redis_gcra_error(limit: int, period_ns: int, burst: int | None) -> str | None:
     """Why the Redis GCRA script cannot keep ``limit`` per ``period_ns`` with ``burst`` (None: the limit) exact,
-    or None when it can: its times are counted in steps of ``period / gcd(limit, period)`` ns, and twice the
-    burst's span plus two seconds (scaled) must stay below :data:`GCRA_EXACT` (see ``RedisGcraBackend``)."""
-    common = math.gcd(limit, period_ns)
-    scale, step = limit // common, period_ns // common
-    span = (limit if burst is None else burst) * step
-    if GCRA_EXACT - 2 * 1_000_000_000 * scale - 2 * span >= 0:
+    or None when it can (:func:`redis_gcra_rate`)."""
+    burst = limit if burst is None else burst
+    if redis_gcra_rate(limit, period_ns, burst) is not None:
         return None
+    unit = "µs" if period_ns > MAX_NS_PERIOD else "ns"
     return (
-        f"algorithm 'gcra' on Redis cannot keep limit {limit} per {period_ns} ns with burst "
-        f"{limit if burst is None else burst} exact: 2 x burst x period / gcd(limit, period) = {2 * span} must stay "
-        "below 2**52 (Lua's numbers are doubles)"
+        f"algorithm 'gcra' on Redis cannot keep limit {limit} per {period_ns} ns with burst {burst} exact: "
+        f"2 x burst x period / gcd(limit, period) (the period in {unit}) must stay below 2**52 "
+        "(Lua's numbers are doubles)"
     )
 
 

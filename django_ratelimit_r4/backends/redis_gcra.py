@@ -2,7 +2,8 @@
 
 The cycle limiters' script is not touched: ``lua/gcra.lua`` is a script of its own (:data:`GCRA_SCRIPT`),
 :func:`~.algorithms.gcra_decide` over a theoretical arrival time stored per limiter (or client key) as whole
-seconds plus units of ``1/scale`` ns, so every value it forms is an exact integer below 2^53.
+seconds plus units of ``1/scale`` ns (µs for a period over ~10.4 days), so every value it forms is an exact
+integer below 2^53.
 
 * :class:`RedisGcraBackend` -- a :class:`~.redis.RedisBackend` (same keys, fault policies, connection) whose
   decisions are GCRA; built by :func:`~.redis.redis_backend`'s factory for a GCRA config.
@@ -20,13 +21,12 @@ rejects (across cluster slots: one call per algorithm and slot, and a give-back 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 from ..core.clock import Clock
 from . import redis_scripted as scripted
-from .base import redis_gcra_error
+from .base import redis_gcra_error, redis_gcra_rate
 from .memory import GcraBackend
 from .redis import RedisBackend, RedisKeyedRateLimiter, RedisKeyedStore, packed_args
 
@@ -46,9 +46,6 @@ GCRA = scripted.Script("gcra.lua", "GCRA")
 GCRA_SCRIPT = GCRA.text
 GCRA_SCRIPT_SHA = GCRA.sha
 
-_EXACT = 2**52  # the script's values stay below this (2^53 is where doubles stop being exact integers)
-_NS_PER_S = 1_000_000_000
-
 
 class _Gcra(scripted.ScriptedLimiter):
     """What turns a Redis cycle limiter into a GCRA one: its script and per-limiter arguments. Mixed in first."""
@@ -59,16 +56,15 @@ class _Gcra(scripted.ScriptedLimiter):
     _burst_default: bool
 
     def _gcra_rate(self: Any) -> None:
-        """Scale, step and span as :class:`~.memory.GcraBackend`; refuse a rate the script cannot keep exact."""
+        """Scale, step and span as :class:`~.memory.GcraBackend` (:func:`~.base.redis_gcra_rate`: in µs for a
+        period over ~10.4 days); refuse a rate the script cannot keep exact."""
         if self._burst_default:
             self._burst = self._limit
-        error = redis_gcra_error(self._limit, self._period, self._burst)  # the settings' rule (E004)
-        if error is not None:
+        rate = redis_gcra_rate(self._limit, self._period, self._burst)
+        if rate is None:  # (the settings' rule, E004)
+            error = redis_gcra_error(self._limit, self._period, self._burst)
             raise ValueError(f"rate limiter {self.name!r}: {error} (use a rounder period or a smaller burst)")
-        common = math.gcd(self._limit, self._period)
-        scale, step = self._limit // common, self._period // common
-        span = self._burst * step
-        self._max_timeout_units = (_EXACT - 2 * _NS_PER_S * scale - 2 * span) // scale
+        step, span, scale, self._max_timeout_units = rate
         self._unit = 1  # the script answers in ns
         self._margs = [step, span, scale, self._period]
         self._margs_resp = packed_args(self._margs)

@@ -121,6 +121,52 @@ def test_one_round_trip_per_decision_and_the_limit_follows_change_limit(redis_ur
     assert rl.acquire_permission() and not rl.acquire_permission()
 
 
+_DAY = 86_400 * 10**9
+
+
+@pytest.mark.parametrize(
+    ("limit", "days", "burst"), [(100, 30, None), (7, 30, None), (7, 30, 3), (13, 366, 1), (5, 11, None)]
+)
+def test_long_periods_count_whole_microseconds_like_the_other_algorithms(
+    redis_url: str, prefix: str, limit: int, days: int, burst: int | None
+) -> None:
+    """A monthly (or yearly) GCRA limit on Redis: periods over ~10.4 days are counted in whole microseconds, as
+    the cycle and sliding-window scripts count them, so their values stay exact below 2^52 (in ns, twice a
+    30-day burst interval did not fit: building the limiter raised ValueError, a 500 on every request). The
+    same grants as memory on a clock of whole microseconds, waits rounded up to the microsecond; a multi-limit
+    with a 1 s limit (ns) in one script call; the give-back of a split decision (op "g") too."""
+    clock = FakeClock(start_ns=10**15)
+    memory = GcraBackend("m", limit, days * _DAY, clock, burst=burst)
+    remote = rg.RedisGcraBackend("long", limit, days * _DAY, clock, burst=burst, url=redis_url, prefix=prefix)
+    rng = random.Random(limit * days)
+    for _ in range(60):
+        permits = rng.choice([1, 1, 2])
+        timeout = rng.choice([0, 0, days * _DAY // limit, 3 * days * _DAY])
+        mine, theirs = remote.acquire(permits, timeout), memory.acquire(permits, timeout)
+        assert (mine >= 0) == (theirs >= 0), (permits, timeout, mine, theirs)
+        assert 0 <= abs(mine) - abs(theirs) < 1000, (mine, theirs)
+        (r1, t1), (r2, t2) = remote.quota(), memory.quota()
+        assert r1 == r2 and 0 <= t1 - t2 < 1000, (remote.quota(), memory.quota())
+        clock.advance_ns(rng.choice([1, 1000, days * _DAY // limit // 3, days * _DAY // 2]) // 1000 * 1000)
+    whole = limit if burst is None else burst
+    long = gcra(redis_url, prefix, limit, f"{days}d", burst=burst, clock=clock, name="long2")
+    short = gcra(redis_url, prefix, 2, "1s", clock=clock, name="short")
+    window = RateLimiter(
+        "window",
+        RateLimiterConfig(limit_for_period=1, limit_refresh_period="1s", algorithm="sliding_window"),
+        clock=clock,
+        backend=rb.redis_backend(redis_url, prefix=prefix),
+    )
+    assert acquire_all([long, short]) is None  # one GCRA script call, a µs limit and a ns one
+    short.drain_permissions()
+    assert acquire_all([long, short]) is not None  # short rejects: nothing taken
+    assert long.backend.quota()[0] == whole - 1
+    long.backend.reset(clock)
+    assert acquire_all([long, window]) is None  # the mixed script
+    assert acquire_all([long, window]) is not None  # the window rejects: a take of long's is given back ("g")
+    assert long.backend.quota()[0] == whole - 1
+
+
 # --------------------------------------------------------------------------------- server time, bounds
 
 
@@ -321,6 +367,31 @@ def test_http_gcra_on_redis_headers_from_the_state(redis_url: str, prefix: str, 
         assert client.get("/smooth/").status_code == 200
         assert client.get("/smooth/").status_code == 429
         assert [client.get("/smooth-ip/").status_code for _ in range(3)] == [200, 200, 429]
+
+
+@pytest.mark.urls(__name__)
+@pytest.mark.django_db(databases=[])
+def test_http_monthly_gcra_on_redis_passes_the_checks_and_serves(redis_url: str, prefix: str, r4_clock: Any) -> None:
+    """2 per 30 days by GCRA on Redis through the settings: ``manage.py check`` is clean and the view answers
+    (every request was a 500 before: the limiter raised ValueError when built), Retry-After from the state."""
+    from django.core.checks import run_checks
+
+    value = {
+        "backend": "redis",
+        "redis_url": redis_url,
+        "redis_key_prefix": prefix,
+        "ratelimiters": {"instances": {"smooth": {"rate": "2/30d", "algorithm": "gcra"}, "smooth_ip": {"rate": "1/s"}}},
+    }
+    with override_settings(RATELIMIT_R4=value):
+        assert [m for m in run_checks() if m.id.startswith("ratelimit_r4")] == []
+        client = Client()
+        assert [client.get("/smooth/").status_code for _ in range(2)] == [200, 200]
+        rejected = client.get("/smooth/")
+        assert rejected.status_code == 429
+        assert rejected["Retry-After"] == str(15 * 86_400)  # one emission interval: 30 days / 2
+        assert rejected["RateLimit"] == f'"smooth";r=0;t={15 * 86_400}'
+        r4_clock.advance(15 * 86_400)
+        assert [client.get("/smooth/").status_code for _ in range(2)] == [200, 429]
 
 
 @pytest.mark.urls(__name__)

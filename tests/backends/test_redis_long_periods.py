@@ -284,15 +284,18 @@ def test_all_or_nothing_compares_waits_across_units(redis_url: str, prefix: str)
 def test_a_gcra_rate_redis_cannot_keep_exact_is_a_check_error_not_a_500_per_request(
     redis_url: str, prefix: str, settings
 ) -> None:
-    """GCRA on Redis keeps its arrival times below 2**52 (doubles): "10 000 per 30 days" with the default burst
-    needs 2 * 10 000 * 30 days in ns, beyond it. It passed ``check`` and then raised on every use (a 500 per
+    """GCRA on Redis keeps its arrival times below 2**52 (doubles). A rate it cannot keep exact (86 399 per day:
+    units of 1/86 399 ns; a burst of 10**9 over 30 days) passed ``check`` and then raised on every use (a 500 per
     request, the instance unreadable in ``r4 status``); now it is ``E004`` on its limit_refresh_period, and the
-    rates it can keep (10 days, a smaller burst, the sliding window) stay valid."""
+    rates it can keep stay valid: 10 000 per 10 days, and (counted in µs since 2cbc738) per 30 and 366 days."""
     from django.core.checks import run_checks
 
     settings.RATELIMIT_R4 = quota_settings(
         redis_url,
         prefix,
+        gcra_day={"limit_for_period": 86_399, "limit_refresh_period": "1d", "algorithm": "gcra"},
+        gcra_month_ip={"limit_for_period": 10_000, "limit_refresh_period": "30d", "algorithm": "gcra",
+                       "burst": 10**9, "key": "ip"},
         gcra_month={"limit_for_period": 10_000, "limit_refresh_period": "30d", "algorithm": "gcra"},
         gcra_year_ip={"limit_for_period": 10_000, "limit_refresh_period": "366d", "algorithm": "gcra", "key": "ip"},
         gcra_10d={"limit_for_period": 10_000, "limit_refresh_period": "10d", "algorithm": "gcra"},
@@ -300,13 +303,14 @@ def test_a_gcra_rate_redis_cannot_keep_exact_is_a_check_error_not_a_500_per_requ
         sliding_month={"limit_for_period": 1_000, "limit_refresh_period": "30d", "algorithm": "sliding_window"},
     )
     errors = [m for m in run_checks() if m.id.startswith("ratelimit_r4.E")]
-    assert sorted(m.msg.split('"]["')[2] for m in errors) == ["gcra_month", "gcra_year_ip"], [m.msg for m in errors]
+    assert sorted(m.msg.split('"]["')[2] for m in errors) == ["gcra_day", "gcra_month_ip"], [m.msg for m in errors]
     for message in errors:
         assert message.id == "ratelimit_r4.E004" and '["limit_refresh_period"]' in message.msg
         assert "gcra" in message.msg and "burst" in (message.hint or "") and "cycle" in (message.hint or "")
-    for name in ("gcra_10d", "gcra_month_burst", "sliding_month"):
+    for name in ("gcra_10d", "gcra_month", "gcra_month_burst", "sliding_month"):
         assert registry.get_rate_limiter(name).acquire_permission(), name
+    assert registry.get_keyed_rate_limiter("gcra_year_ip").acquire_permission("a")
     with pytest.raises(Exception, match="E004"):
-        registry.get_rate_limiter("gcra_month")
+        registry.get_rate_limiter("gcra_day")
     names = [item["name"] for item in state.snapshot()]
-    assert "gcra_month" not in names and {"gcra_10d", "monthly", "yearly"} <= set(names)
+    assert "gcra_day" not in names and {"gcra_10d", "gcra_month", "monthly", "yearly"} <= set(names)

@@ -3,12 +3,16 @@
 --
 -- State per limiter (or client key), KEYS[i]: "<tat_s> <tat_u> <scale>", the theoretical arrival time as
 -- whole seconds plus units within the second, a unit being 1/scale ns (scale = limit / gcd(limit, period),
--- so the emission interval `step` is a whole number of units). Absent or in the past means full; the key
+-- so the emission interval `step` is a whole number of units). A limiter of a period over ~10.4 days counts
+-- time in whole microseconds instead (a unit is 1/scale us, the units within the second fewer than 10^6 *
+-- scale; its scale argument is sent negated), as the cycle and sliding-window scripts do, so a monthly limit
+-- stays exact; its answers are in ns all the same. Absent or in the past means full; the key
 -- expires once its tat has passed, so an idle limiter costs nothing. Every value the script forms (tat - now,
 -- units within a second) stays below 2^53, so Lua's doubles are exact (the client checks the bound once).
 --
 -- ARGV: op, permits, timeout (ns), n, then per limiter i four arguments at j = 5 + 4 * (i - 1): step (units),
---   span (burst * step), scale, period (ns); then the deadline (server microseconds, '' for none); then
+--   span (burst * step), scale (sent as -scale when counted in microseconds), period (ns); then the deadline
+--   (server microseconds, '' for none); then
 --   now_s, now_ns of a caller on its own clock (absent: server TIME).
 -- ops:
 --   "a" acquire (n = 1) -> wait >= 0 granted (tat moved), -wait rejected (nothing changed).
@@ -48,13 +52,14 @@ end
 local at = 5 + 4 * n
 -- slack: ms added to a state's expiry; on a caller's clock (a FakeClock) its time and Redis's are unrelated,
 -- so a state outlives an hour of real time whatever the fake time does.
-local now_s, now_ns, now_us, slack
+local now_s, now_ns, now_us, slack, now_u -- (now_u: the microseconds within the second)
 if ARGV[at + 1] then
   now_s, now_ns, slack = ARGV[at + 1] + 0, ARGV[at + 2] + 0, 3600000
+  now_u = math.floor(now_ns / 1000)
 else
   local t = redis.call('TIME')
   local us = t[2] + 0
-  now_s, now_ns, slack = t[1] + 0, us * 1000, 2
+  now_s, now_ns, slack, now_u = t[1] + 0, us * 1000, 2, us
   now_us = now_s * 1000000 + us
   if op ~= 'g' and ARGV[at] ~= '' and now_us > ARGV[at] + 0 then -- ("g" carries the take there)
     return redis.status_reply('LATE')
@@ -91,7 +96,13 @@ local function ahead_of(s, scale)
   if ts - now_s < -1 then
     return 0
   end
-  local d = (ts - now_s) * 1000000000 * sc + tu - now_ns * sc
+  local d
+  if scale > 0 then
+    d = (ts - now_s) * 1000000000 * sc + tu - now_ns * sc
+  else
+    scale = -scale
+    d = (ts - now_s) * 1000000 * sc + tu - now_u * sc
+  end
   if d <= 0 then
     return 0
   end
@@ -107,11 +118,27 @@ end
 
 -- tat := now + d (d > 0 units); expires once passed. Returns the state written.
 local function store(i, scale, d)
-  local q, r = divmod(now_ns * scale + d, 1000000000 * scale)
+  local q, r, ms
+  if scale > 0 then
+    q, r = divmod(now_ns * scale + d, 1000000000 * scale)
+    ms = math.floor(d / scale / 1000000)
+  else
+    scale = -scale
+    q, r = divmod(now_u * scale + d, 1000000 * scale)
+    ms = math.floor(d / scale / 1000)
+  end
   local s = string.format('%d %d %d', now_s + q, r, scale)
   -- (the expiry as a string: redis.call formats a Lua number with %.17g, several times the cost of %d)
-  redis.call('SET', KEYS[i], s, 'PX', string.format('%d', math.floor(d / scale / 1000000) + slack))
+  redis.call('SET', KEYS[i], s, 'PX', string.format('%d', ms + slack))
   return s
+end
+
+-- d units in ns, rounded up (a microsecond limiter's to whole microseconds).
+local function ns_of(d, scale)
+  if scale > 0 then
+    return div_ceil(d, scale)
+  end
+  return div_ceil(d, -scale) * 1000
 end
 
 local function wait_of(d, k, step, span, scale)
@@ -119,14 +146,14 @@ local function wait_of(d, k, step, span, scale)
   if early <= 0 then
     return 0
   end
-  return div_ceil(early, scale)
+  return ns_of(early, scale)
 end
 
 -- gcra_quota's (remaining, reset ns) at tat - now = d.
 local function quota_of(d, step, span, scale)
   local remaining = (divmod(span - d, step))
   if remaining >= 1 then
-    return remaining, div_ceil(d, scale)
+    return remaining, ns_of(d, scale)
   end
   return remaining, wait_of(d, 1, step, span, scale)
 end
@@ -230,7 +257,7 @@ else
       local wait = wait_of(d, 1, step, span, scale)
       local reset = wait
       if remaining >= 1 then
-        reset = div_ceil(d, scale)
+        reset = ns_of(d, scale)
       end
       reply = {0, remaining, wait, reset}
     end
