@@ -52,14 +52,13 @@ end
 local at = 5 + 4 * n
 -- slack: ms added to a state's expiry; on a caller's clock (a FakeClock) its time and Redis's are unrelated,
 -- so a state outlives an hour of real time whatever the fake time does.
-local now_s, now_ns, now_us, slack, now_u -- (now_u: the microseconds within the second)
+local now_s, now_ns, now_us, slack
 if ARGV[at + 1] then
   now_s, now_ns, slack = ARGV[at + 1] + 0, ARGV[at + 2] + 0, 3600000
-  now_u = math.floor(now_ns / 1000)
 else
   local t = redis.call('TIME')
   local us = t[2] + 0
-  now_s, now_ns, slack, now_u = t[1] + 0, us * 1000, 2, us
+  now_s, now_ns, slack = t[1] + 0, us * 1000, 2
   now_us = now_s * 1000000 + us
   if op ~= 'g' and ARGV[at] ~= '' and now_us > ARGV[at] + 0 then -- ("g" carries the take there)
     return redis.status_reply('LATE')
@@ -101,7 +100,7 @@ local function ahead_of(s, scale)
     d = (ts - now_s) * 1000000000 * sc + tu - now_ns * sc
   else
     scale = -scale
-    d = (ts - now_s) * 1000000 * sc + tu - now_u * sc
+    d = (ts - now_s) * 1000000 * sc + tu - math.floor(now_ns / 1000) * sc
   end
   if d <= 0 then
     return 0
@@ -124,7 +123,7 @@ local function store(i, scale, d)
     ms = math.floor(d / scale / 1000000)
   else
     scale = -scale
-    q, r = divmod(now_u * scale + d, 1000000 * scale)
+    q, r = divmod(math.floor(now_ns / 1000) * scale + d, 1000000 * scale)
     ms = math.floor(d / scale / 1000)
   end
   local s = string.format('%d %d %d', now_s + q, r, scale)
@@ -133,27 +132,25 @@ local function store(i, scale, d)
   return s
 end
 
--- d units in ns, rounded up (a microsecond limiter's to whole microseconds).
-local function ns_of(d, scale)
-  if scale > 0 then
-    return div_ceil(d, scale)
-  end
-  return div_ceil(d, -scale) * 1000
-end
-
 local function wait_of(d, k, step, span, scale)
   local early = d + k * step - span
   if early <= 0 then
     return 0
   end
-  return ns_of(early, scale)
+  if scale > 0 then
+    return div_ceil(early, scale)
+  end
+  return div_ceil(early, -scale) * 1000 -- (whole microseconds, rounded up)
 end
 
 -- gcra_quota's (remaining, reset ns) at tat - now = d.
 local function quota_of(d, step, span, scale)
   local remaining = (divmod(span - d, step))
   if remaining >= 1 then
-    return remaining, ns_of(d, scale)
+    if scale > 0 then
+      return remaining, div_ceil(d, scale)
+    end
+    return remaining, div_ceil(d, -scale) * 1000
   end
   return remaining, wait_of(d, 1, step, span, scale)
 end
@@ -257,7 +254,7 @@ else
       local wait = wait_of(d, 1, step, span, scale)
       local reset = wait
       if remaining >= 1 then
-        reset = ns_of(d, scale)
+        reset = scale > 0 and div_ceil(d, scale) or div_ceil(d, -scale) * 1000
       end
       reply = {0, remaining, wait, reset}
     end
