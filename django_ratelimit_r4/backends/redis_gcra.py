@@ -60,14 +60,19 @@ class _Gcra(scripted.ScriptedLimiter):
         period over ~10.4 days); refuse a rate the script cannot keep exact."""
         if self._burst_default:
             self._burst = self._limit
-        rate = redis_gcra_rate(self._limit, self._period, self._burst)
-        if rate is None:  # (the settings' rule, E004)
-            error = redis_gcra_error(self._limit, self._period, self._burst)
-            raise ValueError(f"rate limiter {self.name!r}: {error} (use a rounder period or a smaller burst)")
-        step, span, scale, self._max_timeout_units = rate
+        step, span, scale, self._max_timeout_units = self._fit(self._limit)
         self._unit = 1  # the script answers in ns
         self._margs = [step, span, scale, self._period]
         self._margs_resp = packed_args(self._margs)
+
+    def _fit(self: Any, limit: int) -> tuple[int, int, int, int]:
+        """:func:`~.base.redis_gcra_rate` at ``limit`` (the burst following it when not configured), or raise."""
+        burst = limit if self._burst_default else self._burst
+        rate = redis_gcra_rate(limit, self._period, burst)
+        if rate is None:  # (the settings' rule, E004)
+            error = redis_gcra_error(limit, self._period, burst)
+            raise ValueError(f"rate limiter {self.name!r}: {error} (use a rounder period or a smaller burst)")
+        return rate
 
 
 class RedisGcraBackend(_Gcra, RedisBackend):
@@ -98,7 +103,9 @@ class RedisGcraBackend(_Gcra, RedisBackend):
             self._local = GcraBackend(name, self._limit, self._period, clock, burst=burst)
 
     def change_limit(self, limit_for_period: int) -> None:
-        """Use the new rate from the next decision on (stored states are rescaled by the script)."""
+        """Use the new rate from the next decision on (stored states are rescaled by the script); one the script
+        cannot keep exact raises ``ValueError`` and changes nothing."""
+        self._fit(int(limit_for_period))
         super().change_limit(limit_for_period)
         self._gcra_rate()
 

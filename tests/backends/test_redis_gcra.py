@@ -167,6 +167,22 @@ def test_long_periods_count_whole_microseconds_like_the_other_algorithms(
     assert long.backend.quota()[0] == whole - 1
 
 
+def test_a_change_to_a_limit_the_script_cannot_keep_exact_changes_nothing(redis_url: str, prefix: str) -> None:
+    """``change_limit_for_period`` to a rate the Redis script cannot keep exact (86399 per day: units of 1/86399
+    ns) raises ``ValueError`` and leaves the limiter as it was (the backend took the new limit and kept the old
+    figures before: its limit, config and decisions disagreed)."""
+    clock = FakeClock(start_ns=10**12)
+    rl = gcra(redis_url, prefix, 2, "1d", clock=clock, name="unfit")
+    assert rl.acquire_permission()
+    with pytest.raises(ValueError, match="cannot keep limit 86399"):
+        rl.change_limit_for_period(86399)
+    assert rl.config.limit_for_period == 2 and rl.backend._limit == 2
+    assert rl.backend.quota() == (1, 43_200 * 10**9)
+    assert rl.acquire_permission() and not rl.acquire_permission()
+    rl.change_limit_for_period(4)  # a rate it can keep: taken
+    assert rl.backend._limit == 4 and rl.config.limit_for_period == 4
+
+
 # --------------------------------------------------------------------------------- server time, bounds
 
 
