@@ -129,7 +129,7 @@ NAMES = {
 }
 
 
-def _settings(url: str, **top: Any) -> dict[str, Any]:
+def _settings(url: str, algorithm: str = "cycle", **top: Any) -> dict[str, Any]:
     value: dict[str, Any] = {
         "backend": "redis",
         "redis_url": url,
@@ -145,19 +145,37 @@ def _settings(url: str, **top: Any) -> dict[str, Any]:
             },
         },
     }
+    for instance in value["ratelimiters"]["instances"].values():
+        instance["algorithm"] = algorithm  # (each limit's burst, window or cycle: the same counts below)
     value.update(top)
     return value
 
 
-@pytest.fixture
-def server(redis_server: Any, r4_clock: Any) -> Iterator[Any]:
-    """Every limiter in the dedicated Redis, built (their reset is a script call) before anything is counted."""
-    with override_settings(RATELIMIT_R4=_settings(redis_server.url)):
+@pytest.fixture(params=["cycle", "gcra", "sliding_window"])
+def server(redis_server: Any, r4_clock: Any, request: Any) -> Iterator[Any]:
+    """Every limiter in the dedicated Redis, built (their reset is a script call) before anything is counted;
+    all of one algorithm (issue 13: one round trip per decision for GCRA and the sliding window too)."""
+    with override_settings(RATELIMIT_R4=_settings(redis_server.url, request.param)):
         for name in ("one", "sustained", "mem"):
             get_rate_limiter(name)
         registry.get_keyed_rate_limiter("per_ip")
         registry.get_keyed_rate_limiter("mem_ip")
+        _load_scripts(redis_server.url)  # (a GCRA or sliding-window reset runs no script)
         yield redis_server
+
+
+def _load_scripts(url: str) -> None:
+    """Every rate-limiter script known to the server before counting (else the first call is EVALSHA + EVAL)."""
+    from django_ratelimit_r4.backends.redis_gcra import GCRA
+    from django_ratelimit_r4.backends.redis_mixed import MIXED_SCRIPT
+    from django_ratelimit_r4.backends.redis_sliding import SLIDING
+
+    client = redis.Redis.from_url(url)
+    try:
+        for text in (rb.SCRIPT, GCRA.text, SLIDING.text, MIXED_SCRIPT):
+            client.script_load(text)
+    finally:
+        client.close()
 
 
 def _scripts(url: str) -> int:
