@@ -179,13 +179,13 @@ RL_BACKEND_FAULTS = _Spec(
     "resilience4j_ratelimiter_backend_fault_decisions",
     "counter",
     "Decisions made by the fault policy because the remote backend (Redis) failed or was cooling down.",
-    ("name",),
+    ("name", "backend"),
 )
 RL_BACKEND_DEGRADED = _Spec(
     "resilience4j_ratelimiter_backend_degraded",
     "gauge",
     "1 while this process sees the remote backend (Redis) in an outage (decisions use the fault policy).",
-    ("name",),
+    ("name", "backend"),
     "livemax",
 )
 RL_LEASE_BATCHES = _Spec(
@@ -458,10 +458,12 @@ def _read(out: _Reading) -> None:
             for owner, source in (("shared", rl.backend), ("keyed", keyed_store)):
                 if isinstance(source, HealthReporting):  # a remote backend (Redis): plain reads, no round trip
                     health = source.backend_health()
-                    counter((RL_BACKEND_FAULTS, (name,), owner, source, health["fault_decisions"]))
+                    if degraded is None:  # the alias in RATELIMIT_R4["backends"] (the shorthand: "default")
+                        alias = str(r4_registry.instance_options("ratelimiters", name)["backend"])
+                    counter((RL_BACKEND_FAULTS, (name, alias), owner, source, health["fault_decisions"]))
                     degraded = bool(degraded) or health["degraded"]
             if degraded is not None:
-                gauge((RL_BACKEND_DEGRADED, (name,), 1.0 if degraded else 0.0))
+                gauge((RL_BACKEND_DEGRADED, (name, alias), 1.0 if degraded else 0.0))
             for owner, source in (("shared", rl.backend), ("keyed", keyed_store)):
                 if isinstance(source, LeaseReporting):  # permit leases: this process's plain counters, no round trip
                     lease = source.lease_snapshot()

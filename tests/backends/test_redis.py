@@ -998,7 +998,9 @@ def test_an_outage_is_logged_once_visible_everywhere_and_its_end_logged_once(
     degraded = "resilience4j_ratelimiter_backend_degraded"
     faults = "resilience4j_ratelimiter_backend_fault_decisions_total"
     assert rl.acquire_permission()
-    assert scrape.get_sample_value(degraded, {"name": "api"}) == 0.0
+    # Labelled per instance AND per backend (the shorthand is backends["default"]).
+    label = {"name": "api", "backend": "default"}
+    assert scrape.get_sample_value(degraded, label) == 0.0
 
     redis_server.stop()
     with caplog.at_level(logging.INFO, logger="django_ratelimit_r4.redis"):
@@ -1009,8 +1011,8 @@ def test_an_outage_is_logged_once_visible_everywhere_and_its_end_logged_once(
         assert "ConnectionError" in backend["last_error"] and backend["url"] == redis_server.url
         assert "DEGRADED for" in render_table([item]) and "fault policy open" in render_table([item])
         assert "redis degraded (fault policy open)" in health.summarize([item])
-        assert scrape.get_sample_value(degraded, {"name": "api"}) == 1.0
-        assert scrape.get_sample_value(faults, {"name": "api"}) == 20
+        assert scrape.get_sample_value(degraded, label) == 1.0
+        assert scrape.get_sample_value(faults, label) == 20
 
         redis_server.start()
         # Redis decides again: the restarted server is empty, so a full budget of 2, then a rejection.
@@ -1021,7 +1023,45 @@ def test_an_outage_is_logged_once_visible_everywhere_and_its_end_logged_once(
     assert len(began) == 1 and len(ended) == 1, messages  # once each, not per request
     [item] = state.snapshot(["api"])
     assert not item["state"]["backend"]["degraded"] and "DEGRADED" not in render_table([item])
-    assert scrape.get_sample_value(degraded, {"name": "api"}) == 0.0
+    assert scrape.get_sample_value(degraded, label) == 0.0
+
+
+def test_fault_metrics_name_the_backend_of_each_instance(redis_server, monkeypatch: pytest.MonkeyPatch, settings) -> None:
+    """Faults are counted per backend and instance (issue 9): two named Redis backends, one down, one up; a
+    memory instance has no backend series."""
+    from prometheus_client import CollectorRegistry
+
+    from django_ratelimit_r4 import registry
+    from django_ratelimit_r4.contrib import prometheus
+
+    monkeypatch.setattr(rb, "FAULT_COOLDOWN_S", 0.0)
+    refused = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+    settings.RATELIMIT_R4 = {
+        "backends": {
+            "shared": {"BACKEND": "redis", "LOCATION": redis_server.url},
+            "down": {"BACKEND": "redis", "LOCATION": refused, "OPTIONS": {"socket_timeout": "50ms"}},
+        },
+        "ratelimiters": {"instances": {
+            "global": {"limit_for_period": 5, "limit_refresh_period": "60s", "backend": "shared"},
+            "other": {"limit_for_period": 5, "limit_refresh_period": "60s", "backend": "down",
+                      "on_backend_error": "allow"},
+            "pool": {"limit_for_period": 5, "limit_refresh_period": "1s"},
+        }},
+    }
+    for name in ("global", "other", "pool"):
+        for _ in range(3):
+            registry.get_rate_limiter(name).acquire_permission()
+    scrape = CollectorRegistry()
+    scrape.register(prometheus.R4Collector())
+    faults = "resilience4j_ratelimiter_backend_fault_decisions_total"
+    degraded = "resilience4j_ratelimiter_backend_degraded"
+    assert scrape.get_sample_value(faults, {"name": "global", "backend": "shared"}) == 0
+    assert scrape.get_sample_value(degraded, {"name": "global", "backend": "shared"}) == 0.0
+    assert scrape.get_sample_value(faults, {"name": "other", "backend": "down"}) == 3
+    assert scrape.get_sample_value(degraded, {"name": "other", "backend": "down"}) == 1.0
+    names = {s.labels.get("name") for m in scrape.collect() if m.name.startswith("resilience4j_ratelimiter_backend")
+             for s in m.samples}
+    assert "pool" not in names  # in-process state: nothing remote to fault
 
 
 def test_all_or_nothing_over_one_redis_limiter(redis_url: str, prefix: str) -> None:
