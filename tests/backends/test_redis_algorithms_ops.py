@@ -125,7 +125,7 @@ def test_prometheus_exports_gcra_and_sliding_limiters_on_redis(redis_url: str, p
             assert value("resilience4j_ratelimiter_calls_total", kind="failed", name="g") == 1
             assert value("resilience4j_ratelimiter_calls_total", kind="successful", name="gk") == 4
             assert value("resilience4j_ratelimiter_calls_total", kind="failed", name="gk") == 1
-            assert value("resilience4j_ratelimiter_backend_degraded", name="s") == 0
+            assert value("resilience4j_ratelimiter_backend_degraded", name="s", backend="default") == 0
     finally:
         if before is None:
             prometheus.uninstall()
