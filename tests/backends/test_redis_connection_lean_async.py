@@ -23,11 +23,11 @@ rb = pytest.importorskip("django_ratelimit_r4.backends.redis")
 
 from django_ratelimit_r4.core.clock import SYSTEM_CLOCK  # noqa: E402
 from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig  # noqa: E402
+from tests.backends.patient import PATIENT  # noqa: E402
 
 from ..noblock import forbid_blocking  # noqa: E402
 
 # Patient: a loaded CI machine must not turn these into timeouts (except where a timeout is the point).
-PATIENT = "socket_timeout=5&socket_connect_timeout=5"
 
 
 def _sha(source: str) -> str:

@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 
 from django_ratelimit_r4.core.clock import SYSTEM_CLOCK, FakeClock
 from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig, aacquire_all, acquire_all
+from tests.backends.patient import patient_redis_url  # noqa: F401  (exactness tests: patient timeouts)
 
 redis = pytest.importorskip("redis")
 rb = pytest.importorskip("django_ratelimit_r4.backends.redis")
@@ -42,14 +43,6 @@ ROOT = Path(__file__).resolve().parents[2]
 S = 1_000_000_000
 ALGORITHMS = ("cycle", "gcra", "sliding_window")
 
-
-@pytest.fixture
-def redis_url(redis_url: str) -> str:
-    """The shared Redis with patient timeouts: these tests check exactness and atomicity, and on a loaded 2-core
-    machine (4 processes x 10 threads, parallel suites) the default 0.25 s socket timeout handed decisions to
-    the fault policy (a CI run at load 4: 1 of 6 granted, a give-back's figures unread). Timeouts and faults
-    are tested with URLs of their own (UNREACHABLE, redis_server)."""
-    return redis_url + "?socket_timeout=5&socket_connect_timeout=5"
 
 
 def config(algorithm: str, limit: int, period: Any = "10s") -> RateLimiterConfig:

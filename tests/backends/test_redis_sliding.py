@@ -35,6 +35,7 @@ from django_ratelimit_r4.backends.memory import SlidingWindowBackend
 from django_ratelimit_r4.core.clock import SYSTEM_CLOCK, FakeClock
 from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig, acquire_all
 from django_ratelimit_r4.decorators import ratelimit
+from tests.backends.patient import patient_redis_url  # noqa: F401  (exactness tests: patient timeouts)
 
 redis = pytest.importorskip("redis")
 rb = pytest.importorskip("django_ratelimit_r4.backends.redis")
@@ -44,13 +45,6 @@ rg = pytest.importorskip("django_ratelimit_r4.backends.redis_gcra")
 
 ROOT = Path(__file__).resolve().parents[2]
 
-
-@pytest.fixture
-def redis_url(redis_url: str) -> str:
-    """The shared Redis with patient timeouts: these tests check exact bounds, and on a loaded 2-core machine
-    (a CI run at load 4) the default 0.25 s socket timeout handed decisions to the "local" fault policy, whose
-    grants the server-time bound test counted (21 in one 200 ms window). Faults are tested with UNREACHABLE."""
-    return redis_url + "?socket_timeout=5&socket_connect_timeout=5"
 
 
 def sliding(
