@@ -198,6 +198,13 @@ def _rows(url: str, prefix: str) -> list[tuple[str, Callable[[], Any], int]]:
         moving.hit(moving_item, prefix, "moving")
     counter = limits.strategies.SlidingWindowCounterRateLimiter(storage)
     rows.append(("limits fixed window (hit)", lambda: fixed.hit(item, prefix, "fixed"), 0))
+
+    def hit_and_stats() -> Any:
+        # What a 429 with RateLimit headers needs from limits: the decision, then the window's figures.
+        fixed.hit(item, prefix, "fixed")
+        return fixed.get_window_stats(item, prefix, "fixed")
+
+    rows.append(("limits fixed window (hit + get_window_stats: RateLimit header figures)", hit_and_stats, 0))
     rows.append(("limits moving window (hit, 1000 in window)", lambda: moving.hit(moving_item, prefix, "moving"), 0))
     rows.append(("limits sliding window counter (hit)", lambda: counter.hit(item, prefix, "counter"), 0))
     return rows + _pyrate_rows(url, prefix)

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import logging
 import math
@@ -548,12 +549,9 @@ class RedisConnection:
         }
         # Topology to learn again before the next cluster call (a node failed, or a slot moved).
         self._stale_topology = False
-        #: The sync client. A Redis Cluster client learns the slots when it is made, so one that cannot be made
-        #: (no node answers) is left unset here: :meth:`__getattr__` makes it at its first use, and a failure
-        #: there is a fault of that call (the fault policy decides, never a 500 per request).
-        self.sync: Any
-        with contextlib.suppress(redis.exceptions.RedisClusterException):
-            self.sync = self.new_client()
+        # The sync client, made now when it can be: a cluster's slots are learned here, not by a first request.
+        with contextlib.suppress(redis.exceptions.ConnectionError):
+            self.sync  # noqa: B018
         self._aio: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
         # Per loop: (its client's pool, whether _atake/_agive/_aexchange may bypass redis-py's per-call work).
         self._aio_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Any, bool]] = (
@@ -581,6 +579,10 @@ class RedisConnection:
         self._shift_us: int | None = None
         self._offset_err_us = 0
         self._resync_ns = 0
+        # True when the next call with a deadline first learns the server time with a TIME of its own (none
+        # known yet, one due again, or forgotten): a decision script never goes without a deadline, so a stalled
+        # server holds that TIME, not a script that would spend a permit when it resumes.
+        self._needs_time = True
         kwargs = self._connection_kwargs()
         timeout = kwargs.get("socket_timeout") or socket_timeout
         # _take/_give: None (use redis-py's get_connection/release) unless the sync pool is a plain
@@ -648,16 +650,18 @@ class RedisConnection:
         """The cluster slot of ``key`` (redis-py's rule for a key as this package writes it; no client needed)."""
         return int(key_slot(key.encode() if isinstance(key, str) else key))
 
-    def __getattr__(self, name: str) -> Any:
-        # Only reached while ``sync`` is unset (a cluster no node of which answered yet): make it now.
-        if name != "sync":
-            raise AttributeError(name)
+    @functools.cached_property
+    def sync(self) -> Any:
+        """The sync client (see the class docstring), made once.
+
+        A Redis Cluster client learns the slots when it is made: one that cannot be made (no node answers) is
+        a ``ConnectionError`` of the call that needed it (its fault policy decides, never a 500 per request),
+        and the next call tries again.
+        """
         try:
-            client = self.new_client()
+            return self.new_client()
         except redis.exceptions.RedisClusterException as exc:
             raise redis.exceptions.ConnectionError(f"{type(exc).__name__}: {exc}") from exc
-        self.sync = client
-        return client
 
     def aio(self) -> Any:
         """The asyncio client of the running loop (created on first use in that loop)."""
@@ -903,14 +907,42 @@ class RedisConnection:
     def deadline(self, started_ns: int) -> Any:
         """The server time (µs) after which a call started at ``started_ns`` may have been given up (never
         later than its socket timeout, whatever the offset's error); ``b""`` when the server time is not known
-        yet or due to be learned again outside an outage (the call then takes the slow path, whose reply carries
-        it; during an outage the last offset is kept until a reply ends it)."""
+        (the call then takes the slow path, whose reply carries it: only when the offset was forgotten by a
+        concurrent call after this one learned it, see :meth:`learn_server_time`).
+
+        Once the offset is due to be learned again (every :data:`TIME_RESYNC_S`, outside an outage) this call
+        keeps the last offset's deadline and the next call learns the time first.
+        """
         shift = self._shift_us
-        # A due resync goes without a deadline (the learning call's shape) only while the server answers: a
-        # probe of an outage keeps the last offset, or every probe queued in a stalled server is a ghost charge.
-        if shift is None or (started_ns > self._resync_ns and self.outage_since is None):
+        if shift is None:
             return b""
+        if started_ns > self._resync_ns and self.outage_since is None:
+            self._needs_time = True
         return started_ns // 1000 + shift
+
+    def learn_server_time(self) -> None:
+        """Learn the server-time offset from one ``TIME`` round trip on the sync client (on a cluster, to
+        redis-py's default node: the deadline margin covers the skew between nodes, ``CLUSTER_CLOCK_SKEW_US``).
+
+        Called before a call that needs a deadline when none can be computed yet (a process's first call, an
+        offset forgotten after a wrong ``LATE``) or when one is due again. A fault here (a stalled server
+        holds the ``TIME``) is the decision's fault: the fault policy answers and no script was sent, so none
+        can run late.
+        """
+        sent = time.monotonic_ns()
+        seconds, micros = self.sync.time()
+        self._learned(int(seconds) * 1_000_000 + int(micros), sent)
+
+    async def alearn_server_time(self) -> None:
+        """Async twin of :meth:`learn_server_time`, on this loop's ``redis.asyncio`` client."""
+        sent = time.monotonic_ns()
+        seconds, micros = await self.aio().time()
+        self._learned(int(seconds) * 1_000_000 + int(micros), sent)
+
+    def _learned(self, server_us: int, sent_ns: int) -> None:
+        self._needs_time = False
+        self.learn_time(server_us, sent_ns, time.monotonic_ns())
+        self.replies += 1
 
     def learn_time(self, server_us: int, sent_ns: int, received_ns: int) -> None:
         """Learn the server-time offset from a reply carrying the server's time (taken between send and receive).
@@ -933,6 +965,7 @@ class RedisConnection:
         if time.monotonic_ns() - started_ns > self._wait_us * 1000:
             return True
         self._shift_us = None
+        self._needs_time = True
         return False
 
     def recovered(self) -> None:
@@ -1017,6 +1050,8 @@ class RedisConnection:
         in one slot); a ``MOVED``/``ASK`` redirection (nothing ran) is followed once. Returns ``(reply,
         monotonic ns when the connection was held, deadline unknown)``.
         """
+        if self._needs_time and deadline_at is not None:
+            self.learn_server_time()
         if self.cluster:
             return self._run_cluster(sha, source, numkeys, args, deadline_at, tokens)
         pool = self.sync.connection_pool
@@ -1212,6 +1247,11 @@ class RedisConnection:
                 return [self.run_script(*scripts[0], numkeys, args, at, tokens)]
             except _FAULTS as exc:
                 return [(exc, time.monotonic_ns(), False)]
+        if self._needs_time and any(call[2] is not None for call in calls):
+            try:
+                self.learn_server_time()
+            except _FAULTS as exc:
+                return [(exc, time.monotonic_ns(), False) for _ in calls]
         by_node: dict[str, list[int]] = {}
         pools: dict[str, Any] = {}
         client = self.sync
@@ -1312,6 +1352,11 @@ class RedisConnection:
         scripts: Sequence[tuple[str, str]] | None,
     ) -> list[tuple[Any, int, bool]]:
         scripts = scripts or [(sha, source)] * len(calls)
+        if self._needs_time and len(calls) > 1 and any(call[2] is not None for call in calls):
+            try:
+                await self.alearn_server_time()
+            except _FAULTS as exc:
+                return [(exc, time.monotonic_ns(), False) for _ in calls]
         if not self.cluster and len(calls) > 1:
             return await self._arun_pipelined(calls, scripts)
 
@@ -1425,6 +1470,8 @@ class RedisConnection:
         deadline_at: int | None,
         tokens: Sequence[int],
     ) -> tuple[Any, int, bool]:
+        if self._needs_time and deadline_at is not None:
+            await self.alearn_server_time()
         if self.cluster:
             return await self._arun_cluster(sha, source, numkeys, args, deadline_at, tokens)
         pool, lean = self._apool()

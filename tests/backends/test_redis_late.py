@@ -273,3 +273,84 @@ def test_after_a_cool_down_one_caller_probes_and_the_others_keep_the_policy(redi
         assert len(sent) == 1 and conn.server_faults == 2  # one probe reached the server, one more fault
     finally:
         redis_server.resume()
+
+
+# ----------------------------------------------------------------------------- no call without a deadline
+
+
+def _commands(url: str, *names: str) -> int:
+    client = redis.Redis.from_url(url.split("?")[0])
+    try:
+        stats = client.info("commandstats")
+    finally:
+        client.close()
+    return sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in names)
+
+
+def _wait_for_commands(url: str, at_least: int, *names: str) -> int:
+    """Poll until the resumed server has run ``at_least`` of ``names`` (the queued ones); bounded."""
+    deadline = time.monotonic() + 20
+    calls = _commands(url, *names)
+    while calls < at_least and time.monotonic() < deadline:
+        time.sleep(0.02)
+        calls = _commands(url, *names)
+    return calls
+
+
+async def _frozen_first_calls(server, rl: RateLimiter, url: str) -> None:
+    """8 sync then 8 async decisions of a process that has no reply from the server yet, sent while it is
+    frozen (on connections opened before): every one is rejected by the closed policy."""
+    conn = rb.connection(url)
+    _open_connections(conn.sync.connection_pool, QUEUED)
+    await _aopen_connections(conn.aio().connection_pool, QUEUED)
+    assert conn._shift_us is None  # no server time known yet
+    server.pause()
+    try:
+        assert await asyncio.to_thread(_round, rl, QUEUED) == [False] * QUEUED
+        conn.answered()  # end the cool-down: the async burst reaches the frozen server too
+        assert await asyncio.gather(*(rl.aacquire_permission() for _ in range(QUEUED))) == [False] * QUEUED
+    finally:
+        server.resume()
+
+
+def test_a_process_first_calls_during_a_stall_charge_nothing_when_it_resumes(redis_server) -> None:
+    """A process's first decisions had no server time to compute a deadline from, so they went without one:
+    every one queued in a stalled server spent a permit on resume (failed before: 0 of 5 left, as the callers
+    were told "no"). Now a decision never goes without a deadline: the server time is learned first, by a
+    ``TIME`` of its own, and a stalled server holds that ``TIME``, not the script."""
+    url = f"{redis_server.url}?socket_timeout={TIMEOUT_S}"
+    loader = redis.Redis.from_url(redis_server.url)
+    loader.script_load(rb.SCRIPT)  # as another process would have: a queued EVALSHA runs (no NOSCRIPT)
+    loader.close()
+    rl = _limiter(url, "first-calls")
+    before = _commands(url, "evalsha", "eval", "time")
+    asyncio.run(_frozen_first_calls(redis_server, rl, url))
+    assert _wait_for_commands(url, before + 2 * QUEUED, "evalsha", "eval", "time") >= before + 2 * QUEUED
+    rb.connection(url).answered()
+    assert rl.metrics.available_permissions == 5  # the budget is intact
+    assert [rl.acquire_permission() for _ in range(6)] == [True] * 5 + [False]
+    assert rb.connection(url)._shift_us is not None
+
+
+def test_decisions_in_flight_when_a_due_resync_meets_a_stall_charge_nothing(redis_server) -> None:
+    """When the server time was due to be learned again (every ``TIME_RESYNC_S``), the calls of that moment went
+    without a deadline (the learning call's shape): those in flight when the server stalled were ghost charges
+    on resume (failed before: 0 of 5 left). Now they keep the last offset's deadline and the next call learns the
+    time with a ``TIME`` of its own."""
+    url = f"{redis_server.url}?socket_timeout={TIMEOUT_S}"
+    rl = _limiter(url, "due-resync")
+    assert rl.acquire_permission()  # 4 of 5 left; the server time is known
+    conn = rb.connection(url)
+    _open_connections(conn.sync.connection_pool, QUEUED)
+    before = _commands(url, "evalsha", "eval", "time")
+    conn._resync_ns = 0  # the server time is due to be learned again; no outage
+    redis_server.pause()
+    try:
+        assert _round(rl, QUEUED) == [False] * QUEUED
+    finally:
+        redis_server.resume()
+    assert _wait_for_commands(url, before + QUEUED, "evalsha", "eval", "time") >= before + QUEUED
+    conn.answered()
+    assert rl.metrics.available_permissions == 4  # the budget is intact
+    assert [rl.acquire_permission() for _ in range(5)] == [True] * 4 + [False]
+    assert conn._resync_ns > time.monotonic_ns()  # and the server time was learned again
