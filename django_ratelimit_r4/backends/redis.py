@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import hashlib
 import logging
 import math
@@ -549,9 +548,14 @@ class RedisConnection:
         }
         # Topology to learn again before the next cluster call (a node failed, or a slot moved).
         self._stale_topology = False
-        # The sync client, made now when it can be: a cluster's slots are learned here, not by a first request.
-        with contextlib.suppress(redis.exceptions.ConnectionError):
-            self.sync  # noqa: B018
+        #: The sync client. A Redis Cluster client learns the slots when it is made, so one that cannot be made
+        #: (no node answers) is left unset here: :meth:`__getattr__` makes it at its first use, and a failure
+        #: there is a fault of that call (the fault policy decides, never a 500 per request). Not a
+        #: functools.cached_property: on Python 3.10/3.11 its lock is one per class, so the first calls of every
+        #: connection would wait in turn behind one blackholed cluster's connect timeout.
+        self.sync: Any
+        with contextlib.suppress(redis.exceptions.RedisClusterException):
+            self.sync = self.new_client()
         self._aio: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
         # Per loop: (its client's pool, whether _atake/_agive/_aexchange may bypass redis-py's per-call work).
         self._aio_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Any, bool]] = (
@@ -650,18 +654,16 @@ class RedisConnection:
         """The cluster slot of ``key`` (redis-py's rule for a key as this package writes it; no client needed)."""
         return int(key_slot(key.encode() if isinstance(key, str) else key))
 
-    @functools.cached_property
-    def sync(self) -> Any:
-        """The sync client (see the class docstring), made once.
-
-        A Redis Cluster client learns the slots when it is made: one that cannot be made (no node answers) is
-        a ``ConnectionError`` of the call that needed it (its fault policy decides, never a 500 per request),
-        and the next call tries again.
-        """
+    def __getattr__(self, name: str) -> Any:
+        # Only reached while ``sync`` is unset (a cluster no node of which answered yet): make it now.
+        if name != "sync":
+            raise AttributeError(name)
         try:
-            return self.new_client()
+            client = self.new_client()
         except redis.exceptions.RedisClusterException as exc:
             raise redis.exceptions.ConnectionError(f"{type(exc).__name__}: {exc}") from exc
+        self.sync = client
+        return client
 
     def aio(self) -> Any:
         """The asyncio client of the running loop (created on first use in that loop)."""
