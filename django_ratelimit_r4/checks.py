@@ -7,7 +7,9 @@ Silence one with ``SILENCED_SYSTEM_CHECKS = ["ratelimit_r4.W001"]``.
 
 :func:`check_url_names` (tag ``urls``) walks the URLconf, importing the views, and reports every
 instance name that routed views use (decorators, ``method_decorator`` on class-based views, DRF
-throttles) and that is not configured, with the closest configured name.
+throttles) and that is not configured, with the closest configured name; every permit demand above a limit
+(E025); and every group of rate limiters one decorator or throttle decides all-or-nothing that holds a limit whose
+third-party backend cannot take part in such a decision (E035, :func:`_group_messages`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 
 from django.core.checks import CheckMessage, Error, Tags, register
 from django.core.checks import Warning as CheckWarning
+from django.utils.module_loading import import_string
 
 from . import conf
 from .conf import Code, Problem
@@ -282,6 +285,48 @@ def _view_names(callback: Any) -> Iterator[tuple[str, str, bool, str]]:
         yield "ratelimiters", name, explicit, where
 
 
+def _drf_groups(cls: type, initkwargs: Mapping[str, Any]) -> Iterator[tuple[tuple[str, ...], bool]]:
+    """``(names, key_override)`` of every RateLimiterThrottle on the view deciding several names at once (its
+    ``rate_limiter`` list; the drop-ins decide one scope each)."""
+    try:
+        from .rest_framework import RateLimiterThrottle, _ScopeThrottle
+    except ImportError:
+        return
+    view = _ViewAttrs(cls, initkwargs)
+    throttles = getattr(view, "throttle_classes", None) or ()
+    if isinstance(throttles, str | bytes) or not isinstance(throttles, Iterable):
+        return
+    for throttle in throttles:
+        if (
+            isinstance(throttle, type)
+            and issubclass(throttle, RateLimiterThrottle)
+            and not issubclass(throttle, _ScopeThrottle)
+        ):
+            names = tuple(name for name, explicit in throttle.referenced_names(view) if explicit)
+            if len(names) > 1:
+                yield names, False  # the throttle's gate has no key=: each instance's own key option
+
+
+def _view_groups(callback: Any) -> Iterator[tuple[tuple[str, ...], bool, str]]:
+    """``(names, key_override, view)`` of every group of rate limiters a routed view decides all-or-nothing."""
+    from .decorators import decision_groups
+
+    cls = getattr(callback, "view_class", None) or getattr(callback, "cls", None)
+    if not isinstance(cls, type):
+        cls = None
+    where = _qualname(cls if cls is not None else callback)
+    for group in decision_groups(callback):
+        yield group.names, group.key_override, where
+    if cls is None:
+        return
+    for fn in _class_functions(cls):
+        for group in decision_groups(fn):
+            yield group.names, group.key_override, where
+    initkwargs = getattr(callback, "initkwargs", None)
+    for names, key_override in _drf_groups(cls, initkwargs if isinstance(initkwargs, Mapping) else {}):
+        yield names, key_override, where
+
+
 def _drf_permits(cls: type, initkwargs: Mapping[str, Any]) -> Iterator[tuple[str, int]]:
     """``(rate limiter name, rate_limiter_permits)`` of the view's RateLimiterThrottle classes, when above 1."""
     try:
@@ -350,6 +395,121 @@ def _permits_messages(analysis: conf.Analysis, demands: dict[tuple[str, int], li
     return messages
 
 
+# What holds a limit's state, as far as the setting and the factory's class tell without building anything.
+_MEMORY = "memory"  # our in-process stores (keyed.py decides them all-or-nothing under their locks)
+_REDIS = "redis"  # our Redis stores (one script per connection; memory + Redis: the mixed path)
+_LOCAL_THIRD_PARTY = "third party, in process"  # only the protocols: no step in a decision over several limits
+_UNKNOWN = "unknown"  # known only once built: the check says nothing (the first request still raises)
+
+
+def _holder_kind(backend: conf.BackendSpec, keyed: bool) -> str:
+    """What a keyed (``keyed_store``) or unkeyed (``backend_factory``) limit on ``backend`` is decided by.
+
+    A ``BACKEND`` dotted path is imported (``conf.analyse`` already imported it to validate it) but never called,
+    so nothing is built or connected at check time. A factory class declaring ``per_process = True`` (the
+    ``Store`` attribute: its state lives in this process) whose method is not the memory store's own holds that
+    limit in a third party's holder, which has only the protocols; a memory store subclass keeping the method
+    holds it in ours. Anything else (a function factory, a store whose state is shared, whose holders may be
+    remote and decided alone or through ``AllOrNothingPlace``) is unknown until built.
+    """
+    if backend.backend in conf.BUILTIN_BACKENDS:
+        return backend.backend
+    try:
+        factory = import_string(backend.factory_path)
+    except Exception:  # reported by check_settings (E009)
+        return _UNKNOWN
+    if not isinstance(factory, type) or getattr(factory, "per_process", None) is not True:  # a property: unknown
+        return _UNKNOWN
+    from .backends.memory import MemoryStore
+
+    method = "keyed_store" if keyed else "backend_factory"
+    if issubclass(factory, MemoryStore) and getattr(factory, method, None) is getattr(MemoryStore, method):
+        return _MEMORY
+    return _LOCAL_THIRD_PARTY
+
+
+#: ``(name, alias, keyed, kind)`` of one limit of a decision group.
+_Member = tuple[str, str, bool, str]
+
+
+def _group_members(analysis: conf.Analysis, names: tuple[str, ...], key_override: bool) -> list[_Member] | None:
+    """Each limit of a group as the gate would build it (a DRF scope with a None rate is left out, as the throttle
+    does); None when a name is not a valid rate limiter (E024 or the settings check reports that first)."""
+    members: list[_Member] = []
+    for name in names:
+        if name in analysis.unthrottled_scopes:
+            continue
+        spec = analysis.specs["ratelimiters"].get(name)
+        backend = analysis.backends.get(spec.options.get("backend", "default")) if spec is not None else None
+        if spec is None or backend is None:
+            return None
+        keyed = key_override or spec.options.get("key") is not None
+        members.append((name, backend.alias, keyed, _holder_kind(backend, keyed)))
+    return members
+
+
+def _not_combinable(members: list[_Member]) -> Iterator[tuple[_Member, str]]:
+    """``(limit, why)`` for each limit of a group of two or more that the first request cannot decide with the
+    others, as keyed.py finds it:
+
+    * a keyed limit in a third party's in-process store: ``_acquire_memory`` raises ``TypeError``
+      (``_not_combinable``): the ``KeyedBackend`` protocol has no all-or-nothing step;
+    * an unkeyed one with an unkeyed in-process limit of another store: one ``acquire_many`` over both, which
+      decides only backends of its own kind (``backends.memory.acquire_many`` raises ``TypeError``, and the
+      protocol asks the same of a third party's);
+    * an unkeyed one with a Redis limit: the mixed path takes it first and, when Redis refuses, gives it back
+      with ``give_back``, which the protocol does not have (``AllOrNothingPlan`` refuses the combination).
+    """
+    if len(members) < 2:
+        return
+    for member in members:
+        _, alias, keyed, kind = member
+        if kind != _LOCAL_THIRD_PARTY:
+            continue
+        if keyed:
+            yield member, "whose keyed store has only the KeyedBackend protocol: it decides its limits one at a time"
+            continue
+        other = next(
+            (m for m in members if not m[2] and m[3] in (_MEMORY, _LOCAL_THIRD_PARTY) and m[1] != alias), None
+        )
+        if other is not None:
+            yield member, (
+                "whose backend decides several limits at once only with backends of its own store "
+                f"(acquire_many), not with {other[0]!r}'s (backend {other[1]!r})"
+            )
+            continue
+        remote = next((m for m in members if m[3] == _REDIS), None)
+        if remote is not None:
+            yield member, (
+                f"whose backend cannot give a permit back (the protocol has no give_back), which a decision with "
+                f"{remote[0]!r} (backend {remote[1]!r}, Redis) needs when Redis refuses"
+            )
+
+
+def _group_messages(
+    analysis: conf.Analysis, groups: dict[tuple[tuple[str, ...], bool], list[str]]
+) -> list[CheckMessage]:
+    """E035 for every limit of a decision group that the first request could not decide with the others."""
+    messages: list[CheckMessage] = []
+    for (names, key_override), places in groups.items():
+        members = _group_members(analysis, names, key_override)
+        for (name, alias, keyed, _), why in _not_combinable(members or []):
+            spec = analysis.specs["ratelimiters"][name]
+            factory = analysis.backends[alias].factory_path
+            where = spec.origins.get("backend", conf.setting_path("ratelimiters", "instances", name, "backend"))
+            messages.append(
+                Error(
+                    f"{_places(places)}: decides rate limiters {list(names)!r} all-or-nothing, but {name!r} is "
+                    f"{'keyed' if keyed else 'unkeyed'} on backend {alias!r} ({factory}, a third-party store kept "
+                    f"in each process), {why}; the first request would fail with TypeError",
+                    hint=f"Decide {name!r} in its own @ratelimit (stacked with one for the others), or give it a "
+                    f"memory or redis backend ({where}).",
+                    id=Code.NOT_ALL_OR_NOTHING.check_id,
+                )
+            )
+    return messages
+
+
 def _places(places: list[str]) -> str:
     shown = ", ".join(places[:_SHOWN_PLACES])
     more = len(places) - _SHOWN_PLACES
@@ -390,7 +550,8 @@ def _unknown_name_message(
 
 @register(Tags.urls)
 def check_url_names(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """Report instance names used by routed views (decorators, DRF throttles) that are not configured.
+    """Report instance names used by routed views (decorators, DRF throttles) that are not configured, permit
+    demands above a limit (E025) and decision groups the first request could not decide (E035).
 
     Walks the URLconf, which imports the views; a view that cannot be imported is skipped (Django's own
     URL checks report it). Registered with the ``urls`` tag, so ``manage.py check`` runs it.
@@ -408,12 +569,18 @@ def check_url_names(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
     analysis = conf.analyse(conf.raw_setting(), conf.drf_throttle_rates())
     uses: dict[tuple[str, str, bool], list[str]] = {}
     demands: dict[tuple[str, int], list[str]] = {}
+    groups: dict[tuple[tuple[str, ...], bool], list[str]] = {}
     for route, callback in _routed_views(patterns):
         try:
             names = list(_view_names(callback))
             permits = list(_view_permits(callback))
+            decided = list(_view_groups(callback))
         except Exception:  # an exotic callable: never crash the check
             continue
+        for group, key_override, view in decided:
+            places = groups.setdefault((group, key_override), [])
+            if f"{view} (URL '{route}')" not in places:
+                places.append(f"{view} (URL '{route}')")
         for name, count, view in permits:
             places = demands.setdefault((name, count), [])
             if f"{view} (URL '{route}')" not in places:
@@ -433,4 +600,5 @@ def check_url_names(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
         messages.append(_unknown_name_message(analysis, section, name, explicit, places, known))
     if not analysis.section_problems["ratelimiters"]:
         messages.extend(_permits_messages(analysis, demands))
+        messages.extend(_group_messages(analysis, groups))
     return messages

@@ -208,6 +208,11 @@ class Code(enum.Enum):
         "E034",
         "a redis backend's cluster, sentinel or TLS options do not fit together or with its LOCATION",
     )
+    NOT_ALL_OR_NOTHING = (
+        "E035",
+        "a routed view decides several rate limiters all-or-nothing, one of them on a third-party backend that "
+        "cannot take part in such a decision",
+    )
     MEMORY_MULTIPROCESS = ("W001", "in-memory rate limiters in a deployment that looks multi-process")
     METRICS_WITHOUT_PROMETHEUS = ("W002", "metrics is True but prometheus_client is not installed")
     SHORT_TOKEN = ("W003", "state_endpoint_token is shorter than 32 characters")

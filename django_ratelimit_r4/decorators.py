@@ -48,6 +48,7 @@ import functools
 import inspect
 import threading
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
@@ -68,9 +69,11 @@ from .responses import HANDLED_EXCEPTIONS, bulkhead_retry_after_ns, rejection_re
 
 __all__ = [
     "UNSAFE_METHODS",
+    "DecisionGroup",
     "RateLimitGate",
     "bulkhead",
     "circuitbreaker",
+    "decision_groups",
     "fallback_exceptions",
     "method_filter",
     "permit_demands",
@@ -89,6 +92,20 @@ _RERAISE = object()
 # decorators and a method_decorator list, where one shared attribute would keep only the last decorator's.
 _USES_PREFIX = "_r4_uses:"
 _PERMITS_PREFIX = "_r4_permits:"
+# One attribute per decorator deciding several rate limiters at once, its value that DecisionGroup: the names of
+# stacked decorators are each decided alone, so the check must know which names one decorator decides together.
+_GROUP_PREFIX = "_r4_group:"
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionGroup:
+    """The rate limiters one ``@ratelimit([...])`` / ``@resilient(ratelimiter=[...])`` decides all-or-nothing
+    (read by ``manage.py check``, :func:`decision_groups`); recorded only for two or more names."""
+
+    #: The instance names, in the decorator's order.
+    names: tuple[str, ...]
+    #: True when the decorator's ``key=`` makes every limit keyed (else each instance's ``key`` option decides).
+    key_override: bool
 
 
 def referenced_names(fn: object) -> set[tuple[str, str]]:
@@ -105,6 +122,22 @@ def referenced_names(fn: object) -> set[tuple[str, str]]:
                 if isinstance(attr, str) and attr.startswith(_USES_PREFIX):
                     section, _, name = attr[len(_USES_PREFIX) :].partition(":")
                     found.add((section, name))
+        fn = getattr(fn, "__wrapped__", None)
+        seen += 1
+    return found
+
+
+def decision_groups(fn: object) -> set[DecisionGroup]:
+    """Every :class:`DecisionGroup` the decorators on ``fn`` decide (for checks; follows ``__wrapped__`` as
+    :func:`referenced_names` does)."""
+    found: set[DecisionGroup] = set()
+    seen = 0
+    while fn is not None and seen < 32:
+        attrs = getattr(fn, "__dict__", None)
+        if isinstance(attrs, dict):
+            for attr, value in attrs.items():
+                if isinstance(attr, str) and attr.startswith(_GROUP_PREFIX) and isinstance(value, DecisionGroup):
+                    found.add(value)
         fn = getattr(fn, "__wrapped__", None)
         seen += 1
     return found
@@ -197,6 +230,12 @@ class _Resilience:
         self.uses = tuple(f"{_USES_PREFIX}{section}:{name}" for section, name in uses if name)
         if self.gate is not None and permits > 1:  # what manage.py check compares with limit_for_period
             self.uses += tuple(f"{_PERMITS_PREFIX}{name}:{permits}" for name in self.gate.names)
+        #: ``(attribute, DecisionGroup)`` put on the wrapper when the gate decides several names (what manage.py
+        #: check reads to find limits that cannot be decided together, ratelimit_r4.E035); None otherwise.
+        self.group: tuple[str, DecisionGroup] | None = None
+        if self.gate is not None and len(self.gate.names) > 1:
+            names = self.gate.names
+            self.group = (f"{_GROUP_PREFIX}{names!r}:{key is not None}", DecisionGroup(names, key is not None))
 
     def instances(self) -> tuple[Any, Any, Any, Any, int, Any]:
         """``(retry, circuit breaker, time limiter, bulkhead, bulkhead retry_after ns, adaptive throttler)`` now."""
@@ -296,6 +335,8 @@ class _Resilience:
         wrapper = functools.wraps(fn)((self._async_wrapper if async_fn else self._sync_wrapper)(fn, only_gate))
         for use in self.uses:  # what manage.py check reads (referenced_names); fn's own came with wraps
             wrapper.__dict__[use] = True
+        if self.group is not None:  # read by decision_groups
+            wrapper.__dict__[self.group[0]] = self.group[1]
         return wrapper  # type: ignore[return-value]
 
     def _sync_wrapper(self, fn: Callable[..., Any], only_gate: bool) -> Callable[..., Any]:

@@ -26,6 +26,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from django_ratelimit_r4.backends.memory import MemoryBackend, MemoryStore
 from django_ratelimit_r4.checks import check_url_names
 from django_ratelimit_r4.decorators import bulkhead, circuitbreaker, ratelimit, resilient, retry, timelimiter
 from django_ratelimit_r4.rest_framework import AnonRateThrottle, RateLimiterThrottle
@@ -381,3 +382,240 @@ def test_permits_above_a_gcra_burst_are_check_errors_naming_burst(settings: Any)
         "asks for 3 permits per request, but rate limiter 'api' allows only 2 at once "
         '(RATELIMIT_R4["ratelimiters"]["instances"]["api"]["burst"])' in message.msg
     )
+
+
+# ---------------------------------------- a third-party backend in an all-or-nothing decision (issue 9, E035)
+
+#: The methods and attributes of core.backend.KeyedBackend / RateLimiterBackend: all a third party's holder has.
+KEYED_PROTOCOL = frozenset(
+    {"remote", "rejection_quotas", "successful_calls", "failed_calls", "lossy_evictions", "decide", "adecide",
+     "decide_quota", "adecide_quota", "state", "quota", "aquota", "drain", "reset", "set_clock", "purge", "keys",
+     "live_keys"}
+)
+UNKEYED_PROTOCOL = frozenset(
+    {"successful_calls", "failed_calls", "acquire", "state", "quota", "drain", "change_limit", "reset"}
+)
+
+
+class ProtocolOnlyKeyed:
+    """A third party's in-process keyed store: the KeyedBackend protocol and nothing else."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in KEYED_PROTOCOL:
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._inner
+
+
+class ProtocolOnlyBackend:
+    """A third party's in-process unkeyed backend: the protocol, its acquire_many over backends of its own type."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in UNKEYED_PROTOCOL:
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+    def acquire_many(self, backends: Any, permits: int) -> Any:
+        if not all(isinstance(b, ProtocolOnlyBackend) for b in backends):
+            raise TypeError("cannot combine other backends with ProtocolOnlyBackends in one decision")
+        from django_ratelimit_r4.backends.memory import acquire_many
+
+        return acquire_many([b._inner for b in backends], permits)
+
+
+class InProcessKeyedStore(MemoryStore):
+    """BACKEND by dotted path, per process, keyed limits in its own store (unkeyed ones are the memory store's)."""
+
+    def keyed_store(self, name: str, config: Any, **kwargs: Any) -> Any:
+        return ProtocolOnlyKeyed(super().keyed_store(name, config, **kwargs))
+
+
+class InProcessUnkeyedStore(MemoryStore):
+    """BACKEND by dotted path, per process, unkeyed limits on its own backend (keyed ones are the memory store's)."""
+
+    def backend_factory(self, on_error: str | None) -> Any:
+        return lambda *args: ProtocolOnlyBackend(MemoryBackend(*args))
+
+
+class SharedStore(MemoryStore):
+    """A store saying its budgets are shared (per_process False): what its holders can do is known only once built."""
+
+    per_process = False
+
+
+def opaque_store(alias: str, location: str | None, options: Any) -> Any:
+    """A function factory: nothing about its store is known before it is called."""
+    return InProcessKeyedStore(alias, location, options)
+
+
+def third_party_setting() -> dict[str, Any]:
+    return {
+        "backends": {
+            "local_keyed": {"BACKEND": f"{__name__}.InProcessKeyedStore"},
+            "local_unkeyed": {"BACKEND": f"{__name__}.InProcessUnkeyedStore"},
+            "shared_tp": {"BACKEND": f"{__name__}.SharedStore"},
+            "opaque": {"BACKEND": f"{__name__}.opaque_store"},
+            "cluster": {"BACKEND": "redis", "LOCATION": "redis://127.0.0.1:6379/15"},  # never connected here
+        },
+        "ratelimiters": {
+            "configs": {"default": {"limit_refresh_period": "1h"}},
+            "instances": {
+                "pool": {"limit_for_period": 5},
+                "per_ip": {"limit_for_period": 5, "key": "ip"},
+                "tp_ip": {"limit_for_period": 5, "backend": "local_keyed", "key": "ip"},
+                "tp_ip2": {"limit_for_period": 5, "backend": "local_keyed", "key": "ip"},
+                "tp_pool": {"limit_for_period": 5, "backend": "local_unkeyed"},
+                "tp_pool2": {"limit_for_period": 5, "backend": "local_unkeyed"},
+                "shared_ip": {"limit_for_period": 5, "backend": "shared_tp", "key": "ip"},
+                "opaque_ip": {"limit_for_period": 5, "backend": "opaque", "key": "ip"},
+                "redis_pool": {"limit_for_period": 5, "backend": "cluster"},
+                "redis_ip": {"limit_for_period": 5, "backend": "cluster", "key": "ip"},
+            },
+        },
+    }
+
+
+#: (names one decorator decides, its key=, whether they cannot be decided together in this process). The
+#: check must say so exactly when the first request raises TypeError.
+IN_PROCESS_GROUPS: list[tuple[tuple[str, ...], str | None, bool]] = [
+    (("pool", "tp_ip"), None, True),  # a keyed limit on a protocol-only store, with any other limit
+    (("per_ip", "tp_ip"), None, True),
+    (("tp_ip", "tp_ip2"), None, True),  # even two of the same store: the protocol has no all-or-nothing step
+    (("tp_pool", "pool"), None, True),  # an unkeyed third-party backend with the memory backend's
+    (("pool", "tp_pool"), None, True),
+    (("tp_ip",), None, False),  # alone: decided by its store
+    (("tp_pool", "per_ip"), None, False),  # keyed limits are peeked, the one unkeyed backend decides itself
+    (("tp_pool", "tp_pool2"), None, False),  # acquire_many over backends of its own type
+    (("tp_pool", "pool"), "ip", False),  # key= makes both keyed: tp_pool's keyed store is the memory store's
+    (("pool", "per_ip"), None, False),
+]
+
+
+def _group_view(names: tuple[str, ...], key: str | None) -> Any:
+    @ratelimit(list(names), key=key)
+    def view(request: HttpRequest) -> HttpResponse:
+        return HttpResponse("ok")
+
+    view.__qualname__ = "group_" + "_".join(names) + (f"_key_{key}" if key else "")
+    return view
+
+
+@pytest.mark.parametrize(("names", "key", "fails"), IN_PROCESS_GROUPS, ids=lambda v: repr(v))
+def test_a_decision_group_the_first_request_cannot_decide_is_a_check_error(
+    settings: Any, names: tuple[str, ...], key: str | None, fails: bool
+) -> None:
+    """E035 exactly when the first request through the decorator raises TypeError (the check mirrors keyed.py)."""
+    settings.RATELIMIT_R4 = third_party_setting()
+    settings.ROOT_URLCONF = urlconf(path("group/", _group_view(names, key)))
+    found = [m for m in check_url_names() if m.id == "ratelimit_r4.E035"]
+    if fails:
+        with pytest.raises(TypeError, match="cannot combine"):
+            Client().get("/group/", REMOTE_ADDR="203.0.113.9")
+        assert found  # one message per limit that cannot join (two for ("tp_ip", "tp_ip2"))
+        for message in found:
+            assert "URL 'group/'" in message.msg and repr(list(names)) in message.msg
+            assert "the first request would fail with TypeError" in message.msg
+            assert "in its own @ratelimit" in message.hint and "memory or redis backend" in message.hint
+    else:
+        assert found == []
+        assert Client().get("/group/", REMOTE_ADDR="203.0.113.9").status_code == 200
+
+
+def test_e035_names_the_view_the_limits_the_backend_and_fails_manage_py_check(settings: Any) -> None:
+    settings.RATELIMIT_R4 = third_party_setting()
+    settings.ROOT_URLCONF = urlconf(path("orders/", _group_view(("pool", "tp_ip"), None)))
+    (message,) = check_url_names()
+    assert message.id == "ratelimit_r4.E035"
+    assert message.msg == (
+        "tests.test_checks_urls.group_pool_tp_ip (URL 'orders/'): decides rate limiters ['pool', 'tp_ip'] "
+        "all-or-nothing, but 'tp_ip' is keyed on backend 'local_keyed' (tests.test_checks_urls.InProcessKeyedStore, "
+        "a third-party store kept in each process), whose keyed store has only the KeyedBackend protocol: it "
+        "decides its limits one at a time; the first request would fail with TypeError"
+    )
+    assert message.hint == (
+        "Decide 'tp_ip' in its own @ratelimit (stacked with one for the others), or give it a memory or redis "
+        'backend (RATELIMIT_R4["ratelimiters"]["instances"]["tp_ip"]["backend"]).'
+    )
+    with pytest.raises(SystemCheckError, match=r"ratelimit_r4\.E035"):
+        call_command("check")
+
+
+class DrfThirdPartyGroup(APIView):
+    throttle_classes = [RateLimiterThrottle]
+    rate_limiter = ["pool", "tp_ip"]
+
+    def get(self, request: Any) -> Response:
+        return Response({})
+
+
+class MethodThirdPartyGroup(View):
+    @method_decorator(ratelimit(["tp_pool", "pool"]))
+    def get(self, request: HttpRequest) -> HttpResponse:
+        return HttpResponse("never")
+
+
+@ratelimit("pool")
+@ratelimit("tp_ip")
+def stacked_alone(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+def test_drf_throttles_and_class_based_views_are_checked_and_stacked_decorators_are_not_a_group(
+    settings: Any,
+) -> None:
+    settings.RATELIMIT_R4 = third_party_setting()
+    settings.ROOT_URLCONF = urlconf(
+        path("drf/", DrfThirdPartyGroup.as_view()),
+        path("method/", MethodThirdPartyGroup.as_view()),
+        path("stacked/", stacked_alone),
+    )
+    found = {m.msg: m for m in check_url_names()}
+    assert {m.id for m in found.values()} == {"ratelimit_r4.E035"}
+    assert len(found) == 2, list(found)
+    drf = next(m for m in found if "DrfThirdPartyGroup (URL 'drf/')" in m)
+    assert "'tp_ip' is keyed on backend 'local_keyed'" in drf
+    method = next(m for m in found if "MethodThirdPartyGroup (URL 'method/')" in m)
+    assert "'tp_pool' is unkeyed on backend 'local_unkeyed'" in method and "'pool'" in method
+    with pytest.raises(TypeError, match="cannot combine"):
+        Client().get("/drf/", REMOTE_ADDR="203.0.113.9")
+    assert [Client().get("/stacked/", REMOTE_ADDR="203.0.113.9").status_code for _ in range(2)] == [200, 200]
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        ("pool", "redis_pool"),  # memory and Redis: the mixed path decides them
+        ("per_ip", "redis_ip", "pool"),
+        ("shared_ip", "pool"),  # a store saying its state is shared: its holders are known only once built
+        ("opaque_ip", "pool"),  # a function factory: nothing is known before it is called (documented)
+    ],
+)
+def test_combinations_the_check_cannot_refuse_from_settings_stay_silent(settings: Any, names: tuple[str, ...]) -> None:
+    settings.RATELIMIT_R4 = third_party_setting()
+    settings.ROOT_URLCONF = urlconf(path("group/", _group_view(names, None)))
+    assert check_url_names() == []
+
+
+def test_an_unkeyed_third_party_backend_with_a_redis_limit_is_a_check_error(settings: Any) -> None:
+    """When Redis refuses, the mixed path gives the in-process take back with give_back, which the protocol has not:
+    the first request raises TypeError before taking anything (tests/backends/test_backends_config.py)."""
+    settings.RATELIMIT_R4 = third_party_setting()
+    settings.ROOT_URLCONF = urlconf(path("group/", _group_view(("tp_pool", "redis_ip"), None)))
+    (message,) = check_url_names()
+    assert message.id == "ratelimit_r4.E035"
+    assert (
+        "'tp_pool' is unkeyed on backend 'local_unkeyed' (tests.test_checks_urls.InProcessUnkeyedStore, a "
+        "third-party store kept in each process), whose backend cannot give a permit back (the protocol has no "
+        "give_back), which a decision with 'redis_ip' (backend 'cluster', Redis) needs when Redis refuses"
+    ) in message.msg
