@@ -458,7 +458,8 @@ def _not_combinable(members: list[_Member]) -> Iterator[tuple[_Member, str]]:
       decides only backends of its own kind (``backends.memory.acquire_many`` raises ``TypeError``, and the
       protocol asks the same of a third party's);
     * an unkeyed one with a Redis limit: the mixed path takes it first and, when Redis refuses, gives it back
-      with ``give_back``, which the protocol does not have (``AllOrNothingPlan`` refuses the combination).
+      with ``give_back``, which the protocol does not have (``keyed._refuse_without_give_back`` raises ``TypeError``
+      before anything is taken).
     """
     if len(members) < 2:
         return

@@ -1053,6 +1053,20 @@ def _not_combinable(entries: Sequence[tuple[Any, str | None]], store: Any) -> Ty
     )
 
 
+def _refuse_without_give_back(plain: Sequence[tuple[int, Any]]) -> None:
+    """Before a mixed decision takes an unkeyed in-process limit that is not ours: a TypeError naming the first
+    whose backend has no ``give_back`` (not in the protocol), which the mixed path needs when the remote limits
+    refuse (it was an AttributeError then, with the permit spent)."""
+    for _, limiter in plain:
+        if not hasattr(limiter.backend, "give_back"):
+            raise TypeError(
+                f"cannot combine rate limiter {limiter.name!r} ({type(limiter.backend).__name__}) with Redis limits "
+                "in one all-or-nothing decision: its permits are taken first and given back when Redis refuses, and "
+                "it has no give_back (a backend with only the RateLimiterBackend protocol decides alone or with "
+                "in-process limits)"
+            )
+
+
 def acquire_all_keyed(
     entries: Sequence[tuple[RateLimiter | KeyedRateLimiter, str | None]], permits: int = 1
 ) -> tuple[int, int] | None:
@@ -1339,6 +1353,8 @@ def _acquire_memory(
             if plain:
                 backends = [lim.backend for _, lim in plain]
                 if taken is None or not all(isinstance(b, _IN_MEMORY) for b in backends):
+                    if taken is not None:  # a mixed decision over a backend not ours (never on our backends' path)
+                        _refuse_without_give_back(plain)
                     outcome = backends[0].acquire_many(backends, permits)
                 else:
                     tokens: list[Any] = []

@@ -260,6 +260,67 @@ def test_a_third_party_keyed_store_decides_alone_and_refuses_all_or_nothing_clea
         assert pool.metrics.available_permissions == 5 and keyed.quota("203.0.113.9")[0] == 2
 
 
+#: The methods and attributes of core.backend.RateLimiterBackend: all that a third-party unkeyed backend has.
+UNKEYED_PROTOCOL = frozenset(
+    {"successful_calls", "failed_calls", "acquire", "state", "quota", "drain", "change_limit", "reset"}
+)
+
+
+class ProtocolOnlyBackend:
+    """A third-party in-process backend: the protocol and nothing else; ``acquire_many`` over its own kind."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in UNKEYED_PROTOCOL:
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+    def acquire_many(self, backends: Any, permits: int) -> Any:
+        from django_ratelimit_r4.backends.memory import acquire_many
+
+        return acquire_many([b._inner for b in backends], permits)
+
+
+class ProtocolOnlyUnkeyedStore(MemoryStore):
+    def backend_factory(self, on_error: str | None) -> Any:
+        return lambda *args: ProtocolOnlyBackend(MemoryBackend(*args))
+
+
+@ratelimit(["third_party_pool", "remote_small"])
+def third_party_and_redis_view(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+urlpatterns.append(path("third-party-and-redis/", third_party_and_redis_view))
+
+
+def test_a_third_party_unkeyed_backend_with_a_redis_limit_is_refused_before_anything_is_taken(
+    redis_url: str, prefix: str
+) -> None:
+    """The mixed path takes the in-process limits first and gives them back with give_back when Redis refuses, which
+    the protocol has not: that was an AttributeError at the first refusal (a 500 only when Redis said no, with the
+    in-process permit spent). Now a TypeError naming the limit, whatever Redis says, with nothing taken
+    (manage.py check reports it first: ratelimit_r4.E035)."""
+    from django_ratelimit_r4.keyed import acquire_all_keyed
+
+    setting = mixed(redis_url, prefix)
+    setting["backends"]["custom"] = {"BACKEND": f"{__name__}.ProtocolOnlyUnkeyedStore"}
+    setting["ratelimiters"]["instances"]["third_party_pool"] = {"limit_for_period": 3, "backend": "custom"}
+    with override_settings(RATELIMIT_R4=setting):
+        third_party, remote = get_rate_limiter("third_party_pool"), get_rate_limiter("remote_small")
+        assert isinstance(third_party.backend, ProtocolOnlyBackend)
+        for granted in (True, True, False):  # Redis grants twice, then refuses
+            for entries in ([(third_party, None), (remote, None)], [(remote, None), (third_party, None)]):
+                with pytest.raises(TypeError, match=r"'third_party_pool'.*give_back"):
+                    acquire_all_keyed(entries)
+            with pytest.raises(TypeError, match=r"'third_party_pool'.*give_back"):
+                Client().get("/third-party-and-redis/")
+            assert remote.acquire_permission() is granted
+        assert available("third_party_pool") == 3  # nothing was ever taken from it
+
+
 def test_a_broken_backend_breaks_only_its_instances(redis_url: str, prefix: str) -> None:
     setting = side_by_side(redis_url, prefix)
     setting["backends"]["shared"]["OPTIONS"]["socket_timout"] = "1s"
