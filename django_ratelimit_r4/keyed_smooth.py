@@ -10,12 +10,14 @@ absent, the oldest entries swept two at a time when a key is inserted, the one a
 
 State per live key: GCRA one int (the theoretical arrival time scaled by the limit), its entry moved to the end
 at every grant (least recently used first); the sliding window a small object with an
-``array('q')`` ring of the last ``limit`` hand-over times (8 bytes a permit, oldest at ``ring[head]``, newest
-at ``ring[head - 1]``), the index of its oldest slot, the end of the slots known out of the window and when the
-next one leaves it (see :class:`SlidingWindowKeyedStore`), about ``8 * limit + 320`` bytes with the key and its
-entry
-(``python benchmarks/bench_keyed_memory.py --algorithm sliding_window`` measures it), mutated in place under the
-lock; its entry moves to the end at its first grant in each period
+``array('q')`` ring of its newest hand-over times (8 bytes a slot, oldest at ``ring[head]``, newest at
+``ring[head - 1]``), the index of its oldest slot, the end of the slots known out of the window and when the
+next one leaves it (see :class:`SlidingWindowKeyedStore`). The ring grows with use: a new key's holds
+``first_slots`` (4) and it doubles, up to ``limit``, only when a permit would overwrite a time still in the
+window, so it is at most twice the most permits the key held in one window: about 390 bytes with the key and
+its entry for a client of one request whatever the limit, ``8 * limit`` more at most for one that used all of
+it (``python benchmarks/bench_keyed_memory.py --algorithm sliding_window`` measures it), mutated in place under
+the lock; its entry moves to the end at its first grant in each period
 (from the store's anchor), so the store is ordered by the period of last use, as the cycle store is. A key is
 full again, so dropped for free, at most ``burst * period / limit`` (GCRA) or one period (sliding window) after
 its last hand-over, so ``idle_timeout_ns`` never needs to drop state.
@@ -241,39 +243,111 @@ class SmoothKeyedStore(MemoryKeyedStore):
 class SlidingWindowKeyedStore(SmoothKeyedStore):
     """The exact sliding window per key (:func:`~.backends.algorithms.sliding_decide` over absolute clock time).
 
-    A key's state is a ``_Log`` (``ring``, ``head``, ``edge``, ``after``, ``mark``; see the module doc), mutated
-    in place under the lock: the ``array('q')`` ring of its last ``limit`` hand-over times, sorted from the
-    oldest at ``ring[head]`` to the newest at ``ring[head - 1]`` (8 bytes a permit, no int object per time).
+    A key's state is a ``_Log`` (``ring``, ``head``, ``edge``, ``after``, ``mark``, ``next``, ``spare``; see the
+    module doc), mutated in place under the lock: the ``array('q')`` ring of its newest hand-over times, sorted
+    from the oldest at ``ring[head]`` to the newest at ``ring[head - 1]`` (8 bytes a slot, no int object per
+    time). The reference's log (:func:`~.backends.algorithms.sliding_decide`) holds the last ``limit`` times;
+    the ring holds its newest ``len(ring)`` and the ``spare = limit - len(ring)`` older ones are free (outside
+    every window, as a new key's are), so they are counted, never stored. A new key's ring has
+    ``first_slots`` slots; a write that would overwrite a time still in the window while ``spare`` is not 0
+    copies the ring into one twice as large (or large enough; at most ``limit``), its new slots free and oldest
+    (:meth:`_grow`): ``O(1)`` amortised per permit, and the ring is at most twice the most permits the key held
+    in one window. Overwriting a time out of the window instead of a free slot changes no answer: from then on
+    both are out of every window. ``next`` is the successor list of the ring's size, ``spare`` its count of free
+    slots not held, both shared by every log of that size (:meth:`_shape`).
 
     The slots from ``head`` up to ``edge`` (excluded, around the ring) are known to have left the window: time
     only moves on, so they stay out. ``edge`` is kept by every write (a one-permit grant that takes one of them
     leaves it; any other write sets it to the new head: none known). While ``head != edge`` a one-permit grant
-    reads nothing of the ring and writes one slot and the head (from the store's successor list ``_next``: no
+    reads nothing of the ring and writes one slot and the head (from the log's successor list ``next``: no
     int built): the common case of a client below its limit. Then the newest time is not ahead of now either
     (a reservation needs the oldest slot in the window or a later reservation, and a grant that makes ``edge``
     known is a grant at now; clocks are monotonic and read under the lock), so none is pending. Only when none
     is known out does a decision read the oldest slot and the newest.
 
-    The header figures need how many logged permits have left the window exactly: ``after`` is when the slot at
-    ``edge`` leaves it (its time plus the period; None: not known). A grant that takes a known slot keeps it;
-    every other write sets it to None. While ``after > now``, the known slots are all of them, so the figures
-    of a one-permit grant cost one comparison; one slot read when one more has left the window; without
-    ``after``, a binary search of the ring (``bisect`` on an array: 0.4-0.8 us at 1000 slots on this machine,
-    about a decision's time; reading the next slot every time was a second cache line per decision).
+    The header figures need how many logged permits have left the window exactly (the known slots plus
+    ``spare``): ``after`` is when the slot at ``edge`` leaves it (its time plus the period; None: not known). A
+    grant that takes a known slot keeps it; every other write sets it to None. While ``after > now``, the known
+    slots are all of them, so the figures of a one-permit grant cost one comparison; one slot read when one
+    more has left the window; without ``after``, a binary search of the ring (``bisect`` on an array: 0.4-0.8
+    us at 1000 slots on this machine, about a decision's time; reading the next slot every time was a second
+    cache line per decision).
     ``decide_quota`` and the limiter's ``acquire_quota`` (written out here: :meth:`limiter_acquire_quota`)
     compute it when it is not known.
 
     ``head`` and ``edge`` are the shared int objects of :data:`~.backends.memory._INDEXES` (no object per key to
-    read). The entry moves to the end of the store only at a key's first grant in each period (the period of the
-    store's anchor, as the cycle store's; ``mark`` is the store's token of the period of its last move): a move
-    per grant cost as much as the decision.
+    read). A one-permit grant from a known-out slot reads ``next`` where it read the store's list and no
+    ``spare``; its figures read ``spare`` (when the known slots do not wrap); a decision that found the oldest
+    slot in the window reads it before rejecting. The entry moves to the end of the store only at a key's first
+    grant in each period (the period of the store's anchor, as the cycle store's; ``mark`` is the store's token
+    of the period of its last move): a move per grant cost as much as the decision.
     """
+
+    #: Slots of a new key's ring (at most ``limit``); it doubles from there with use (see the class doc).
+    first_slots = 4
 
     def _reset_locked(self, clock: Clock) -> None:
         super()._reset_locked(clock)
-        # A new key's ring (copied, a memcpy): every slot a period before the anchor, outside every window.
-        self._fresh = array("q", [self._anchor - self._period]) * self._limit
-        self._next = _successors(self._limit)
+        # A free slot's time: a period before the anchor, outside every window (no logged time is older).
+        self._free = self._anchor - self._period
+        self._shapes: dict[int, tuple[list[int], int]] = {}
+        # A new key's ring (copied, a memcpy): every slot free.
+        self._fresh = array("q", [self._free]) * min(self._limit, max(1, int(self.first_slots)))
+        self._first_next, self._first_spare = self._shape(len(self._fresh))
+
+    def _shape(self, size: int) -> tuple[list[int], int]:
+        """``(next, spare)`` of a ring of ``size`` slots, made once per size and shared by its logs: the
+        successor list (8 bytes a slot) and ``limit - size``. Sizes are ``first_slots`` doubled, and ``limit``,
+        so a store makes a handful of lists, none larger than the largest ring it holds."""
+        shape = self._shapes.get(size)
+        if shape is None:
+            shape = self._shapes[size] = (_successors(size), self._limit - size)
+        return shape
+
+    def _size_for(self, size: int, need: int) -> int:
+        """``size`` doubled until it holds ``need`` slots, at most ``limit``."""
+        while size < need:
+            size *= 2
+        return min(size, self._limit)
+
+    def _fit(self, state: _Log, now: int, permits: int) -> None:
+        """Before ``permits`` are written over the oldest slots of a ring smaller than the limit: grow it unless
+        they are all known out of the window or out by its times (the reference would drop free ones there:
+        the same answers, see the class doc), so that they overwrite only free slots and times out of it."""
+        ring = state.ring
+        head = state.head
+        size = len(ring)
+        known = state.edge - head
+        if known < 0:
+            known += size
+        if permits <= known:
+            return
+        out = _ring_count(ring, head, size, now - self._period)
+        if permits > out:
+            self._grow(state, now, self._size_for(2 * size, size + permits - out))
+
+    def _grow(self, state: _Log, now: int, size: int) -> None:
+        """Copy ``state``'s ring into one of ``size`` slots, oldest first from slot 0: the new slots free (known
+        out of the window, unless a reservation is pending: see the class doc), then the times it held."""
+        ring = state.ring
+        head = state.head
+        old = len(ring)
+        added = size - old
+        grown = array("q", [self._free]) * size  # exactly ``size`` slots (an extended array over-allocates)
+        grown[added : size - head] = ring[head:]
+        if head:
+            grown[size - head :] = ring[:head]
+        known = state.edge - head
+        if known < 0:
+            known += old
+        state.next, state.spare = self._shape(size)  # also makes _INDEXES cover the new slots
+        state.ring = grown
+        state.head = _INDEXES[0]
+        if grown[-1] > now:
+            state.edge = state.head  # a reservation is pending: none may be known out
+            state.after = None
+        else:
+            state.edge = _INDEXES[added + known]  # the same time as before: ``after`` is still when it leaves
 
     def _set_cycle(self, cycle: int) -> None:
         super()._set_cycle(cycle)
@@ -284,7 +358,7 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
     def _wait(self, state: Any, now: int, permits: int) -> int:
         if permits > self._limit:
             return self._period
-        return 0 if state is None else _ring_at(state, self._limit, self._period, now, permits) - now
+        return 0 if state is None else _ring_at(state, self._period, now, permits) - now
 
     def _grantable(self, permits: int) -> bool:
         return permits <= self._limit
@@ -294,23 +368,28 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
         the slot past them is slot 0 (``now``)."""
         ring = self._fresh[:]
         ring[0] = now
-        return _Log(ring, self._next[0], 0, now + self._period)
+        successors = self._first_next
+        return _Log(ring, successors[0], 0, now + self._period, successors, self._first_spare)
 
     def _take(self, key: str, state: Any, now: int, permits: int, wait: int) -> None:
         """Hand ``permits`` over at ``now + wait`` (the key's state is written in place; a new key is inserted)."""
         if state is None:
-            state = _Log(self._fresh[:], 0, 0, None)
-            _ring_write(state, self._limit, now + wait, permits)
+            size = self._size_for(len(self._fresh), permits)
+            successors, spare = self._shape(size)
+            state = _Log(array("q", [self._free]) * size, 0, 0, None, successors, spare)
+            _ring_write(state, now + wait, permits)
             self._insert(key, state, now)
             return
-        _ring_write(state, self._limit, now + wait, permits)
+        if state.spare:
+            self._fit(state, now, permits)
+        _ring_write(state, now + wait, permits)
         self._touch(key, state, now)
 
     def _full(self, state: Any, now: int) -> bool:
         return bool(state.ring[state.head - 1] <= now - self._period)
 
     def _available(self, state: Any, now: int) -> int:
-        return self._limit if state is None else _ring_available(state, self._limit, self._period, now)
+        return self._limit if state is None else _ring_available(state, self._period, now)
 
     def _quota_of(self, state: Any, now: int) -> tuple[int, int]:
         remaining = self._available(state, now)
@@ -357,24 +436,24 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
         leaves them known (see the class doc)."""
         ring = state.ring
         head = state.head
-        limit = self._limit
         period = self._period
         if state.after is not None:
-            edge = self._next[state.edge]  # below the newest: it is in the window, so not among the known out
+            edge = state.next[state.edge]  # below the newest: it is in the window, so not among the known out
             after = ring[edge] + period
             if after > now:  # the common step: exactly one more has left the window
                 state.edge = edge
                 state.after = after
-                out = edge - head
-                return (out + limit if out < 0 else out), after
-        out = _ring_count(ring, head, limit, now - period)
+                out = edge - head  # plus the free slots not held (wrapped: plus the ring's size too)
+                return (out + self._limit if out < 0 else out + state.spare), after
+        size = len(ring)
+        out = _ring_count(ring, head, size, now - period)
         index = head + out
-        if index >= limit:
-            index -= limit
+        if index >= size:
+            index -= size
         after = ring[index] + period
         state.edge = _INDEXES[index]
         state.after = after
-        return out, after
+        return out + state.spare, after
 
     # -- the KeyedBackend protocol ---------------------------------------------------------------------------
 
@@ -396,7 +475,7 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
                     # The oldest slot is known out of the window (and no reservation is pending: see the class
                     # doc): granted now without reading the ring; ``edge`` and ``after`` are kept.
                     state.ring[head] = now
-                    state.head = self._next[head]
+                    state.head = state.next[head]
                     if now >= self._cycle_end or state.mark is not self._mark:
                         self._touch(key, state, now)
                     self.successful_calls += 1
@@ -408,16 +487,20 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
                     at = newest
                 if at <= now:
                     ring[head] = now
-                    state.edge = state.head = self._next[head]  # none known out still
+                    state.edge = state.head = state.next[head]  # none known out still
                     state.after = None  # the slot written was the one at edge
                     if now >= self._cycle_end or state.mark is not self._mark:
                         self._touch(key, state, now)
                     self.successful_calls += 1
                     return 0
+                if state.spare:
+                    # The ring's oldest is in the window or a reservation is pending, but the reference's oldest
+                    # is a free slot the ring does not hold: the general path (it grows the ring when needed).
+                    return self._decide_locked(key, state, now, 1, timeout_ns)
                 wait = at - now  # > 0: the oldest is in the window, or a reservation is pending
                 if timeout_ns >= wait:
                     ring[head] = at
-                    state.edge = state.head = self._next[head]
+                    state.edge = state.head = state.next[head]
                     state.after = None
                     self._touch(key, state, now)
                     self.successful_calls += 1
@@ -449,7 +532,7 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
                 if head != edge:
                     # Granted now without reading the ring (see decide); ``edge`` and ``after`` are kept.
                     state.ring[head] = now
-                    state.head = head = self._next[head]
+                    state.head = head = state.next[head]
                     if now >= self._cycle_end or state.mark is not self._mark:
                         self._touch(key, state, now)
                     self.successful_calls += 1
@@ -457,9 +540,8 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
                     # remains; remaining is how many logged permits have left the window (see the class doc).
                     after = state.after
                     if after is not None and after > now:  # the common case: the known ones are all of them
-                        out = edge - head
-                        if out < 0:
-                            out += self._limit
+                        out = edge - head  # plus the free slots not held (wrapped: plus the ring's size too)
+                        out += self._limit if out < 0 else state.spare
                         return (0, out, period) if out else (0, 0, after - now)
                     out, after = self._out(state, now)
                     # None left: reset is the wait for one, when the oldest leaves the window.
@@ -471,7 +553,7 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
                     at = newest
                 if at <= now:
                     ring[head] = now
-                    state.edge = state.head = self._next[head]
+                    state.edge = state.head = state.next[head]
                     state.after = None  # the slot written was the one at edge
                     if now >= self._cycle_end or state.mark is not self._mark:
                         self._touch(key, state, now)
@@ -479,7 +561,7 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
                     out, after = self._out(state, now)
                     return (0, out, period) if out else (0, 0, after - now)
                 wait = at - now
-                if timeout_ns < wait:
+                if timeout_ns < wait and not state.spare:  # a ring with free slots not held: see decide
                     # Rejected: the oldest is in the window or a reservation is pending, so none remains
                     # and reset is this wait (what quota() reads: rejection_quotas).
                     self.failed_calls += 1
@@ -519,18 +601,20 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
                         after = state.after
                         if after is not None and after > now:
                             state.ring[head] = now
-                            state.head = head = store._next[head]
+                            state.head = head = state.next[head]
                             if now >= store._cycle_end or state.mark is not store._mark:
                                 store._touch(key, state, now)
                             store.successful_calls += 1
                             granted = True
+                            spare = state.spare
                     else:
                         ring = state.ring
                         at = ring[head] + store._period
                         newest = ring[head - 1]
                         if newest > at:
                             at = newest
-                        if at - now > limiter._timeout_ns:  # rejected (no reservation could cover it)
+                        # Rejected (no reservation could cover it); a ring with free slots not held: see decide.
+                        if at - now > limiter._timeout_ns and not state.spare:
                             wait = at - now
                             store.failed_calls += 1
                             store._roll(now)
@@ -539,9 +623,8 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
             if granted:
                 if limiter.events.wants_successful:
                     limiter._publish(SUCCESSFUL_ACQUIRE, 1)
-                out = edge - head
-                if out < 0:
-                    out += store._limit
+                out = edge - head  # plus the free slots not held (wrapped: plus the ring's size too)
+                out += store._limit if out < 0 else spare
                 # One at least remains: reset is one period; none: reset is when the next slot leaves the window.
                 return (out, store._period) if out else (0, after - now)  # type: ignore[operator]
             if wait:
@@ -556,7 +639,8 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
             state: _Log | None = self._states.get(key)
             if state is None or since_ns < self._anchor:
                 return
-            head = ring_give_back(state.ring, state.head, self._limit, self._period, permits, since_ns, self._now())
+            ring = state.ring  # its free slots not held are older than any grant: as if it held them
+            head = ring_give_back(ring, state.head, len(ring), self._period, permits, since_ns, self._now())
             if head is None:
                 return  # nothing given back
             state.edge = state.head = _INDEXES[head]  # slots moved: none known out of the window
@@ -568,10 +652,11 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
 
 
 class _Log:
-    """One key's sliding log (caller holds the store's lock): ``ring`` the ``array('q')`` of the last ``limit``
-    hand-over times, oldest at ``ring[head]``, newest at ``ring[head - 1]``; the slots from ``head`` up to
-    ``edge`` are known to have left the window and ``after`` is when the one at ``edge`` leaves it (None: not
-    known); ``mark`` the store's token of the period of the entry's last move (see
+    """One key's sliding log (caller holds the store's lock): ``ring`` the ``array('q')`` of the newest
+    ``len(ring)`` of its last ``limit`` hand-over times (the ``spare`` older ones are free: not held), oldest
+    at ``ring[head]``, newest at ``ring[head - 1]``; the slots from ``head`` up to ``edge`` are known to have
+    left the window and ``after`` is when the one at ``edge`` leaves it (None: not known); ``next`` the
+    successor list of the ring's size; ``mark`` the store's token of the period of the entry's last move (see
     :class:`SlidingWindowKeyedStore`).
 
     Its own object with slots rather than a list: one memory block holds the fields (a list keeps its items in
@@ -579,58 +664,70 @@ class _Log:
     common path: ``head`` and ``edge`` are shared index objects, the times are in the array.
     """
 
-    __slots__ = ("after", "edge", "head", "mark", "ring")
+    __slots__ = ("after", "edge", "head", "mark", "next", "ring", "spare")
 
-    def __init__(self, ring: array[int], head: int, edge: int, after: int | None) -> None:
+    def __init__(
+        self, ring: array[int], head: int, edge: int, after: int | None, successors: list[int], spare: int
+    ) -> None:
         self.ring = ring
         self.head = head
         self.edge = edge
         self.after = after
+        self.next = successors
+        self.spare = spare
         self.mark: object = None
 
 
-def _ring_at(state: _Log, limit: int, period: int, now: int, permits: int) -> int:
+def _ring_at(state: _Log, period: int, now: int, permits: int) -> int:
     """When ``permits <= limit`` permits can be handed over (:func:`~.backends.algorithms.sliding_decide`)."""
     ring = state.ring
     head = state.head
-    index = head + permits - 1
-    if index >= limit:
-        index -= limit
-    at = ring[index] + period
-    if at < now:
+    index = permits - 1 - state.spare  # the reference's times[permits - 1] in the ring; < 0: a free slot
+    if index < 0:
         at = now
+    else:
+        index += head
+        size = len(ring)
+        if index >= size:
+            index -= size
+        at = ring[index] + period
+        if at < now:
+            at = now
     newest = ring[head - 1]
     return newest if newest > at else at
 
 
-def _ring_write(state: _Log, limit: int, at: int, permits: int) -> None:
-    """Log ``permits`` handed over at ``at``: they replace the oldest slots (two slice copies at most)."""
+def _ring_write(state: _Log, at: int, permits: int) -> None:
+    """Log ``permits <= len(ring)`` handed over at ``at``: they replace the oldest slots (two slice copies at
+    most; the store grew the ring first when they were in the window and it holds fewer than the limit)."""
     ring = state.ring
     head = state.head
+    size = len(ring)
     end = head + permits
-    if end <= limit:
+    if end <= size:
         ring[head:end] = array("q", [at]) * permits
     else:
-        ring[head:] = array("q", [at]) * (limit - head)
-        end -= limit
+        ring[head:] = array("q", [at]) * (size - head)
+        end -= size
         ring[:end] = array("q", [at]) * end
-    state.head = new_head = _INDEXES[end if end < limit else 0]
+    state.head = new_head = _INDEXES[end if end < size else 0]
     out = state.edge - head
     if out < 0:
-        out += limit
+        out += size
     if permits > out:  # slots not known out were written: none is known now
         state.edge = new_head
         state.after = None
     # else the slots written were known out: the rest still are, and ``edge`` and ``after`` are unchanged
 
 
-def _ring_available(state: _Log, limit: int, period: int, now: int) -> int:
-    """:func:`~.backends.algorithms.sliding_available`: a binary search of the ring's two sorted runs."""
+def _ring_available(state: _Log, period: int, now: int) -> int:
+    """:func:`~.backends.algorithms.sliding_available`: the free slots not held, and a binary search of the
+    ring's two sorted runs."""
     ring = state.ring
     head = state.head
     if ring[head - 1] > now:
         return 0
-    return _ring_count(ring, head, limit, now - period)
+    return state.spare + _ring_count(ring, head, len(ring), now - period)
 
 
 def _ring_count(ring: array[int], head: int, limit: int, edge: int) -> int:

@@ -55,16 +55,18 @@ def _check_state(store: SlidingWindowKeyedStore, now: int) -> None:
     """Every stored key's invariants: the slots from the head up to ``edge`` have left the window (always: a
     one-permit grant takes one of them without reading the ring, so no reservation may be pending then),
     ``after`` (when known) is the time the slot at ``edge`` leaves it, and ``head`` and ``edge`` are the shared
-    index objects."""
+    index objects. The ring holds the log's newest ``len(ring)`` times, the ``spare`` older ones are free (not
+    held: tests/test_keyed_sliding_memory.py checks the growth)."""
     limit = store._limit
     for state in store._states.values():
         head, edge, ring, after = state.head, state.edge, state.ring, state.after
-        assert len(ring) == limit and 0 <= head < limit and 0 <= edge < limit
+        size = len(ring)
+        assert size + state.spare == limit and 0 <= head < size and 0 <= edge < size
         assert head is _INDEXES[head] and edge is _INDEXES[edge]
         logged = ring[head:] + ring[:head]
         assert list(logged) == sorted(logged)
         newest = logged[-1]
-        out = (edge - head) % limit
+        out = (edge - head) % size
         assert all(t <= now - T for t in logged[:out])
         assert not out or newest <= now  # so a grant from the known-out slots is never a reservation
         if after is not None:

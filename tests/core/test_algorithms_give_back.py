@@ -161,8 +161,8 @@ def _memory_sliding(keyed: bool, limit: int, period: int, clock: Any) -> tuple[A
             head, ring = state.head, state.ring
             logged = tuple(ring[head:] + ring[:head])
             # The slots known out of the window (up to edge; none right after a give-back) have left it.
-            assert all(t <= clock.now_ns() - period for t in logged[: (state.edge - head) % limit])
-            return logged
+            assert all(t <= clock.now_ns() - period for t in logged[: (state.edge - head) % len(ring)])
+            return (-(10**18),) * state.spare + logged  # the ring holds the newest; the older ones are free
 
         return (lambda k, t: store.decide("x", k, t)), (lambda k, s: store.give_back("x", k, s)), keyed_log
     backend = SlidingWindowBackend("s", limit, period, clock)
