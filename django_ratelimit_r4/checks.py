@@ -143,10 +143,14 @@ def _environment_warnings(
     return problems
 
 
-#: W005 above this: a keyed in-memory sliding window's ring is ``8 x limit_for_period`` bytes per client, allocated at
-#: the client's first request, so a client that makes up keys costs that much per request up to ``max_keys``.
+#: W005 above this: a keyed in-memory sliding window could hold that much if its clients used their limits. A client's
+#: log grows with use (8 bytes a permit while the permit is in the window, up to ``8 x limit_for_period``), so this
+#: is a ceiling reached by permits granted within one period, not by keys made up (a client of one request costs
+#: about ``_SLIDING_KEY_BYTES + 32`` bytes whatever the limit).
 SLIDING_WINDOW_MEMORY_WARNING = 256 * 1024 * 1024
-_SLIDING_KEY_BYTES = 320  # the key, its entry and the log object besides the ring (benchmarks/bench_keyed_memory.py)
+# The key, its entry and the log object besides the ring's 8 bytes a slot: 390-399 B/key with rings of 4 slots
+# (python benchmarks/bench_keyed_memory.py --algorithm sliding_window --limit 100000 100000).
+_SLIDING_KEY_BYTES = 360
 
 
 def _memory_warnings(analysis: conf.Analysis) -> list[Problem]:
@@ -163,13 +167,15 @@ def _memory_warnings(analysis: conf.Analysis) -> list[Problem]:
             Problem(
                 Code.SLIDING_WINDOW_MEMORY,
                 spec.path,
-                f"a keyed sliding window keeps 8 bytes per permit for every live client, allocated at its first "
-                f"request: up to {max_keys} clients (max_keys) x (8 bytes x limit_for_period {limit} + "
-                f"{_SLIDING_KEY_BYTES}) = {total / 1e9:.1f} GB per process, and a client that makes up keys "
-                f"costs {8 * limit / 1e3:g} KB a request",
-                f"Use algorithm 'gcra' (one integer per client, the same smoothness), lower max_keys to at most "
+                f"a keyed sliding window's log grows with use, 8 bytes a slot, at most twice the permits a client "
+                f"held in one window and at most limit_for_period: if up to {max_keys} clients (max_keys) used their "
+                f"{limit} permits within one period, that is {max_keys} x (8 bytes x limit_for_period {limit} + "
+                f"{_SLIDING_KEY_BYTES}) = {total / 1e9:.1f} GB per process (a client of one request costs about "
+                f"{_SLIDING_KEY_BYTES + 32} bytes)",
+                f"If clients can use that many permits in one period: use algorithm 'gcra' (one integer per "
+                f"client, the same smoothness), lower max_keys to at most "
                 f"{max(1, SLIDING_WINDOW_MEMORY_WARNING // (8 * limit + _SLIDING_KEY_BYTES))}, or keep the state "
-                "in Redis (backend 'redis').",
+                "in Redis (backend 'redis'); if they cannot, silence ratelimit_r4.W005.",
             )
         )
     return problems

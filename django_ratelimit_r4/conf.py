@@ -222,8 +222,8 @@ class Code(enum.Enum):
     )
     SLIDING_WINDOW_MEMORY = (
         "W005",
-        "a keyed in-memory sliding_window rate limiter may hold more than 256 MiB per process "
-        "(max_keys x 8 bytes x limit_for_period)",
+        "a keyed in-memory sliding_window rate limiter could hold more than 256 MiB per process if its clients "
+        "used their limits (max_keys x 8 bytes x limit_for_period)",
     )
 
     @property

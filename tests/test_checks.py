@@ -977,13 +977,15 @@ CASES = [
         id="W003",
     ),
     pytest.param(
-        # 800 KB of ring at each new client's first request, up to 80 GB per worker: a client that makes up
-        # X-Api-Key values takes a worker down with ~10 000 requests.
+        # A ceiling: 100 000 clients each holding its 100 000 permits in the window, 80 GB per worker. A log
+        # grows with use, so a client that makes up X-Api-Key values no longer costs 800 KB a request.
         rl({"limit_for_period": 100_000, "algorithm": "sliding_window", "key": "header:X-Api-Key"}),
         "W005",
         f'{RL}["instances"]["api"]',
-        "up to 100000 clients (max_keys) x (8 bytes x limit_for_period 100000 + 320) = 80.0 GB per process",
-        "gcra",
+        "if up to 100000 clients (max_keys) used their 100000 permits within one period, that is 100000 x "
+        "(8 bytes x limit_for_period 100000 + 360) = 80.0 GB per process (a client of one request costs about "
+        "392 bytes)",
+        "If clients can use that many permits in one period: use algorithm 'gcra'",
         id="W005",
     ),
 ]
