@@ -253,7 +253,10 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
     copies the ring into one twice as large (or large enough; at most ``limit``), its new slots free and oldest
     (:meth:`_grow`): ``O(1)`` amortised per permit, and the ring is at most twice the most permits the key held
     in one window. Overwriting a time out of the window instead of a free slot changes no answer: from then on
-    both are out of every window. ``next`` is the successor list of the ring's size, ``spare`` its count of free
+    both are out of every window. No reservation is pending while ``spare`` is not 0: a decision waits only
+    for the reference's ``times[k - 1]`` or a pending reservation, the first is a free slot unless
+    ``k > spare``, and a write of ``k > spare`` permits whose ``times[k - 1]`` is in the window grows the ring
+    to the limit (``_fit``: at most ``k - 1 - spare`` of its times are out of the window). ``next`` is the successor list of the ring's size, ``spare`` its count of free
     slots not held, both shared by every log of that size (:meth:`_shape`).
 
     The slots from ``head`` up to ``edge`` (excluded, around the ring) are known to have left the window: time
@@ -284,7 +287,7 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
     """
 
     #: Slots of a new key's ring (at most ``limit``); it doubles from there with use (see the class doc).
-    first_slots = 4
+    first_slots: int = 4
 
     def _reset_locked(self, clock: Clock) -> None:
         super()._reset_locked(clock)
@@ -324,11 +327,12 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
             return
         out = _ring_count(ring, head, size, now - self._period)
         if permits > out:
-            self._grow(state, now, self._size_for(2 * size, size + permits - out))
+            self._grow(state, self._size_for(2 * size, size + permits - out))
 
-    def _grow(self, state: _Log, now: int, size: int) -> None:
+    def _grow(self, state: _Log, size: int) -> None:
         """Copy ``state``'s ring into one of ``size`` slots, oldest first from slot 0: the new slots free (known
-        out of the window, unless a reservation is pending: see the class doc), then the times it held."""
+        out of the window: no reservation is pending while a ring is below the limit, see the class doc), then
+        the times it held."""
         ring = state.ring
         head = state.head
         old = len(ring)
@@ -343,11 +347,7 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
         state.next, state.spare = self._shape(size)  # also makes _INDEXES cover the new slots
         state.ring = grown
         state.head = _INDEXES[0]
-        if grown[-1] > now:
-            state.edge = state.head  # a reservation is pending: none may be known out
-            state.after = None
-        else:
-            state.edge = _INDEXES[added + known]  # the same time as before: ``after`` is still when it leaves
+        state.edge = _INDEXES[added + known]  # the same time as before: ``after`` is still when it leaves
 
     def _set_cycle(self, cycle: int) -> None:
         super()._set_cycle(cycle)

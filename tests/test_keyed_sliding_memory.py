@@ -119,6 +119,7 @@ def _logical(store: SlidingWindowKeyedStore, state: Any, now: int) -> tuple[int,
     out = (edge - head) % cap
     assert all(t <= now - T for t in held[:out])  # the known-out slots have left the window
     assert not out or held[-1] <= now  # so a grant from them is never a reservation
+    assert not spare or held[-1] <= now  # no reservation pending below the limit (growth leaves slots known out)
     if after is not None:
         assert after == held[out] + T
     return (-(10**15),) * spare + held
