@@ -256,8 +256,9 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
     both are out of every window. No reservation is pending while ``spare`` is not 0: a decision waits only
     for the reference's ``times[k - 1]`` or a pending reservation, the first is a free slot unless
     ``k > spare``, and a write of ``k > spare`` permits whose ``times[k - 1]`` is in the window grows the ring
-    to the limit (``_fit``: at most ``k - 1 - spare`` of its times are out of the window). ``next`` is the successor list of the ring's size, ``spare`` its count of free
-    slots not held, both shared by every log of that size (:meth:`_shape`).
+    to the limit (``_fit``: at most ``k - 1 - spare`` of its times are out of the window). ``next`` is the
+    successor list of the ring's size, ``spare`` its count of free slots not held, both shared by every log of
+    that size (:meth:`_shape`).
 
     The slots from ``head`` up to ``edge`` (excluded, around the ring) are known to have left the window: time
     only moves on, so they stay out. ``edge`` is kept by every write (a one-permit grant that takes one of them
@@ -444,7 +445,11 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
                 state.edge = edge
                 state.after = after
                 out = edge - head  # plus the free slots not held (wrapped: plus the ring's size too)
-                return (out + self._limit if out < 0 else out + state.spare), after
+                if out < 0:
+                    out += self._limit
+                elif state.spare:  # no ``+ 0``: an int above 256 plus 0 is a new object
+                    out += state.spare
+                return out, after
         size = len(ring)
         out = _ring_count(ring, head, size, now - period)
         index = head + out
@@ -453,7 +458,7 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
         after = ring[index] + period
         state.edge = _INDEXES[index]
         state.after = after
-        return out + state.spare, after
+        return (out + state.spare if state.spare else out), after
 
     # -- the KeyedBackend protocol ---------------------------------------------------------------------------
 
@@ -541,7 +546,10 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
                     after = state.after
                     if after is not None and after > now:  # the common case: the known ones are all of them
                         out = edge - head  # plus the free slots not held (wrapped: plus the ring's size too)
-                        out += self._limit if out < 0 else state.spare
+                        if out < 0:
+                            out += self._limit
+                        elif state.spare:  # no ``+ 0``: an int above 256 plus 0 is a new object
+                            out += state.spare
                         return (0, out, period) if out else (0, 0, after - now)
                     out, after = self._out(state, now)
                     # None left: reset is the wait for one, when the oldest leaves the window.
@@ -624,7 +632,10 @@ class SlidingWindowKeyedStore(SmoothKeyedStore):
                 if limiter.events.wants_successful:
                     limiter._publish(SUCCESSFUL_ACQUIRE, 1)
                 out = edge - head  # plus the free slots not held (wrapped: plus the ring's size too)
-                out += store._limit if out < 0 else spare
+                if out < 0:
+                    out += store._limit
+                elif spare:  # no ``+ 0``: an int above 256 plus 0 is a new object
+                    out += spare
                 # One at least remains: reset is one period; none: reset is when the next slot leaves the window.
                 return (out, store._period) if out else (0, after - now)  # type: ignore[operator]
             if wait:
