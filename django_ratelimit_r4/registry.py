@@ -613,8 +613,23 @@ def invalidate() -> None:
     global _state, generation
     with _lock:
         conf.clear_cache()
-        _state = None
+        dropped, _state = _state, None
         generation += 1
+    if dropped is not None:
+        _close(dropped)
+
+
+def _close(state: _State) -> None:
+    # Instances with threads of their own (cluster-wide breakers and bulkheads) stop them and give back their
+    # leases: else every changed setting (override_settings in a test suite) leaves its threads and connections.
+    for instance in _built(state):
+        close = getattr(instance, "close", None)
+        if close is None:
+            continue
+        try:
+            close()
+        except Exception:  # never let one instance's shutdown fail the settings change
+            logger.warning("closing %r after a settings change failed", instance, exc_info=True)
 
 
 def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:

@@ -756,3 +756,23 @@ def test_on_a_3_primary_cluster(redis_cluster: Any) -> None:
     finally:
         a.close()
         b.close()
+
+
+def _threads_named(prefix: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith(prefix) and t.is_alive()]
+
+
+def test_a_settings_change_stops_the_threads_of_the_breakers_it_drops(redis_url: str, prefix: str) -> None:
+    """The registry dropped a cluster-wide breaker on ``setting_changed`` (``override_settings``, pytest-django's
+    ``settings``) without closing it: its listener and sender threads and their connections lived on, one pair
+    per changed setting in a user's test suite, and a listener fault after the test deleted its keys wrote the
+    shared state back (a key without TTL). Now the registry closes what it drops."""
+    r4 = {
+        "backends": {"shared": {"BACKEND": "redis", "LOCATION": redis_url, "OPTIONS": {"key_prefix": prefix}}},
+        "circuitbreakers": {"instances": {"dropped-on-change": {"backend": "shared"}}},
+    }
+    with override_settings(RATELIMIT_R4=r4):
+        breaker = registry.get_circuit_breaker("dropped-on-change")
+        assert breaker.try_acquire_permission()  # first use: the threads start
+        wait_until(lambda: len(_threads_named("r4-breaker-dropped-on-change-")) == 2, "both threads started")
+    wait_until(lambda: not _threads_named("r4-breaker-dropped-on-change-"), "the dropped breaker's threads ended")

@@ -160,3 +160,28 @@ async def test_an_async_view_uses_the_shared_slots_without_blocking_the_loop(
         finally:
             worker.close()
             shared.close()
+
+
+def test_a_settings_change_gives_back_the_leases_and_stops_the_thread_of_a_bulkhead_it_drops(
+    redis_url: str, prefix: str
+) -> None:
+    """The registry dropped a cluster-wide bulkhead on ``setting_changed`` without closing it: its renewal
+    thread and connection lived on (one per changed setting in a user's test suite) and kept renewing the leases
+    this process still held. Now the registry closes what it drops: the leases go back, the thread ends."""
+    import threading
+    import time
+
+    with override_settings(RATELIMIT_R4=setting(redis_url, prefix, max_concurrent_calls=2)):
+        shared = registry.get_bulkhead("partner")
+        assert isinstance(shared, RedisBulkhead)
+        assert shared.try_acquire_permission()  # a lease held, renewed by the thread
+        assert shared.cluster_concurrent_calls() == 1
+    other = RedisBulkhead("partner", BulkheadConfig(max_concurrent_calls=2), url=redis_url, prefix=prefix)
+    try:
+        assert other.cluster_concurrent_calls() == 0  # given back when the setting changed
+    finally:
+        other.close()
+    deadline = time.monotonic() + 30  # a hang guard, not a timing assertion
+    while any(t.name == "r4-bulkhead-partner" and t.is_alive() for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "the dropped bulkhead's renewal thread did not end"
+        time.sleep(0.01)
