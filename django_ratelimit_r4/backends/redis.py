@@ -60,7 +60,7 @@ from redis._parsers.resp2 import _AsyncRESP2Parser, _RESP2Parser
 from redis._parsers.resp3 import _AsyncRESP3Parser, _RESP3Parser
 from redis.backoff import NoBackoff
 from redis.crc import key_slot
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
 from ..core.clock import SYSTEM_CLOCK, Clock, MonotonicClock
 from ..core.ratelimiter import (
@@ -157,7 +157,9 @@ CLUSTER_CLOCK_SKEW_US = 50_000
 TIME_RESYNC_S = 60.0
 
 _NS_PER_S = 1_000_000_000
-_FAULTS = (RedisError, OSError)
+# RedisClusterException is not a RedisError: redis-py raises it when no node of a cluster answers (learning the
+# topology again) or a slot has no owner. A fault like any other: the fault policy decides, never a 500.
+_FAULTS = (RedisError, OSError, RedisClusterException)
 #: One script call of :meth:`RedisConnection.run_scripts`: ``(numkeys, args, deadline_at, tokens)``.
 _ScriptCall = tuple[int, list[Any], "int | None", Sequence[int]]
 # Replies that mean "not here" (the script did not run): followed once.

@@ -52,7 +52,7 @@ from importlib import resources
 from typing import Any, TypeVar
 
 import redis
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
 from ..core.circuitbreaker import CircuitBreaker, CircuitBreakerConfig, ResultRecordedAsFailure, State
 from ..core.circuitbreaker.breaker import _Pending, _test
@@ -71,7 +71,9 @@ BREAKER_SCRIPT = (resources.files(__package__) / "lua" / "breaker.lua").read_tex
 _SHA = hashlib.sha1(BREAKER_SCRIPT.encode("utf-8")).hexdigest()
 #: The listener pings Redis after this many idle seconds; no answer within 3 times it ends the connection.
 LISTENER_PING_S = 1.0
-_FAULTS = (RedisError, OSError)
+# RedisClusterException is not a RedisError: redis-py raises it when no node of a cluster answers (learning the
+# topology again) or a slot has no owner. A fault like any other: the fault policy decides, never a 500.
+_FAULTS = (RedisError, OSError, RedisClusterException)
 _OPEN, _HALF_OPEN, _CLOSED = State.OPEN, State.HALF_OPEN, State.CLOSED
 _FORCED_OPEN = State.FORCED_OPEN
 _NEVER_WRITTEN = -1

@@ -50,7 +50,7 @@ from importlib import resources
 from typing import Any, ParamSpec, TypeVar
 
 import redis
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
 from ..core.bulkhead import (
     CALL_FINISHED,
@@ -95,7 +95,9 @@ BULKHEAD_FAULT_POLICIES = FAULT_POLICIES
 #: The Lua source of the bulkhead operations.
 BULKHEAD_SCRIPT = (resources.files(__package__) / "lua" / "bulkhead.lua").read_text(encoding="utf-8")
 _SHA = hashlib.sha1(BULKHEAD_SCRIPT.encode("utf-8")).hexdigest()
-_FAULTS = (RedisError, OSError)
+# RedisClusterException is not a RedisError: redis-py raises it when no node of a cluster answers (learning the
+# topology again) or a slot has no owner. A fault like any other: the fault policy decides, never a 500.
+_FAULTS = (RedisError, OSError, RedisClusterException)
 _GRANTED, _REJECTED, _QUEUED = 1, 0, 2
 
 P = ParamSpec("P")

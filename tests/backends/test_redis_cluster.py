@@ -735,3 +735,37 @@ def test_a_cluster_that_answers_again_decides_again(redis_cluster: LocalCluster,
     conn.down_until = time.monotonic() - 1  # the cool-down is over
     assert [rl.acquire_permission() for _ in range(3)] == [True, True, False]  # the cluster decides: 2 a minute
     assert not conn.is_down() and rl.backend.faults == 1  # type: ignore[attr-defined]
+
+
+# ------------------------------------------------------------------------------- every node gone mid-run
+
+
+@pytest.mark.parametrize("side", ["sync", "async"])
+def test_a_cluster_every_node_of_which_dies_mid_run_gets_the_fault_policy_never_an_exception(
+    tmp_path: Any, side: str
+) -> None:
+    """A cluster that answered, then lost every node (a restart of the whole cluster, a partition): the
+    decision after the cool-down relearns the topology, and redis-py raises RedisClusterException ("cannot be
+    connected"), which is not a RedisError. That must be a fault like any other (the policy decides), not an
+    exception out of the decision: a 500 for every request until the cluster came back."""
+    cluster = start_cluster_or_fail(tmp_path)
+    try:
+        options = {**CLUSTER, "socket_timeout": 0.75}
+        rl = RateLimiter(
+            f"dies-{side}",
+            _config(5),
+            backend=rb.redis_backend(cluster.url, prefix=_prefix(), fault_policy="closed", connection_options=options),
+        )
+
+        def decide() -> bool:
+            return asyncio.run(rl.aacquire_permission()) if side == "async" else rl.acquire_permission()
+
+        assert decide()  # the cluster answers
+        cluster.stop()
+        conn = rb.connection(cluster.url, options)
+        for _ in range(3):  # each after the cool-down: the topology is learned again, and no node answers
+            conn.down_until = time.monotonic() - 1
+            assert decide() is False  # closed: the policy, not an exception
+        assert conn.is_down()
+    finally:
+        cluster.stop()
