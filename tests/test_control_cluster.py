@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from django.core.management import call_command
+
+from tests.redis_prefix import close_and_delete
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("gunicorn") is None, reason="gunicorn not installed")
 
@@ -138,11 +139,7 @@ def hosts(tmp_path: Path, redis_url: str, settings: Any) -> Iterator[tuple[Host,
     finally:
         a.stop()
         b.stop()
-        client = redis.Redis.from_url(redis_url)
-        keys = list(client.scan_iter(match=prefix + ":*", count=1000))
-        if keys:
-            client.delete(*keys)
-        client.close()
+        close_and_delete(redis_url, prefix)  # this process's own cluster-wide instances too (the command's)
 
 
 def r4(*args: str) -> tuple[str, str]:

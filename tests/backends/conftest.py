@@ -19,15 +19,11 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.redis_prefix import close_and_delete
+
 from .redis_cluster import ClusterUnavailable, LocalCluster
 
 _PREFIXES: list[tuple[str, str]] = []  # (redis_url, prefix) handed out in this session
-
-
-def _delete_prefix(client: redis.Redis, value: str) -> None:
-    keys = list(client.scan_iter(match=value + ":*", count=1000))
-    if keys:
-        client.delete(*keys)
 
 
 @pytest.fixture
@@ -41,22 +37,15 @@ def prefix(redis_url: str) -> Iterator[str]:
     value = f"r4test:{uuid.uuid4().hex[:12]}"
     _PREFIXES.append((redis_url, value))
     yield value
-    client = redis.Redis.from_url(redis_url)
-    try:
-        _delete_prefix(client, value)
-    finally:
-        client.close()
+    # The threads of the test's breakers and bulkheads first: one would write under the prefix after the delete.
+    close_and_delete(redis_url, value)
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _sweep_prefixes() -> Iterator[None]:
     yield
     for url, value in _PREFIXES:
-        client = redis.Redis.from_url(url)
-        try:
-            _delete_prefix(client, value)
-        finally:
-            client.close()
+        close_and_delete(url, value)
 
 
 @pytest.fixture(autouse=True)

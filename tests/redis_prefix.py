@@ -1,0 +1,41 @@
+"""Deleting a test's Redis key prefix so that nothing writes under it afterwards.
+
+A cluster-wide circuit breaker runs a listener and a sender thread, a cluster-wide bulkhead a renewal thread,
+until ``close()``. Built by the registry under ``override_settings`` (or the ``settings`` fixture), they outlive
+the test: restoring the setting only makes the registry forget them. A listener that faults later (a ping
+timeout on a loaded machine, a dropped connection) reads the state again, finds the prefix deleted and writes
+its own state back, as it must for a Redis that lost its data: a key without a TTL under a prefix nobody
+deletes any more. So every such thread is stopped before the keys are deleted.
+"""
+
+from __future__ import annotations
+
+import redis
+
+
+def close_redis_threads() -> None:
+    """Close every cluster-wide circuit breaker and bulkhead of this process (registry-built or not): their
+    threads have ended when this returns (each ``close()`` joins them)."""
+    from django_ratelimit_r4.backends import redis_breaker, redis_bulkhead
+
+    # The modules' own registries of live instances (weak sets, kept for fork handling): the only way to reach
+    # an instance the settings registry has already forgotten.
+    for instance in [*redis_breaker._instances, *redis_bulkhead._instances]:
+        instance.close()
+
+
+def delete_prefix(url: str, prefix: str) -> None:
+    """Delete every key under ``prefix`` (``<prefix>:*``) in the Redis at ``url``."""
+    client = redis.Redis.from_url(url)
+    try:
+        keys = list(client.scan_iter(match=prefix + ":*", count=1000))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
+
+
+def close_and_delete(url: str, prefix: str) -> None:
+    """:func:`close_redis_threads`, then :func:`delete_prefix`: what a ``prefix`` fixture does at teardown."""
+    close_redis_threads()
+    delete_prefix(url, prefix)
