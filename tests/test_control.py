@@ -23,6 +23,7 @@ from django.test import Client
 
 from django_ratelimit_r4 import conf, control, get_bulkhead, get_circuit_breaker, get_rate_limiter
 from django_ratelimit_r4.management.commands import r4 as r4_command
+from tests.backends.patient import patient_redis_url  # noqa: F401  (exactness tests: patient timeouts)
 from tests.redis_prefix import close_and_delete
 
 TOKEN = "t0ken-" + "x" * 40

@@ -13,8 +13,13 @@ import pytest
 PATIENT = "socket_timeout=5&socket_connect_timeout=5"
 
 
+def patient(url: str, seconds: float = 5.0) -> str:
+    """``url`` with command and connect timeouts of ``seconds`` added to its query string (which it may have)."""
+    return f"{url}{'&' if '?' in url else '?'}socket_timeout={seconds:g}&socket_connect_timeout={seconds:g}"
+
+
 @pytest.fixture(name="redis_url")
 def patient_redis_url(redis_url: str) -> str:
     """The shared test Redis (tests/conftest.py) with :data:`PATIENT` timeouts: importing it into a test module
-    overrides the ``redis_url`` fixture there."""
-    return redis_url + "?" + PATIENT
+    overrides the ``redis_url`` fixture there. A test adding its own query must join it with ``&``."""
+    return patient(redis_url)

@@ -11,6 +11,7 @@ from django.test import override_settings
 from django_ratelimit_r4 import conf, get_rate_limiter
 from django_ratelimit_r4.core.clock import FakeClock
 from django_ratelimit_r4.keyed import acquire_all_keyed
+from tests.backends.patient import patient_redis_url  # noqa: F401  (exactness tests: patient timeouts)
 
 from .test_backends_config import mixed
 

@@ -27,6 +27,7 @@ from django_ratelimit_r4.backends import redis as rb  # noqa: E402
 from django_ratelimit_r4.backends import redis_gcra as rg  # noqa: E402
 from django_ratelimit_r4.backends import redis_lease as rl  # noqa: E402
 from django_ratelimit_r4.backends import redis_sliding as rs  # noqa: E402
+from tests.backends.patient import patient_redis_url  # noqa: E402, F401  (exactness tests: patient timeouts)
 
 S = 1_000_000_000
 ASYNC_METHODS = ("adecide", "adecide_quota", "aquota")

@@ -35,6 +35,7 @@ from django_ratelimit_r4.core.ratelimiter import (
     acquire_all,
     most_grantable,
 )
+from tests.backends.patient import patient_redis_url  # noqa: F401  (exactness tests: patient timeouts)
 from tests.noblock import forbid_blocking
 
 redis = pytest.importorskip("redis")
@@ -917,7 +918,7 @@ def test_threads_share_a_bounded_sync_pool(redis_url: str, prefix: str) -> None:
 def test_no_free_pooled_connection_decides_one_call_and_is_not_a_server_fault(
     redis_url: str, prefix: str
 ) -> None:
-    url = redis_url + "?max_connections=1&timeout=0.05"
+    url = redis_url + "&max_connections=1&timeout=0.05"  # redis_url has a query: the patient timeouts
     rl = limiter(url, prefix, 5, "60s", clock=SYSTEM_CLOCK, name="exhausted", policy="closed")
     conn = rb.connection(url)
     held = conn.sync.connection_pool.get_connection()

@@ -13,6 +13,7 @@ from django.core.management import call_command
 from django.test import Client, override_settings
 
 from django_ratelimit_r4 import get_rate_limiter, registry
+from tests.backends.patient import patient_redis_url  # noqa: F401  (exactness tests: patient timeouts)
 
 pytest.importorskip("redis")
 TOKEN = "t" * 40

@@ -35,6 +35,7 @@ from django_ratelimit_r4 import registry
 from django_ratelimit_r4.backends.redis_breaker import RedisCircuitBreaker
 from django_ratelimit_r4.core.circuitbreaker import CircuitBreakerConfig, State
 from django_ratelimit_r4.core.exceptions import CallNotPermitted
+from tests.backends.patient import patient_redis_url  # noqa: F401  (exactness tests: patient timeouts)
 from tests.noblock import forbid_blocking
 
 redis = pytest.importorskip("redis")

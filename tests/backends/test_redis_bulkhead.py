@@ -31,6 +31,7 @@ import pytest
 from django_ratelimit_r4.backends.redis_bulkhead import RedisBulkhead
 from django_ratelimit_r4.core.bulkhead import BulkheadConfig
 from django_ratelimit_r4.core.exceptions import BulkheadFull
+from tests.backends.patient import patient_redis_url  # noqa: F401  (exactness tests: patient timeouts)
 from tests.noblock import forbid_blocking
 
 redis = pytest.importorskip("redis")

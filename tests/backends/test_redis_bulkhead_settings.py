@@ -18,6 +18,7 @@ from tests.test_docs_examples import r4_problems
 
 pytest.importorskip("redis")
 from django_ratelimit_r4.backends.redis_bulkhead import RedisBulkhead
+from tests.backends.patient import patient_redis_url  # noqa: F401  (exactness tests: patient timeouts)
 
 pytestmark = [pytest.mark.urls(__name__), pytest.mark.django_db(databases=[])]
 

@@ -27,6 +27,7 @@ from django_ratelimit_r4.backends.memory import GcraBackend
 from django_ratelimit_r4.core.clock import SYSTEM_CLOCK, FakeClock
 from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig, acquire_all
 from django_ratelimit_r4.decorators import ratelimit
+from tests.backends.patient import patient_redis_url  # noqa: F401  (exactness tests: patient timeouts)
 
 redis = pytest.importorskip("redis")
 rb = pytest.importorskip("django_ratelimit_r4.backends.redis")

@@ -34,6 +34,7 @@ from django_ratelimit_r4.decorators import RateLimitGate, _secret_salt, ratelimi
 from django_ratelimit_r4.headers import partition_key
 from django_ratelimit_r4.keyed import acquire_all_keyed
 from django_ratelimit_r4.rest_framework import RateLimiterThrottle
+from tests.backends.patient import patient_redis_url  # noqa: F401  (exactness tests: patient timeouts)
 from tests.noblock import forbid_blocking
 
 redis = pytest.importorskip("redis")

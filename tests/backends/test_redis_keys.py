@@ -13,6 +13,7 @@ from django.test import Client, override_settings
 
 from django_ratelimit_r4 import get_rate_limiter, registry, state
 from tests import test_keys_security as views
+from tests.backends.patient import patient_redis_url  # noqa: F401  (exactness tests: patient timeouts)
 
 rb = pytest.importorskip("django_ratelimit_r4.backends.redis")
 

@@ -26,6 +26,7 @@ from django_ratelimit_r4.backends import redis_lease as rl
 from django_ratelimit_r4.core.clock import SYSTEM_CLOCK, FakeClock
 from django_ratelimit_r4.core.exceptions import RequestNotPermitted
 from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig
+from tests.backends.patient import patient
 from tests.noblock import forbid_blocking
 
 redis = pytest.importorskip("redis")
@@ -45,6 +46,13 @@ def leased(url: str, prefix: str, limit: int, period_ns: int, lease: int, *, clo
 #: answer within the default 250 ms can only make a decision fail loudly (faults are asserted to be 0), never
 #: admit through a fault policy.
 PATIENT = {"socket_timeout": 10.0}
+
+
+@pytest.fixture(name="redis_url")
+def patient_redis_url(redis_url: str) -> str:
+    """The shared Redis with :data:`PATIENT`'s timeout in the URL: the one-process tests count exactly too, and a
+    URL's query overrides a backend's options (a 5 s one would cut the multi-process tests' 10 s)."""
+    return patient(redis_url, PATIENT["socket_timeout"])
 
 
 def under_use_bound(processes: int, lease: int) -> int:

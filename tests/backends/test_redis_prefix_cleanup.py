@@ -39,7 +39,7 @@ def _drop_subscriptions(raw: Any, channel: str) -> int:
     ports = [
         ps.connection._sock.getsockname()[1]
         for ps in gc.get_objects()
-        if isinstance(ps, redis.client.PubSub)
+        if type(ps) is redis.client.PubSub  # type(), not isinstance(): that would set up lazy objects (admin.site)
         and ps.connection is not None
         and ps.connection._sock is not None
         and channel.encode() in {c if isinstance(c, bytes) else c.encode() for c in ps.channels}

@@ -16,6 +16,7 @@ from django_ratelimit_r4.backends.memory import MemoryBackend
 from django_ratelimit_r4.core.clock import FakeClock
 from django_ratelimit_r4.core.exceptions import RequestNotPermitted
 from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig
+from tests.backends.patient import patient_redis_url  # noqa: F401  (exactness tests: patient timeouts)
 
 redis = pytest.importorskip("redis")
 

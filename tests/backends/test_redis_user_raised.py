@@ -19,6 +19,7 @@ from django.urls import path
 from django_ratelimit_r4 import get_rate_limiter, registry
 from django_ratelimit_r4.core.exceptions import RequestNotPermitted
 from django_ratelimit_r4.decorators import ratelimit
+from tests.backends.patient import patient_redis_url  # noqa: F401  (exactness tests: patient timeouts)
 from tests.backends.test_redis_http import no_sync_redis_on_loop, r4_settings
 
 rb = pytest.importorskip("django_ratelimit_r4.backends.redis")

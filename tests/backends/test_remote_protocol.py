@@ -12,6 +12,7 @@ import pytest
 from django_ratelimit_r4.core.backend import RemoteRateLimiterBackend, as_remote
 from django_ratelimit_r4.core.clock import FakeClock
 from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig, aacquire_all
+from tests.backends.patient import patient_redis_url  # noqa: F401  (exactness tests: patient timeouts)
 
 pytest.importorskip("redis")
 
