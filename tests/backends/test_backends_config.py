@@ -26,6 +26,7 @@ from django_ratelimit_r4 import conf, get_rate_limiter, registry
 from django_ratelimit_r4.backends.memory import MemoryBackend, MemoryStore
 from django_ratelimit_r4.decorators import ratelimit
 from django_ratelimit_r4.keyed import KeyedRateLimiter
+from tests.backends.patient import patient
 
 redis = pytest.importorskip("redis")
 rb = pytest.importorskip("django_ratelimit_r4.backends.redis")
@@ -37,7 +38,10 @@ A = {"REMOTE_ADDR": "203.0.113.7"}
 
 
 def side_by_side(url: str, prefix: str, trials: int = 1, **instance: Any) -> dict[str, Any]:
-    """The issue's shape: a per-process ``pool`` (default memory backend) and a cluster-wide ``global``."""
+    """The issue's shape: a per-process ``pool`` (default memory backend) and a cluster-wide ``global``.
+
+    Its 100 ms socket timeout keeps the fault tests short; a test counting exact answers passes a
+    :func:`~tests.backends.patient.patient` URL, whose query overrides it."""
     instances: dict[str, Any] = {
         "pool": {"limit_for_period": 3},
         "global": {"limit_for_period": 3, "backend": "shared", **instance},
@@ -361,7 +365,7 @@ def test_memory_stays_per_process_while_redis_gives_exactly_its_limit_across_fou
     redis_url: str, prefix: str
 ) -> None:
     trials = 12
-    r4 = side_by_side(redis_url, prefix, trials=trials)
+    r4 = side_by_side(patient(redis_url), prefix, trials=trials)  # exact counts: no decision to a fault policy
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     children = [
         subprocess.Popen(
@@ -546,7 +550,7 @@ def available(name: str) -> int:
 
 
 def test_a_local_rejection_never_reaches_redis(redis_url: str, prefix: str) -> None:
-    with override_settings(RATELIMIT_R4=mixed(redis_url, prefix)):
+    with override_settings(RATELIMIT_R4=mixed(patient(redis_url), prefix)):
         client = Client()
         assert [client.get("/local-says-no/").status_code for _ in range(3)] == [200, 200, 429]
         assert (available("local_small"), available("remote_big")) == (0, 1)  # Redis was not charged
@@ -554,7 +558,7 @@ def test_a_local_rejection_never_reaches_redis(redis_url: str, prefix: str) -> N
 
 @pytest.mark.parametrize("url", ["/remote-says-no/", "/remote-says-no-async/"])
 def test_a_redis_rejection_gives_the_local_permits_back(redis_url: str, prefix: str, url: str) -> None:
-    with override_settings(RATELIMIT_R4=mixed(redis_url, prefix)):
+    with override_settings(RATELIMIT_R4=mixed(patient(redis_url), prefix)):
         client = Client()
         statuses = [client.get(url) for _ in range(4)]
         assert [r.status_code for r in statuses] == [200, 200, 429, 429]
@@ -567,7 +571,7 @@ def test_mixed_decisions_stay_exact_per_backend_under_concurrency(redis_url: str
 
     from django_ratelimit_r4.keyed import acquire_all_keyed
 
-    with override_settings(RATELIMIT_R4=mixed(redis_url, prefix)):
+    with override_settings(RATELIMIT_R4=mixed(patient(redis_url), prefix)):
         local, remote = get_rate_limiter("local_big"), get_rate_limiter("remote_small")
         remote.backend.state()  # connect first  # type: ignore[union-attr]
         for trial in range(15):
