@@ -10,18 +10,29 @@ deletes any more. So every such thread is stopped before the keys are deleted.
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
 import redis
 
 
+def _threads(instance: Any) -> list[threading.Thread]:
+    # A breaker's listener and sender, a bulkhead's renewal thread (None until started).
+    return [t for name in ("_listener", "_sender", "_thread") if (t := getattr(instance, name, None)) is not None]
+
+
 def close_redis_threads() -> None:
-    """Close every cluster-wide circuit breaker and bulkhead of this process (registry-built or not): their
-    threads have ended when this returns (each ``close()`` joins them)."""
+    """Close every cluster-wide circuit breaker and bulkhead of this process whose threads still run
+    (registry-built or not): they have ended when this returns (``close()`` joins them)."""
     from django_ratelimit_r4.backends import redis_breaker, redis_bulkhead
 
     # The modules' own registries of live instances (weak sets, kept for fork handling): the only way to reach
-    # an instance the settings registry has already forgotten.
+    # an instance the settings registry has already forgotten. Closed ones are skipped: a closed breaker's
+    # close() publishes again, which a Redis Cluster stopped by then refuses with an error redis-py does not
+    # derive from RedisError (RedisClusterUnreachableError), and close() lets it through.
     for instance in [*redis_breaker._instances, *redis_bulkhead._instances]:
-        instance.close()
+        if any(t.is_alive() for t in _threads(instance)):
+            instance.close()
 
 
 def delete_prefix(url: str, prefix: str) -> None:
