@@ -309,7 +309,7 @@ def test_a_third_party_unkeyed_backend_with_a_redis_limit_is_refused_before_anyt
     (manage.py check reports it first: ratelimit_r4.E035)."""
     from django_ratelimit_r4.keyed import acquire_all_keyed
 
-    setting = mixed(redis_url, prefix)
+    setting = mixed(patient(redis_url), prefix)  # Redis's exact grants: no decision to a fault policy
     setting["backends"]["custom"] = {"BACKEND": f"{__name__}.ProtocolOnlyUnkeyedStore"}
     setting["ratelimiters"]["instances"]["third_party_pool"] = {"limit_for_period": 3, "backend": "custom"}
     with override_settings(RATELIMIT_R4=setting):
