@@ -4,7 +4,8 @@ Seen once in ~20 CI runs: db 15 kept ``r4test:<hex>:cb:{acquirer}:state`` (no TT
 was built by the registry in tests/test_control.py; restoring the settings made the registry forget it without
 closing it, so its listener and sender threads ran on. A listener fault after the prefix fixture had deleted the
 keys (a ping timeout on a loaded machine) made it read the state again, find none and write its own back, as a
-worker must when Redis lost its data. tests/redis_prefix.py closes such threads before deleting.
+worker must when Redis lost its data. The registry now closes what a settings change drops; tests/redis_prefix.py
+also closes breakers and bulkheads built outside the registry before deleting.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from django.conf import settings as django_settings
 from django.test import override_settings
 
 from django_ratelimit_r4 import get_circuit_breaker
-from tests.redis_prefix import close_and_delete, delete_prefix
+from tests.redis_prefix import delete_prefix
 
 redis = pytest.importorskip("redis")
 
@@ -50,7 +51,7 @@ def _drop_subscriptions(raw: Any, channel: str) -> int:
 
 
 @pytest.mark.django_db(databases=[])
-def test_a_forgotten_shared_breaker_writes_under_the_deleted_prefix_until_closed(redis_url: str, prefix: str) -> None:
+def test_a_shared_breaker_dropped_by_a_settings_change_writes_nothing_under_the_deleted_prefix(redis_url: str, prefix: str) -> None:
     config = copy.deepcopy(django_settings.RATELIMIT_R4)
     config["backends"] = {"shared": {"BACKEND": "redis", "LOCATION": redis_url, "OPTIONS": {"key_prefix": prefix}}}
     config["circuitbreakers"]["instances"]["acquirer"]["backend"] = "shared"
@@ -63,17 +64,12 @@ def test_a_forgotten_shared_breaker_writes_under_the_deleted_prefix_until_closed
     state_key = f"{prefix}:cb:{{acquirer}}:state"
     raw = redis.Redis.from_url(redis_url)
     try:
-        # The old teardown: the keys deleted, the registry's breaker forgotten but running.
+        # Restoring the settings closed it (registry.invalidate closes what it drops, b9cd5af): before, it ran
+        # on, and a listener fault after the keys were deleted (CLIENT KILL of its subscription here) wrote its
+        # state back with no TTL.
+        _until(lambda: not breaker._listener.is_alive() and not breaker._sender.is_alive(), "its threads to end")
         delete_prefix(redis_url, prefix)
-        assert raw.exists(state_key) == 0
-        assert breaker._listener.is_alive() and breaker._sender.is_alive()
-        assert _drop_subscriptions(raw, channel) == 1
-        _until(lambda: raw.exists(state_key), "the forgotten breaker to write its state back")
-        assert raw.ttl(state_key) == -1  # no TTL: it would stay in db 15 for ever
-
-        # The teardown now: threads closed first, then nothing is listening or left to write.
-        close_and_delete(redis_url, prefix)
-        assert not breaker._listener.is_alive() and not breaker._sender.is_alive()
+        assert _drop_subscriptions(raw, channel) == 0
         assert raw.pubsub_numsub(channel) == [(channel.encode(), 0)]
         assert raw.exists(state_key) == 0
     finally:
