@@ -493,13 +493,79 @@ def _not_combinable(members: list[_Member]) -> Iterator[tuple[_Member, str]]:
             )
 
 
+_UNSET = object()  # an option a connection does not have (None may be a value)
+
+
+def _redis_connections(analysis: conf.Analysis, members: list[_Member]) -> list[list[_Member]] | None:
+    """The group's Redis limits by the connection each is decided on, in the group's order, when there are two or
+    more connections (``keyed._remote_decider`` raises ``TypeError``: one all-or-nothing script per connection);
+    None otherwise.
+
+    Mirrors the runtime from the setting alone: a :class:`~.backends.redis.RedisStore` builds every limit (keyed
+    or not, any algorithm, leased or not) on ``connection(LOCATION, OPTIONS but key_prefix)``, one per
+    :func:`~.backends.redis.connection_ident` (the URL as written, the options as validated): two aliases with
+    those equal share one; a different ``key_prefix`` alone does not make another. Nothing is connected.
+    """
+    remote = [m for m in members if m[3] == _REDIS]
+    if len(remote) < 2:
+        return None
+    try:
+        from .backends.redis import connection_ident, store_options
+    except ImportError:  # no redis package: E010 already, and the backend was not parsed
+        return None
+    by_ident: dict[Any, list[_Member]] = {}
+    for member in remote:
+        backend = analysis.backends[member[1]]
+        by_ident.setdefault(connection_ident(backend.location or "", store_options(backend.options)[1]), []).append(
+            member
+        )
+    return list(by_ident.values()) if len(by_ident) > 1 else None
+
+
+def _connections_message(
+    analysis: conf.Analysis, names: tuple[str, ...], places: list[str], split: list[list[_Member]]
+) -> CheckMessage:
+    """E035 for a group whose Redis limits are on several connections: each connection's limits, backends, URL
+    (its password redacted) and the options that tell it from the others."""
+    from .backends.redis import _redact, store_options
+
+    options = [store_options(analysis.backends[on[0][1]].options)[1] for on in split]
+    differ = sorted({k for opts in options for k in opts if any(o.get(k, _UNSET) != opts[k] for o in options)})
+    described = []
+    for on, opts in zip(split, options, strict=True):
+        backend = analysis.backends[on[0][1]]
+        limits = ", ".join(f"{m[0]!r} (backend {m[1]!r})" for m in on)
+        shown = ", ".join(f"{k}={opts[k]!r}" if k in opts else f"no {k}" for k in differ)
+        described.append(f"{limits} at {_redact(backend.location or '')}" + (f" ({shown})" if shown else ""))
+    moved = [
+        analysis.specs["ratelimiters"][m[0]].origins.get(
+            "backend", conf.setting_path("ratelimiters", "instances", m[0], "backend")
+        )
+        for on in split[1:]
+        for m in on
+    ]
+    return Error(
+        f"{_places(places)}: decides rate limiters {list(names)!r} all-or-nothing, but they are on {len(split)} "
+        f"different Redis connections, which one script cannot reach together: {'; '.join(described)}; the first "
+        "request would fail with TypeError",
+        hint="Put them on one redis backend, or on backends with the same LOCATION and the same OPTIONS but "
+        f"key_prefix (one connection): {', '.join(dict.fromkeys(moved))}; or decide the limits of each connection "
+        "in a @ratelimit of its own (stacked: each decorator decides on its own).",
+        id=Code.NOT_ALL_OR_NOTHING.check_id,
+    )
+
+
 def _group_messages(
     analysis: conf.Analysis, groups: dict[tuple[tuple[str, ...], bool], list[str]]
 ) -> list[CheckMessage]:
-    """E035 for every limit of a decision group that the first request could not decide with the others."""
+    """E035 for every limit of a decision group that the first request could not decide with the others, and for
+    a group whose Redis limits are on several connections."""
     messages: list[CheckMessage] = []
     for (names, key_override), places in groups.items():
         members = _group_members(analysis, names, key_override)
+        split = _redis_connections(analysis, members or [])
+        if split is not None:
+            messages.append(_connections_message(analysis, names, places, split))
         for (name, alias, keyed, _), why in _not_combinable(members or []):
             spec = analysis.specs["ratelimiters"][name]
             factory = analysis.backends[alias].factory_path

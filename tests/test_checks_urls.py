@@ -9,6 +9,9 @@ import io
 import re
 import sys
 import types
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -619,3 +622,168 @@ def test_an_unkeyed_third_party_backend_with_a_redis_limit_is_a_check_error(sett
         "third-party store kept in each process), whose backend cannot give a permit back (the protocol has no "
         "give_back), which a decision with 'redis_ip' (backend 'cluster', Redis) needs when Redis refuses"
     ) in message.msg
+
+
+# ---------------------------------------- Redis limits on two connections in one decision (E035)
+
+
+@pytest.fixture
+def redis_prefix(redis_url: str) -> Iterator[str]:
+    """A key prefix of this test only (as tests/backends/conftest.py's ``prefix``): its keys are deleted and this
+    process's Redis connections closed afterwards."""
+    import redis
+
+    from django_ratelimit_r4.backends import redis as rb
+
+    value = f"r4test:{uuid.uuid4().hex[:12]}"
+    yield value
+    rb.close_connections()
+    client = redis.Redis.from_url(redis_url)
+    try:
+        keys = list(client.scan_iter(match=value + ":*", count=1000))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
+
+
+def two_connections_setting(url: str, prefix: str) -> dict[str, Any]:
+    """Redis backends on the test Redis that share one connection or not, as ``backends.redis.connection`` decides:
+    one per LOCATION as written and OPTIONS but key_prefix (patient timeouts: tests/backends/patient.py)."""
+    patient = {"socket_timeout": "5s", "socket_connect_timeout": "5s", "key_prefix": prefix}
+    query = "&" if "?" in url else "?"
+    return {
+        "backends": {
+            "main": {"BACKEND": "redis", "LOCATION": url, "OPTIONS": patient},
+            # the same connection: the same URL and the same options once parsed ("5000ms" and 5 s are 5.0 s)
+            "twin": {"BACKEND": "redis", "LOCATION": url, "OPTIONS": {
+                "socket_timeout": "5000ms", "socket_connect_timeout": timedelta(seconds=5), "key_prefix": prefix}},
+            # key_prefix is the store's, not the connection's: still main's connection
+            "prefixed": {"BACKEND": "redis", "LOCATION": url, "OPTIONS": {**patient, "key_prefix": f"{prefix}:b"}},
+            # the same server, another pool: another connection
+            "pooled": {"BACKEND": "redis", "LOCATION": url, "OPTIONS": {**patient, "max_connections": 4}},
+            # an option written out with its default value is still an option of the connection's identity
+            "standalone": {"BACKEND": "redis", "LOCATION": url, "OPTIONS": {**patient, "cluster": False}},
+            # the URL as written (its query string sets pool options too): another connection
+            "queried": {"BACKEND": "redis", "LOCATION": f"{url}{query}health_check_interval=30", "OPTIONS": patient},
+        },
+        "ratelimiters": {
+            "configs": {"default": {"limit_refresh_period": "1h"}},
+            "instances": {
+                "pool": {"limit_for_period": 5},  # the default backend: memory
+                "r_pool": {"limit_for_period": 5, "backend": "main"},
+                "r_ip": {"limit_for_period": 5, "backend": "main", "key": "ip"},
+                "twin_pool": {"limit_for_period": 5, "backend": "twin"},
+                "prefixed_ip": {"limit_for_period": 5, "backend": "prefixed", "key": "ip"},
+                "pooled_pool": {"limit_for_period": 5, "backend": "pooled"},
+                "pooled_ip": {"limit_for_period": 5, "backend": "pooled", "key": "ip", "algorithm": "gcra"},
+                "standalone_pool": {"limit_for_period": 5, "backend": "standalone"},
+                "queried_ip": {"limit_for_period": 5, "backend": "queried", "key": "ip", "algorithm": "sliding_window"},
+            },
+        },
+    }
+
+
+#: (names one decorator decides, its key=, whether its Redis limits are on two connections). The check must say
+#: so exactly when the first request raises TypeError.
+REDIS_GROUPS: list[tuple[tuple[str, ...], str | None, bool]] = [
+    (("r_pool", "twin_pool"), None, False),  # two aliases, one connection
+    (("r_pool", "r_ip", "prefixed_ip"), None, False),  # another key_prefix on the same connection
+    (("pool", "r_ip", "twin_pool"), None, False),  # memory with one connection: the mixed path
+    (("r_pool", "pooled_pool"), None, True),  # the same LOCATION, another max_connections
+    (("r_ip", "pooled_ip"), None, True),
+    (("r_pool", "standalone_pool"), None, True),  # "cluster": False written out
+    (("r_ip", "queried_ip"), None, True),  # the same server, the URL written otherwise
+    (("pool", "r_pool", "pooled_ip"), None, True),  # memory does not help: the Redis part is still one script
+    (("twin_pool", "prefixed_ip", "queried_ip"), None, True),
+    (("r_pool", "pooled_pool"), "ip", True),  # key= makes both keyed: the keyed stores share their backend's
+    (("r_pool", "twin_pool"), "ip", False),
+]
+
+
+@pytest.mark.parametrize(("names", "key", "fails"), REDIS_GROUPS, ids=lambda v: repr(v))
+def test_a_decision_group_on_two_redis_connections_is_a_check_error(
+    settings: Any, redis_url: str, redis_prefix: str, names: tuple[str, ...], key: str | None, fails: bool
+) -> None:
+    """E035 exactly when the first request through the decorator raises TypeError (keyed._remote_decider: one
+    all-or-nothing script per connection)."""
+    settings.RATELIMIT_R4 = two_connections_setting(redis_url, redis_prefix)
+    settings.ROOT_URLCONF = urlconf(path("group/", _group_view(names, key)))
+    found = [m for m in check_url_names() if m.id == "ratelimit_r4.E035"]
+    if fails:
+        with pytest.raises(TypeError, match="different places"):
+            Client().get("/group/", REMOTE_ADDR="203.0.113.9")
+        (message,) = found
+        assert "URL 'group/'" in message.msg and repr(list(names)) in message.msg
+        assert "different Redis connections" in message.msg
+        assert "the first request would fail with TypeError" in message.msg
+        assert "one redis backend" in message.hint and "a @ratelimit of its own" in message.hint
+    else:
+        assert found == []
+        assert [Client().get("/group/", REMOTE_ADDR="203.0.113.9").status_code for _ in range(2)] == [200, 200]
+
+
+def test_e035_for_two_redis_connections_names_them_redacted_without_connecting(settings: Any) -> None:
+    """The message names the view, the limits, the backends and their URLs (no password) and what differs; the
+    check decides from the setting alone: no connection is made."""
+    from django_ratelimit_r4.backends import redis as rb
+
+    settings.RATELIMIT_R4 = {
+        "backends": {
+            "orders": {"BACKEND": "redis", "LOCATION": "redis://:s3cret@10.0.0.7:6379/0"},
+            "orders_fast": {
+                "BACKEND": "redis",
+                "LOCATION": "redis://:s3cret@10.0.0.7:6379/0",
+                "OPTIONS": {"socket_timeout": "50ms", "key_prefix": "fast"},
+            },
+            "users": {"BACKEND": "redis", "LOCATION": "redis://u:pw@10.0.0.8:6379/1", "OPTIONS": {"key_prefix": "u"}},
+        },
+        "ratelimiters": {
+            "configs": {"default": {"limit_refresh_period": "1m"}},
+            "instances": {
+                "burst": {"limit_for_period": 5, "backend": "orders"},
+                "per_ip": {"limit_for_period": 5, "backend": "orders_fast", "key": "ip"},
+                "per_user": {"limit_for_period": 5, "backend": "users", "key": "ip"},
+            },
+        },
+    }
+    settings.ROOT_URLCONF = urlconf(
+        path("orders/", _group_view(("burst", "per_ip"), None)),
+        path("users/", _group_view(("burst", "per_user"), None)),
+        path("drf/", DrfTwoConnections.as_view()),
+    )
+    before = dict(rb._connections)
+    messages = {m.msg.split(":", 1)[0]: m for m in check_url_names()}
+    assert rb._connections == before  # nothing connected (nor built)
+    assert {m.id for m in messages.values()} == {"ratelimit_r4.E035"}
+    assert all("s3cret" not in m.msg + m.hint and "pw@" not in m.msg + m.hint for m in messages.values())
+    orders = messages["tests.test_checks_urls.group_burst_per_ip (URL 'orders/')"]
+    assert orders.msg == (
+        "tests.test_checks_urls.group_burst_per_ip (URL 'orders/'): decides rate limiters ['burst', 'per_ip'] "
+        "all-or-nothing, but they are on 2 different Redis connections, which one script cannot reach together: "
+        "'burst' (backend 'orders') at redis://***@10.0.0.7:6379/0 (no socket_timeout); "
+        "'per_ip' (backend 'orders_fast') at redis://***@10.0.0.7:6379/0 (socket_timeout=0.05); "
+        "the first request would fail with TypeError"
+    )
+    assert orders.hint == (
+        "Put them on one redis backend, or on backends with the same LOCATION and the same OPTIONS but key_prefix "
+        "(one connection): "
+        'RATELIMIT_R4["ratelimiters"]["instances"]["per_ip"]["backend"]; or decide the limits of each connection '
+        "in a @ratelimit of its own (stacked: each decorator decides on its own)."
+    )
+    users = messages["tests.test_checks_urls.group_burst_per_user (URL 'users/')"]
+    assert (
+        "'burst' (backend 'orders') at redis://***@10.0.0.7:6379/0; "
+        "'per_user' (backend 'users') at redis://***@10.0.0.8:6379/1; "
+    ) in users.msg
+    assert "DrfTwoConnections (URL 'drf/')" in next(iter(k for k in messages if "drf/" in k))
+    with pytest.raises(SystemCheckError, match=r"ratelimit_r4\.E035"):
+        call_command("check")
+
+
+class DrfTwoConnections(APIView):
+    throttle_classes = [RateLimiterThrottle]
+    rate_limiter = ["per_ip", "per_user"]
+
+    def get(self, request: Any) -> Response:
+        return Response({})

@@ -48,7 +48,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Hashable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import quote, unquote, urlsplit
 
@@ -113,6 +113,7 @@ __all__ = [
     "client_key_digest",
     "close_connections",
     "connection",
+    "connection_ident",
     "key_base",
     "read_quotas",
     "redis_backend",
@@ -120,6 +121,7 @@ __all__ = [
     "sentinel_settings",
     "several_slots",
     "shard_of",
+    "store_options",
 ]
 
 logger = logging.getLogger("django_ratelimit_r4.redis")
@@ -1729,14 +1731,29 @@ def _frozen(value: Any) -> Any:
     return value
 
 
+def connection_ident(url: str, options: Mapping[str, Any] | None = None) -> Hashable:
+    """What :func:`connection` shares one :class:`RedisConnection` by: the URL as written (not normalised: another
+    spelling of the same server is another connection) and every option. Two Redis limits are decided in one
+    all-or-nothing script only on one connection, so ``manage.py check`` compares these, built from the setting
+    alone (:func:`store_options`), to find a decision that would raise ``TypeError`` (``ratelimit_r4.E035``)."""
+    return url if not options else (url, tuple(sorted((k, _frozen(v)) for k, v in options.items())))
+
+
+def store_options(options: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
+    """``(key_prefix, connection options)`` of a redis backend's validated ``OPTIONS``: ``key_prefix`` belongs to
+    the :class:`RedisStore` (the keys it writes), every other option to its connection (:func:`connection_ident`)."""
+    connection_options = dict(options or {})
+    return connection_options.pop("key_prefix", DEFAULT_PREFIX), connection_options
+
+
 def connection(url: str, options: Mapping[str, Any] | None = None) -> RedisConnection:
     """The process-wide :class:`RedisConnection` of ``url`` with ``options`` (created once per process).
 
     ``options`` are redis-py pool options (``socket_timeout``, ``socket_connect_timeout`` in seconds,
     ``max_connections``, ``timeout``): backends with the same URL and options share one connection (and one
-    fault state); the URL's query string still overrides them (redis-py's rule).
+    fault state, :func:`connection_ident`); the URL's query string still overrides them (redis-py's rule).
     """
-    ident = url if not options else (url, tuple(sorted((k, _frozen(v)) for k, v in options.items())))
+    ident = connection_ident(url, options)
     conn = _connections.get(ident)
     if conn is None or conn.pid != _pid:
         with _connections_lock:
@@ -3557,10 +3574,10 @@ class RedisStore:
             raise ValueError(f"redis backend {alias!r} needs a LOCATION (a redis:// URL)")
         self.alias = alias
         self.url = location
-        options = dict(options or {})
-        self.prefix: str = options.pop("key_prefix", DEFAULT_PREFIX)
+        self.prefix: str
         #: The redis-py pool options (timeouts in seconds, max_connections).
-        self.connection_options: Mapping[str, Any] = options
+        self.connection_options: Mapping[str, Any]
+        self.prefix, self.connection_options = store_options(options)
 
     def backend_factory(self, on_error: str | None, *, lease: int | None = None) -> BackendFactory:
         """A factory of :class:`RedisBackend` on this store's connection, with ``on_error``'s fault policy; with
