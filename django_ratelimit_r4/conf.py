@@ -210,8 +210,9 @@ class Code(enum.Enum):
     )
     NOT_ALL_OR_NOTHING = (
         "E035",
-        "a routed view decides several rate limiters all-or-nothing, one of them on a third-party backend that "
-        "cannot take part in such a decision",
+        "a routed view decides several rate limiters all-or-nothing that the first request could not decide: "
+        "Redis limits on two Redis connections, or one on a third-party backend that cannot take part in such a "
+        "decision",
     )
     MEMORY_MULTIPROCESS = ("W001", "in-memory rate limiters in a deployment that looks multi-process")
     METRICS_WITHOUT_PROMETHEUS = ("W002", "metrics is True but prometheus_client is not installed")
