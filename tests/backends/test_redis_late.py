@@ -25,23 +25,33 @@ redis = pytest.importorskip("redis")
 TIMEOUT_S = 0.2  # each command's socket timeout in these tests
 
 
-def _evalsha_calls(url: str) -> int:
+def _commands(url: str, *names: str) -> int:
+    """Calls of the commands ``names`` the server has run (``INFO commandstats``)."""
     client = redis.Redis.from_url(url.split("?")[0])
     try:
         stats = client.info("commandstats")
     finally:
         client.close()
-    return sum(stats.get(k, {}).get("calls", 0) for k in ("cmdstat_evalsha", "cmdstat_eval"))
+    return sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in names)
+
+
+def _wait_for_commands(url: str, at_least: int, *names: str) -> int:
+    """Poll until the resumed server has run ``at_least`` of ``names`` (the queued ones); bounded."""
+    deadline = time.monotonic() + 20
+    calls = _commands(url, *names)
+    while calls < at_least and time.monotonic() < deadline:
+        time.sleep(0.02)
+        calls = _commands(url, *names)
+    return calls
+
+
+def _evalsha_calls(url: str) -> int:
+    return _commands(url, "evalsha", "eval")
 
 
 def _wait_for_calls(url: str, at_least: int) -> int:
     """Poll until the resumed server has run ``at_least`` scripts (the queued ones); bounded."""
-    deadline = time.monotonic() + 20
-    calls = _evalsha_calls(url)
-    while calls < at_least and time.monotonic() < deadline:
-        time.sleep(0.02)
-        calls = _evalsha_calls(url)
-    return calls
+    return _wait_for_commands(url, at_least, "evalsha", "eval")
 
 
 def _limiter(url: str, name: str) -> RateLimiter:
@@ -276,25 +286,6 @@ def test_after_a_cool_down_one_caller_probes_and_the_others_keep_the_policy(redi
 
 
 # ----------------------------------------------------------------------------- no call without a deadline
-
-
-def _commands(url: str, *names: str) -> int:
-    client = redis.Redis.from_url(url.split("?")[0])
-    try:
-        stats = client.info("commandstats")
-    finally:
-        client.close()
-    return sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in names)
-
-
-def _wait_for_commands(url: str, at_least: int, *names: str) -> int:
-    """Poll until the resumed server has run ``at_least`` of ``names`` (the queued ones); bounded."""
-    deadline = time.monotonic() + 20
-    calls = _commands(url, *names)
-    while calls < at_least and time.monotonic() < deadline:
-        time.sleep(0.02)
-        calls = _commands(url, *names)
-    return calls
 
 
 async def _frozen_first_calls(server, rl: RateLimiter, url: str) -> None:
