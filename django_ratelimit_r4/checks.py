@@ -26,6 +26,7 @@ from django.core.checks import Warning as CheckWarning
 from django.utils.module_loading import import_string
 
 from . import conf
+from .backends.base import redact_url
 from .conf import Code, Problem
 from .core.ratelimiter import most_grantable
 
@@ -255,8 +256,8 @@ def _class_functions(cls: type) -> Iterator[Any]:
                 yield value
 
 
-def _drf_throttle_names(cls: type, initkwargs: Mapping[str, Any]) -> Iterator[tuple[str, bool]]:
-    """``(rate limiter name, named explicitly)`` of the view's RateLimiterThrottle classes."""
+def _rate_limiter_throttles(cls: type, initkwargs: Mapping[str, Any]) -> Iterator[tuple[Any, Any]]:
+    """``(the view's attributes, throttle class)`` of every RateLimiterThrottle class on the view."""
     try:
         from .rest_framework import RateLimiterThrottle
     except ImportError:  # DRF not installed: no DRF views either
@@ -267,7 +268,13 @@ def _drf_throttle_names(cls: type, initkwargs: Mapping[str, Any]) -> Iterator[tu
         return
     for throttle in throttles:
         if isinstance(throttle, type) and issubclass(throttle, RateLimiterThrottle):
-            yield from throttle.referenced_names(view)
+            yield view, throttle
+
+
+def _drf_throttle_names(cls: type, initkwargs: Mapping[str, Any]) -> Iterator[tuple[str, bool]]:
+    """``(rate limiter name, named explicitly)`` of the view's RateLimiterThrottle classes."""
+    for view, throttle in _rate_limiter_throttles(cls, initkwargs):
+        yield from throttle.referenced_names(view)
 
 
 def _view_names(callback: Any) -> Iterator[tuple[str, str, bool, str]]:
@@ -294,20 +301,10 @@ def _view_names(callback: Any) -> Iterator[tuple[str, str, bool, str]]:
 def _drf_groups(cls: type, initkwargs: Mapping[str, Any]) -> Iterator[tuple[tuple[str, ...], bool]]:
     """``(names, key_override)`` of every RateLimiterThrottle on the view deciding several names at once (its
     ``rate_limiter`` list; the drop-ins decide one scope each)."""
-    try:
-        from .rest_framework import RateLimiterThrottle, _ScopeThrottle
-    except ImportError:
-        return
-    view = _ViewAttrs(cls, initkwargs)
-    throttles = getattr(view, "throttle_classes", None) or ()
-    if isinstance(throttles, str | bytes) or not isinstance(throttles, Iterable):
-        return
-    for throttle in throttles:
-        if (
-            isinstance(throttle, type)
-            and issubclass(throttle, RateLimiterThrottle)
-            and not issubclass(throttle, _ScopeThrottle)
-        ):
+    for view, throttle in _rate_limiter_throttles(cls, initkwargs):
+        from .rest_framework import _ScopeThrottle  # importable: _rate_limiter_throttles found DRF
+
+        if not issubclass(throttle, _ScopeThrottle):
             names = tuple(name for name, explicit in throttle.referenced_names(view) if explicit)
             if len(names) > 1:
                 yield names, False  # the throttle's gate has no key=: each instance's own key option
@@ -527,7 +524,7 @@ def _connections_message(
 ) -> CheckMessage:
     """E035 for a group whose Redis limits are on several connections: each connection's limits, backends, URL
     (its password redacted) and the options that tell it from the others."""
-    from .backends.redis import _redact, store_options
+    from .backends.redis import store_options
 
     options = [store_options(analysis.backends[on[0][1]].options)[1] for on in split]
     differ = sorted({k for opts in options for k in opts if any(o.get(k, _UNSET) != opts[k] for o in options)})
@@ -536,7 +533,7 @@ def _connections_message(
         backend = analysis.backends[on[0][1]]
         limits = ", ".join(f"{m[0]!r} (backend {m[1]!r})" for m in on)
         shown = ", ".join(f"{k}={opts[k]!r}" if k in opts else f"no {k}" for k in differ)
-        described.append(f"{limits} at {_redact(backend.location or '')}" + (f" ({shown})" if shown else ""))
+        described.append(f"{limits} at {redact_url(backend.location or '')}" + (f" ({shown})" if shown else ""))
     moved = [
         analysis.specs["ratelimiters"][m[0]].origins.get(
             "backend", conf.setting_path("ratelimiters", "instances", m[0], "backend")

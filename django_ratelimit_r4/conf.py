@@ -36,6 +36,7 @@ from .backends.base import (
     lease_ttl_value,
     lease_value,
     on_backend_error_value,
+    redact_url,
 )
 from .core.adaptivethrottler import AdaptiveThrottlerConfig
 from .core.bulkhead import BulkheadConfig
@@ -1142,7 +1143,7 @@ def _parse_options(raw: Mapping[str, Any], analysis: Analysis) -> None:
             Problem(
                 Code.INVALID_REDIS_URL,
                 setting_path("redis_url"),
-                f"must be a redis://, rediss:// or unix:// URL, got {redis_url!r}",
+                f"must be a redis://, rediss:// or unix:// URL, got {_shown_url(redis_url)}",
                 "For example 'redis://127.0.0.1:6379/0'.",
             )
         )
@@ -1180,6 +1181,11 @@ def _backend_problem(problems: list[Problem], code: Code, path: str, message: st
     problems.append(Problem(code, path, message, hint))
 
 
+def _shown_url(value: object) -> str:
+    # A rejected URL may still carry the real password: an error message must not print it.
+    return repr(redact_url(value)) if isinstance(value, str) else f"a {type(value).__name__}"
+
+
 def _parse_redis_location(location: object, at: str, problems: list[Problem]) -> str | None:
     if location is None:
         _backend_problem(
@@ -1195,7 +1201,7 @@ def _parse_redis_location(location: object, at: str, problems: list[Problem]) ->
             problems,
             Code.INVALID_REDIS_URL,
             at,
-            f"must be a redis://, rediss:// or unix:// URL, got {location!r}",
+            f"must be a redis://, rediss:// or unix:// URL, got {_shown_url(location)}",
             "For example 'redis://127.0.0.1:6379/0'.",
         )
         return None

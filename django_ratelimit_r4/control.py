@@ -47,6 +47,7 @@ from urllib.parse import quote
 from django.core.signals import request_started
 
 from . import conf, registry, state
+from .backends.base import redact_url
 
 __all__ = [
     "ACK_TTL_S",
@@ -180,10 +181,9 @@ class ControlPlane:
         return self._script(keys=[self.workers_key, self.expires_key], args=list(argv))
 
     def _unavailable(self, exc: BaseException) -> ControlUnavailable:
-        from .backends.redis import _redact
 
         return ControlUnavailable(
-            f"the control plane's Redis (backend {self.options.backend!r} at {_redact(self.spec.location or '')}) "
+            f"the control plane's Redis (backend {self.options.backend!r} at {redact_url(self.spec.location or '')}) "
             f"cannot be reached: {type(exc).__name__}: {exc}"
         )
 

@@ -1020,6 +1020,35 @@ def test_manage_py_check_fails_with_the_formatted_message(setting, code, path, t
         assert f"HINT: {hint}" in output or hint in output
 
 
+def _redis_url_settings(url: object) -> list[dict]:
+    return [
+        {"backend": "redis", "redis_url": url},
+        {"backends": {"shared": {"BACKEND": "redis", "LOCATION": url}}},
+    ]
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        setting
+        for url in (
+            "http://user:s3cret-pw@cache:6379/0",  # a wrong scheme, password written
+            "redis//:s3cret-pw@cache:6379/0",  # a missing ":": no "://" to split the user part at
+            "cache:6379/0?password=s3cret-pw",  # no scheme, password in the query
+            b"redis://:s3cret-pw@cache:6379/0",  # bytes, not str
+        )
+        for setting in _redis_url_settings(url)
+    ],
+)
+def test_a_wrong_redis_url_is_reported_without_its_password(setting: dict) -> None:
+    with override_settings(RATELIMIT_R4=setting):
+        messages = ours(check_settings())
+    assert [m.id for m in messages if m.id == "ratelimit_r4.E011"] == ["ratelimit_r4.E011"], messages
+    shown = " ".join(f"{m.msg} {m.hint}" for m in messages)
+    assert "s3cret-pw" not in shown, shown
+    assert "***" in shown or "bytes" in shown, shown
+
+
 EVERYTHING_WRONG = {
     "ratelimiter": {},
     "ratelimiters": {

@@ -15,6 +15,7 @@ needs to keep only the two integers per key and call it.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
@@ -80,6 +81,25 @@ ON_BACKEND_ERROR_OF: Mapping[str, str] = MappingProxyType(
 DEFAULT_LEASE_TTL = Nanos(10_000_000_000)
 #: The shortest lease TTL: each process renews its leases every third of it.
 MIN_LEASE_TTL = Nanos(300_000_000)
+
+
+_SECRET_IN_QUERY = re.compile(r"([?&;][^=&;#]*(?:password|secret|token)[^=&;#]*=)[^&;#]*", re.IGNORECASE)
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its credentials, for logs, status and error messages.
+
+    The user part (``user:password@``) becomes ``***@`` and a query value whose name contains
+    ``password``, ``secret`` or ``token`` (redis-py reads ``?password=`` too) becomes ``***``. It works on a
+    malformed URL as well, since the error that rejects one shows it: the user part ends at the last ``@``
+    (a password may hold an unquoted one), wherever the ``://`` is or is not.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    if "@" in rest:
+        rest = "***@" + rest.rsplit("@", 1)[1]
+    return scheme + sep + _SECRET_IN_QUERY.sub(r"\1***", rest)
 
 
 def check_fault_policy(fault_policy: object) -> str:

@@ -79,6 +79,7 @@ from .base import (
     BackendFactory,
     RateLimiterBackend,
     check_fault_policy,
+    redact_url,
     redis_period_error,
 )
 from .memory import MemoryBackend, acquire_local_many
@@ -891,7 +892,7 @@ class RedisConnection:
             logger.warning(
                 "Redis at %s failed during %s (%s: %s); rate limits use their fault policy until it answers "
                 "again (retried every %.1fs)",
-                _redact(self.url),
+                redact_url(self.url),
                 what,
                 type(exc).__name__,
                 exc,
@@ -908,7 +909,7 @@ class RedisConnection:
             if self.outage_since is None:
                 return
             self.outage_since = None
-        logger.warning("Redis at %s answers again after %.1fs of outage", _redact(self.url), time.time() - since)
+        logger.warning("Redis at %s answers again after %.1fs of outage", redact_url(self.url), time.time() - since)
 
     def deadline(self, started_ns: int) -> Any:
         """The server time (µs) after which a call started at ``started_ns`` may have been given up (never
@@ -982,7 +983,7 @@ class RedisConnection:
         """This process's view of the server, for ``r4 status``, the state endpoint and the health check."""
         since = self.outage_since
         return {
-            "url": _redact(self.url),
+            "url": redact_url(self.url),
             "degraded": since is not None,
             "degraded_seconds": None if since is None else round(max(0.0, time.time() - since), 3),
             "server_faults": self.server_faults,
@@ -998,7 +999,7 @@ class RedisConnection:
             self._logged_at = now
         logger.warning(
             "Redis at %s: %s during %s (%s: %s); %s",
-            _redact(self.url),
+            redact_url(self.url),
             "no reply in time"
             if isinstance(exc, _TIMEOUTS)
             else ("a reply after the deadline" if isinstance(exc, _Late) else "no free connection"),
@@ -1628,7 +1629,7 @@ def sentinel_settings(url: str, sentinels: Any) -> dict[str, Any] | None:
     if parts.scheme not in ("redis", "rediss") or not parts.hostname:
         raise ValueError(
             f"with OPTIONS['sentinel'] the LOCATION is redis://[:password@]<service name>[/db] (or rediss://), "
-            f"got {_redact(url)!r}"
+            f"got {redact_url(url)!r}"
         )
     db = parts.path.strip("/") or "0"
     if not db.isdigit():
@@ -1691,14 +1692,6 @@ class _Late(RedisError):
 def _pool_exhausted(exc: BaseException) -> bool:
     # redis-py raises a plain ConnectionError with this text when a BlockingConnectionPool wait times out.
     return isinstance(exc, redis.exceptions.ConnectionError) and str(exc) == "No connection available."
-
-
-def _redact(url: str) -> str:
-    """The URL without its password, for logs."""
-    scheme, sep, rest = url.partition("://")
-    if "@" in rest:
-        rest = "***@" + rest.rsplit("@", 1)[1]
-    return scheme + sep + rest
 
 
 _connections: dict[Any, RedisConnection] = {}
@@ -2377,7 +2370,7 @@ class RedisBackend(_RedisCycleOps):
     def __repr__(self) -> str:
         return (
             f"RedisBackend(name={self.name!r}, limit={self._limit}, period_ns={self._period}, "
-            f"url={_redact(self._url)!r}, fault_policy={self.fault_policy!r})"
+            f"url={redact_url(self._url)!r}, fault_policy={self.fault_policy!r})"
         )
 
 
@@ -3247,7 +3240,7 @@ class RedisKeyedStore(_RedisCycleOps):
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}({self.name!r}, limit_for_period={self._limit}, "
-            f"limit_refresh_period_ns={self._period}, url={_redact(self._url)!r})"
+            f"limit_refresh_period_ns={self._period}, url={redact_url(self._url)!r})"
         )
 
 
@@ -3693,4 +3686,4 @@ class RedisStore:
         )
 
     def __repr__(self) -> str:
-        return f"RedisStore({self.alias!r}, url={_redact(self.url)!r}, prefix={self.prefix!r})"
+        return f"RedisStore({self.alias!r}, url={redact_url(self.url)!r}, prefix={self.prefix!r})"

@@ -60,7 +60,8 @@ from ..core.circuitbreaker.events import CircuitBreakerOnIgnoredErrorEvent
 from ..core.clock import Clock
 from ..core.durations import parse_duration
 from ..core.exceptions import CallNotPermitted
-from .redis import DEFAULT_PREFIX, FAULT_COOLDOWN_S, RedisConnection, _redact, connection, key_base
+from .base import redact_url
+from .redis import DEFAULT_PREFIX, FAULT_COOLDOWN_S, RedisConnection, connection, key_base
 
 __all__ = ["BREAKER_SCRIPT", "LISTENER_PING_S", "RedisCircuitBreaker"]
 
@@ -247,7 +248,7 @@ class RedisCircuitBreaker(CircuitBreaker):
                 "circuit breaker %r: Redis at %s failed during %s (%s: %s); this worker decides alone until "
                 "Redis answers again",
                 self.name,
-                _redact(self.url),
+                redact_url(self.url),
                 what,
                 type(exc).__name__,
                 exc,
@@ -849,7 +850,7 @@ class RedisCircuitBreaker(CircuitBreaker):
         since = self._degraded_since
         return {
             "backend": self.backend,
-            "url": _redact(self.url),
+            "url": redact_url(self.url),
             "degraded": self._degraded,
             "degraded_seconds": None if since is None else round(max(0.0, time.time() - since), 3),
             "epoch": self._epoch,

@@ -554,6 +554,29 @@ def test_fault_policy_open_allows_without_exception_or_hang(caplog: pytest.LogCa
     assert "127.0.0.1:1" in caplog.records[0].getMessage()
 
 
+SECRET = "s3cret-pw"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"redis://:{SECRET}@127.0.0.1:1/15",
+        f"redis://user:{SECRET}@127.0.0.1:1/15",
+        f"redis://user:{SECRET}@x@127.0.0.1:1/15",  # an unquoted "@" inside the password
+        f"redis://127.0.0.1:1/15?password={SECRET}",  # redis-py reads the password from the query too
+        f"unix:///tmp/r4-nowhere.sock?db=15&password={SECRET}",
+    ],
+)
+def test_a_password_in_the_url_reaches_no_log_and_no_status(url: str, caplog: pytest.LogCaptureFixture) -> None:
+    rl = limiter(url, "r4test", 1, "60s", clock=SYSTEM_CLOCK, name="down-secret")
+    with caplog.at_level(logging.INFO, logger="django_ratelimit_r4"):
+        assert rl.acquire_permission()  # the fault policy ("open") answered: the server is unreachable
+    shown = caplog.text + repr(rl.backend) + repr(rl.backend.backend_health())  # type: ignore[attr-defined]
+    assert "fault policy" in caplog.text
+    assert SECRET not in shown
+    assert "***" in rl.backend.backend_health()["url"]  # type: ignore[attr-defined]
+
+
 def test_fault_policy_closed_rejects_with_short_retry_after() -> None:
     rl = limiter(UNREACHABLE, "r4test", 100, "60s", clock=SYSTEM_CLOCK, name="down-closed", policy="closed")
     keyed = rb.RedisKeyedRateLimiter("down-closed", url=UNREACHABLE, fault_policy="closed")
