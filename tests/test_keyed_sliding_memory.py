@@ -24,7 +24,6 @@ from hypothesis import strategies as st
 from django_ratelimit_r4.backends.algorithms import (
     sliding_available,
     sliding_decide,
-    sliding_give_back,
     sliding_quota,
 )
 from django_ratelimit_r4.backends.memory import _INDEXES
@@ -33,6 +32,7 @@ from django_ratelimit_r4.core.exceptions import RequestNotPermitted
 from django_ratelimit_r4.core.ratelimiter import RateLimiterConfig
 from django_ratelimit_r4.keyed import KeyedRateLimiter
 from django_ratelimit_r4.keyed_smooth import SlidingWindowKeyedStore
+from tests.sliding_replay import replay_store_op
 
 S = 1_000_000_000
 T = 1_000  # the period of the property tests, in ns
@@ -177,30 +177,13 @@ def _run(limit: int, first: int, ops: list[Any], monkeypatch: pytest.MonkeyPatch
 
     for op in ops:
         now = clock.now_ns()
-        if op[0] == "advance":
-            clock.advance_ns(op[1])
+        if replay_store_op(store, clock, logs, op, fresh, T):
+            pass  # advance, reset, drain or give_back: replayed and checked there
         elif op[0] == "burst":
             _, key, count, gap = op
             for i in range(count):
                 one(key, ("decide", "quota1", "acquire_quota")[i % 3])
                 clock.advance_ns(gap)
-        elif op[0] == "reset":
-            store.reset(op[1])
-            logs[op[1]] = fresh
-        elif op[0] == "drain":
-            times = logs[op[1]]
-            drained = sliding_available(times, now, T)
-            if drained:
-                logs[op[1]] = sliding_decide(times, drained, 0, now, T)[0]
-            assert store.drain(op[1]) == drained
-        elif op[0] == "give_back":
-            _, key, permits, delay = op
-            times, wait, granted = sliding_decide(logs[key], permits, 0, now, T)
-            assert store.decide(key, permits, 0) == (wait if granted else -wait)
-            if granted:
-                clock.advance_ns(delay)
-                store.give_back(key, permits, now)
-                logs[key] = sliding_give_back(times, permits, now, clock.now_ns(), T)
         elif op[0] == "quota1":
             one(op[1], "quota1", op[2])
         elif op[0] == "acquire_quota":

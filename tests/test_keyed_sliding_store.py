@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 from django_ratelimit_r4.backends.algorithms import (
     sliding_available,
     sliding_decide,
-    sliding_give_back,
     sliding_quota,
 )
 from django_ratelimit_r4.backends.memory import _INDEXES
@@ -28,6 +27,7 @@ from django_ratelimit_r4.core.exceptions import RequestNotPermitted
 from django_ratelimit_r4.core.ratelimiter import RateLimiterConfig
 from django_ratelimit_r4.keyed import KeyedRateLimiter
 from django_ratelimit_r4.keyed_smooth import SlidingWindowKeyedStore
+from tests.sliding_replay import replay_store_op
 
 T = 1_000  # the period in ns: the steps below cross it often
 
@@ -91,25 +91,8 @@ def test_the_store_answers_as_the_reference_step_by_step(limit: int, ops: list[A
     logs = {"a": fresh, "b": fresh}
     for op in ops:
         now = clock.now_ns()
-        if op[0] == "advance":
-            clock.advance_ns(op[1])
-        elif op[0] == "reset":
-            store.reset(op[1])
-            logs[op[1]] = fresh
-        elif op[0] == "drain":
-            times = logs[op[1]]
-            drained = sliding_available(times, now, T)
-            if drained:
-                logs[op[1]] = sliding_decide(times, drained, 0, now, T)[0]
-            assert store.drain(op[1]) == drained
-        elif op[0] == "give_back":
-            _, key, permits, delay = op
-            times, wait, granted = sliding_decide(logs[key], permits, 0, now, T)
-            assert store.decide(key, permits, 0) == (wait if granted else -wait)
-            if granted:
-                clock.advance_ns(delay)
-                store.give_back(key, permits, now)
-                logs[key] = sliding_give_back(times, permits, now, clock.now_ns(), T)
+        if replay_store_op(store, clock, logs, op, fresh, T):
+            pass  # advance, reset, drain or give_back: replayed and checked there
         elif op[0] == "acquire_permission":
             times, wait, granted = sliding_decide(logs[op[1]], 1, 0, now, T)
             if granted:

@@ -11,9 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import subprocess
 import sys
-import textwrap
 import threading
 import time
 import uuid
@@ -36,6 +34,7 @@ from django_ratelimit_r4.core.ratelimiter import (
     most_grantable,
 )
 from tests.backends.patient import patient_redis_url  # noqa: F401  (exactness tests: patient timeouts)
+from tests.backends.races import granted_across_processes
 from tests.noblock import forbid_blocking
 
 redis = pytest.importorskip("redis")
@@ -303,40 +302,12 @@ def test_seed_000_server_time_threads(redis_url: str, prefix: str) -> None:
         assert 59 * S < rl.metrics.nanos_to_wait <= 60 * S
 
 
-_CHILD = textwrap.dedent(
-    """
-    import sys, threading, time
-    sys.path.insert(0, {root!r})
-    from django_ratelimit_r4.backends.redis import redis_backend
-    from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig
-    rl = RateLimiter({name!r}, RateLimiterConfig(limit_for_period=5, limit_refresh_period="60s"),
-                     backend=redis_backend({url!r}, prefix={prefix!r}))
-    barrier = threading.Barrier(10)
-    results = []
-    def work():
-        barrier.wait()
-        results.append(rl.acquire_permission())
-    threads = [threading.Thread(target=work) for _ in range(10)]
-    rl.backend.state()  # connect first, so the race is about the decision
-    while time.time() < {start!r}:
-        time.sleep(0.001)
-    for t in threads: t.start()
-    for t in threads: t.join()
-    print(sum(results))
-    """
-)
-
-
 def test_seed_000_across_two_processes(redis_url: str, prefix: str) -> None:
     """Two processes x 10 threads on one 5-per-60 s limit: exactly 5 granted in total, not 5 per process."""
     for trial in range(2):
-        start = time.time() + 1.2
-        code = _CHILD.format(root=str(ROOT), name=f"mp{trial}", url=redis_url, prefix=prefix, start=start)
-        procs = [
-            subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-            for _ in range(2)
-        ]
-        granted = [int(p.communicate(timeout=30)[0]) for p in procs]
+        granted = granted_across_processes(
+            redis_url, prefix, f"mp{trial}", algorithm="cycle", processes=2, start_in=1.2, timeout=30
+        )
         assert sum(granted) == 5, granted
 
 

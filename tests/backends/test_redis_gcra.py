@@ -7,10 +7,6 @@ Against a real Redis (db 15, a unique key prefix per test; CI sets R4_REQUIRE_RE
 from __future__ import annotations
 
 import random
-import subprocess
-import sys
-import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +24,7 @@ from django_ratelimit_r4.core.clock import SYSTEM_CLOCK, FakeClock
 from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig, acquire_all
 from django_ratelimit_r4.decorators import ratelimit
 from tests.backends.patient import patient_redis_url  # noqa: F401  (exactness tests: patient timeouts)
+from tests.backends.races import assert_no_window_holds_more, granted_across_processes, grants_on_server_time
 
 redis = pytest.importorskip("redis")
 rb = pytest.importorskip("django_ratelimit_r4.backends.redis")
@@ -199,70 +196,18 @@ def test_boundary_bound_over_random_arrivals_on_server_time(redis_url: str, pref
     # and "closed" for whatever still times out (a refusal cannot break an upper bound).
     rl = gcra(redis_url, prefix, 20, "200ms", clock=SYSTEM_CLOCK, name="bound", fault_policy="closed",
               connection_options={"socket_timeout": 5.0})
-    client = redis.Redis.from_url(redis_url)
-    rng = random.Random(7)
-    before: list[int] = []
-    after: list[int] = []
-
-    def server_us() -> int:
-        seconds, micros = client.time()
-        return int(seconds) * 1_000_000 + int(micros)
-
-    for _ in range(8):  # random idle gaps, then bursts that run across the limiter's period boundaries
-        time.sleep(rng.uniform(0.05, 0.25))  # shaping the arrivals, not waiting for a decision
-        until = time.monotonic() + rng.uniform(0.1, 0.3)
-        while time.monotonic() < until:
-            start = server_us()
-            if rl.acquire_permission():
-                before.append(start)
-                after.append(server_us() + 1)  # + 1: TIME truncates to whole microseconds
-    client.close()
-    window_us = 200_000
-    bound = gcra_bound(window_us * 1000, 200_000_000, 20, 20)
+    before, after = grants_on_server_time(redis_url, rl.acquire_permission, seed=7)
+    bound = gcra_bound(200_000_000, 200_000_000, 20, 20)
     assert bound == 39
-    for i in range(len(before)):
-        for j in range(i + bound, len(after)):
-            if after[j] - before[i] >= window_us:
-                break
-            raise AssertionError(f"grants {i}..{j} ({j - i + 1} > {bound}) within one 200 ms window")
+    assert_no_window_holds_more(before, after, 200_000, bound)
     assert len(before) > 40  # the load did cross several periods
     rl.backend.reset(SYSTEM_CLOCK)
-
-
-_CHILD = textwrap.dedent(
-    """
-    import sys, threading, time
-    sys.path.insert(0, {root!r})
-    from django_ratelimit_r4.backends.redis import redis_backend
-    from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig
-    rl = RateLimiter({name!r}, RateLimiterConfig(limit_for_period=5, limit_refresh_period="60s",
-                     algorithm="gcra"), backend=redis_backend({url!r}, prefix={prefix!r}))
-    barrier = threading.Barrier(10)
-    results = []
-    def work():
-        barrier.wait()
-        results.append(rl.acquire_permission())
-    threads = [threading.Thread(target=work) for _ in range(10)]
-    rl.backend.state()  # connect first, so the race is about the decision
-    while time.time() < {start!r}:
-        time.sleep(0.001)
-    for t in threads: t.start()
-    for t in threads: t.join()
-    print(sum(results))
-    """
-)
 
 
 def test_exact_across_four_processes(redis_url: str, prefix: str) -> None:
     """Four processes x 10 threads released together on one GCRA limit of 5 per 60 s: exactly 5 granted."""
     for trial in range(3):
-        start = time.time() + 1.5
-        code = _CHILD.format(root=str(ROOT), name=f"mp{trial}", url=redis_url, prefix=prefix, start=start)
-        procs = [
-            subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-            for _ in range(4)
-        ]
-        granted = [int(p.communicate(timeout=60)[0]) for p in procs]
+        granted = granted_across_processes(redis_url, prefix, f"mp{trial}", algorithm="gcra", processes=4)
         assert sum(granted) == 5, granted
 
 
