@@ -1147,6 +1147,8 @@ def _parse_options(raw: Mapping[str, Any], analysis: Analysis) -> None:
                 "For example 'redis://127.0.0.1:6379/0'.",
             )
         )
+    elif redis_url is not None and (error := _redis_url_error(redis_url)) is not None:
+        problems.append(Problem(Code.INVALID_REDIS_URL, setting_path("redis_url"), error, _REDIS_URL_HINT))
     elif redis_url is not None:
         values["redis_url"] = redis_url
     if values.get("backend") == "redis":
@@ -1205,7 +1207,35 @@ def _parse_redis_location(location: object, at: str, problems: list[Problem]) ->
             "For example 'redis://127.0.0.1:6379/0'.",
         )
         return None
+    error = _redis_url_error(location)
+    if error is not None:
+        _backend_problem(problems, Code.INVALID_REDIS_URL, at, error, _REDIS_URL_HINT)
+        return None
     return location
+
+
+_REDIS_URL_HINT = "For example 'redis://[:password@]127.0.0.1:6379/0' (the db a number, as the port)."
+
+
+def _redis_url_error(url: str) -> str | None:
+    """Why redis-py cannot use ``url`` (a ValueError at the first request: a 500), or None. The message shows
+    the URL redacted and never a query value (``?password=`` is one)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  # raises ValueError: not a number, out of range
+        if importlib.util.find_spec("redis") is not None:  # (without it: E010 already)
+            from redis.connection import parse_url
+
+            parse_url(url)  # type: ignore[no-untyped-call]  # the query values, as redis-py reads them
+    except ValueError as exc:
+        return f"is not a URL redis-py can use ({exc}): {_shown_url(url)}"
+    db = parts.path.strip("/")
+    if parts.scheme != "unix" and db and not db.isdigit():
+        # redis-py ignores a db it cannot read and uses db 0: another app's or environment's keys, maybe.
+        return f"names db {db!r}, which is not a number (redis-py would use db 0 instead): {_shown_url(url)}"
+    return None
 
 
 def _parse_redis_options(options: object, at: str, problems: list[Problem]) -> dict[str, Any]:

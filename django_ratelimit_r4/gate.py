@@ -50,6 +50,7 @@ from .headers import (
 from .ip import ClientIPResolver
 from .keyed import AllOrNothingPlan, KeyedRateLimiter
 from .keys import KeyFunc, compile_key
+from .keyspec import validate_key_spec
 from .responses import rejection_response
 
 __all__ = ["UNSAFE_METHODS", "KeySpec", "RateLimitGate", "method_filter", "request_of"]
@@ -396,6 +397,11 @@ class RateLimitGate:
             raise ValueError(f"a rate limiter is named twice in {names!r}")
         if isinstance(permits, bool) or not isinstance(permits, int) or permits < 1:
             raise ValueError(f"permits must be an int >= 1, got {permits!r}")
+        # A bad key= would otherwise surface at every request (compiled at first use) as a 500. Dotted paths
+        # are imported at first use only: the key function may live in the module being decorated.
+        key_error = validate_key_spec(key, imports=False)
+        if key_error is not None:
+            raise (ValueError if isinstance(key, str) else TypeError)(key_error)
         self.names: tuple[str, ...] = names
         self.key = key
         self.permits = permits

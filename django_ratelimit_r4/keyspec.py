@@ -49,10 +49,12 @@ def _unknown(spec: str) -> str:
     )
 
 
-def validate_key_spec(spec: object) -> str | None:
+def validate_key_spec(spec: object, *, imports: bool = True) -> str | None:
     """Return an error message for an invalid key spec, or ``None`` when it is valid.
 
-    Imports dotted paths (so it belongs in system checks, not on a request path).
+    Imports dotted paths (so it belongs in system checks, not on a request path); with ``imports=False`` a
+    dotted path is only checked for its shape (a decorator's ``key=``: it may name a function of the module
+    being imported).
     """
     if spec is None or (callable(spec) and not isinstance(spec, str)):
         return None
@@ -64,4 +66,4 @@ def validate_key_spec(spec: object) -> str | None:
         return _check_header_name(spec[len(HEADER_PREFIX) :])
     if "." not in spec or spec.startswith(".") or spec.endswith("."):
         return _unknown(spec)
-    return resolve_key_callable(spec)[1]
+    return resolve_key_callable(spec)[1] if imports else None

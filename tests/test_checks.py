@@ -1049,6 +1049,47 @@ def test_a_wrong_redis_url_is_reported_without_its_password(setting: dict) -> No
     assert "***" in shown or "bytes" in shown, shown
 
 
+@pytest.mark.parametrize(
+    "setting",
+    [
+        setting
+        for url in (
+            "redis://:s3cret-pw@cache:abc/0",  # a port that is not a number
+            "redis://:s3cret-pw@cache:99999/0",  # a port out of range
+            "redis://:s3cret-pw@[::1/0",  # an IPv6 host without its closing bracket
+            "redis://:s3cret-pw@cache:6379/0?db=zero",  # a query value redis-py cannot read
+            "redis://:s3cret-pw@cache:6379/O",  # a db that is not a number: redis-py would silently use db 0
+        )
+        for setting in (
+            {"backend": "redis", "redis_url": url},
+            {"backends": {"default": {"BACKEND": "redis", "LOCATION": url}}},
+        )
+    ],
+)
+def test_a_malformed_redis_url_is_e011_not_a_crash_of_the_check_or_a_500(setting: dict) -> None:
+    from django.http import HttpResponse
+    from django.test import RequestFactory
+
+    from django_ratelimit_r4.decorators import ratelimit
+
+    with override_settings(RATELIMIT_R4={**setting, "ratelimiters": {"instances": {"api": {"rate": "5/m"}}}}):
+        messages = ours(check_settings())  # raised ValueError ("Invalid IPv6 URL") for the bracket
+        assert [m.id for m in messages if m.id == "ratelimit_r4.E011"] == ["ratelimit_r4.E011"], messages
+        shown = " ".join(f"{m.msg} {m.hint}" for m in messages)
+        assert "s3cret-pw" not in shown, shown
+
+        @ratelimit("api")
+        def view(request: object) -> HttpResponse:
+            return HttpResponse("ok")
+
+        # A request says what the check says (it was a ValueError from redis-py: a 500 on every request).
+        from django.core.exceptions import ImproperlyConfigured
+
+        with pytest.raises(ImproperlyConfigured, match=r"redis_url|LOCATION") as raised:
+            view(RequestFactory().get("/"))
+        assert "s3cret-pw" not in str(raised.value)
+
+
 EVERYTHING_WRONG = {
     "ratelimiter": {},
     "ratelimiters": {

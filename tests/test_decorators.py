@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import re
+from typing import Any
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
-from django.test import AsyncClient, Client, override_settings
+from django.http import HttpResponse
+from django.test import AsyncClient, Client, RequestFactory, override_settings
 
 from django_ratelimit_r4 import get_bulkhead, get_circuit_breaker, get_rate_limiter, registry
 from django_ratelimit_r4.core.circuitbreaker import State
@@ -600,6 +602,31 @@ def test_keyed_limit_on_a_function_without_request_is_a_clear_error(extra) -> No
 def test_bad_arguments_fail_at_decoration(make) -> None:
     with pytest.raises((TypeError, ValueError)):
         make()
+
+
+@pytest.mark.parametrize(
+    ("key", "error", "fragment"),
+    [
+        ("ipp", ValueError, "unknown key 'ipp'"),
+        ("header:", ValueError, "header name after 'header:' is empty"),
+        ("header:X Api", ValueError, "not a valid HTTP header name"),
+        (42, TypeError, "key must be a string or a callable, got int"),
+    ],
+)
+def test_a_bad_key_spec_fails_at_decoration_not_as_a_500_on_every_request(
+    r4_clock, key: Any, error: type[Exception], fragment: str
+) -> None:
+    # It used to decorate fine and raise ValueError at each request: every request to the view a 500.
+    with pytest.raises(error, match=re.escape(fragment)):
+        ratelimit("api", key=key)
+    with pytest.raises(error, match=re.escape(fragment)):
+        resilient(ratelimiter="api", key=key)
+
+
+def test_a_dotted_key_path_is_imported_at_first_use_so_the_view_module_may_define_it(r4_clock) -> None:
+    view = ratelimit("api", key="tests.test_decorators.no_such_key_function")(lambda request: HttpResponse("ok"))
+    with pytest.raises(ValueError, match="cannot import key function"):
+        view(RequestFactory().get("/"))
 
 
 def test_unknown_name_fails_at_first_call_with_the_configured_names(r4_clock) -> None:
