@@ -354,6 +354,38 @@ def _drf_permits(cls: type, initkwargs: Mapping[str, Any]) -> Iterator[tuple[str
                 yield name, permits
 
 
+def _drf_argument_errors(cls: type, initkwargs: Mapping[str, Any]) -> Iterator[str]:
+    """What each RateLimiterThrottle on the view would raise at every request, built from the same arguments as
+    ``rest_framework._bound_gate``: the view's ``rate_limiter`` (or ``throttle_scope``), ``rate_limiter_permits``
+    and ``rate_limiter_methods``, or a drop-in class's ``scope``, ``key`` and ``methods``."""
+    from .gate import RateLimitGate
+    from .keyspec import validate_key_spec
+
+    for view, throttle in _rate_limiter_throttles(cls, initkwargs):
+        from .rest_framework import _ScopeThrottle  # importable: _rate_limiter_throttles found DRF
+
+        key: Any = None
+        if issubclass(throttle, _ScopeThrottle):
+            names: Any = throttle.scope
+            permits: Any = 1
+            key, methods = throttle.key, throttle.methods
+            origin = f"throttle class {_qualname(throttle)}"
+        else:
+            names = getattr(view, "rate_limiter", None) or getattr(view, "throttle_scope", None)
+            if not names:
+                continue  # not throttled
+            permits = getattr(view, "rate_limiter_permits", 1)
+            methods = getattr(view, "rate_limiter_methods", None)
+            origin = "rate_limiter / rate_limiter_permits / rate_limiter_methods"
+        try:
+            RateLimitGate(names, key=key, permits=permits, methods=methods)
+            error = validate_key_spec(key)  # the gate imports a dotted path at first use only; the check may
+        except (TypeError, ValueError) as exc:
+            error = str(exc)
+        if error is not None:
+            yield f"{origin}: {error}"
+
+
 def _view_permits(callback: Any) -> Iterator[tuple[str, int, str]]:
     """``(rate limiter name, permits per request, view)`` of every demand above 1 permit a routed view makes."""
     from .decorators import permit_demands
@@ -372,6 +404,16 @@ def _view_permits(callback: Any) -> Iterator[tuple[str, int, str]]:
     initkwargs = getattr(callback, "initkwargs", None)
     for name, permits in _drf_permits(cls, initkwargs if isinstance(initkwargs, Mapping) else {}):
         yield name, permits, where
+
+
+def _view_argument_errors(callback: Any) -> Iterator[tuple[str, str]]:
+    """``(error, view)`` of every DRF throttle on a routed view whose arguments fail every request (E036)."""
+    cls = getattr(callback, "view_class", None) or getattr(callback, "cls", None)
+    if not isinstance(cls, type):
+        return
+    initkwargs = getattr(callback, "initkwargs", None)
+    for error in _drf_argument_errors(cls, initkwargs if isinstance(initkwargs, Mapping) else {}):
+        yield error, _qualname(cls)
 
 
 def _permits_messages(analysis: conf.Analysis, demands: dict[tuple[str, int], list[str]]) -> list[CheckMessage]:
@@ -640,13 +682,19 @@ def check_url_names(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
     uses: dict[tuple[str, str, bool], list[str]] = {}
     demands: dict[tuple[str, int], list[str]] = {}
     groups: dict[tuple[tuple[str, ...], bool], list[str]] = {}
+    bad_arguments: dict[str, list[str]] = {}
     for route, callback in _routed_views(patterns):
         try:
             names = list(_view_names(callback))
             permits = list(_view_permits(callback))
             decided = list(_view_groups(callback))
+            argument_errors = list(_view_argument_errors(callback))
         except Exception:  # an exotic callable: never crash the check
             continue
+        for error, view in argument_errors:
+            places = bad_arguments.setdefault(error, [])
+            if f"{view} (URL '{route}')" not in places:
+                places.append(f"{view} (URL '{route}')")
         for group, key_override, view in decided:
             places = groups.setdefault((group, key_override), [])
             if f"{view} (URL '{route}')" not in places:
@@ -668,6 +716,18 @@ def check_url_names(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
         if name in known or (section == "ratelimiters" and name in analysis.unthrottled_scopes):
             continue
         messages.append(_unknown_name_message(analysis, section, name, explicit, places, known))
+    for error, places in bad_arguments.items():
+        messages.append(
+            Error(
+                f"{_places(places)}: {error}; every request to the view would fail with it (a 500)",
+                hint=(
+                    "Give rate_limiter one name or a list of distinct names, rate_limiter_permits an int >= 1, "
+                    "rate_limiter_methods HTTP method names (e.g. ['POST']) or None, and a drop-in throttle "
+                    "class (AnonRateThrottle, UserRateThrottle subclasses) a valid key spec."
+                ),
+                id=Code.INVALID_THROTTLE_ARGUMENTS.check_id,
+            )
+        )
     if not analysis.section_problems["ratelimiters"]:
         messages.extend(_permits_messages(analysis, demands))
         messages.extend(_group_messages(analysis, groups))

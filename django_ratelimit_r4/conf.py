@@ -215,6 +215,11 @@ class Code(enum.Enum):
         "Redis limits on two Redis connections, or one on a third-party backend that cannot take part in such a "
         "decision",
     )
+    INVALID_THROTTLE_ARGUMENTS = (
+        "E036",
+        "a DRF view's RateLimiterThrottle arguments fail every request: rate_limiter_permits, rate_limiter_methods, "
+        "a name listed twice, or a drop-in throttle class's key or methods",
+    )
     MEMORY_MULTIPROCESS = ("W001", "in-memory rate limiters in a deployment that looks multi-process")
     METRICS_WITHOUT_PROMETHEUS = ("W002", "metrics is True but prometheus_client is not installed")
     SHORT_TOKEN = ("W003", "state_endpoint_token is shorter than 32 characters")

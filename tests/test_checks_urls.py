@@ -787,3 +787,87 @@ class DrfTwoConnections(APIView):
 
     def get(self, request: Any) -> Response:
         return Response({})
+
+
+# ----------------------------------------------- a DRF view's throttle arguments that fail every request (E036)
+
+
+class DrfZeroPermits(APIView):
+    throttle_classes = [RateLimiterThrottle]
+    rate_limiter = "api"
+    rate_limiter_permits = 0
+
+    def get(self, request: Any) -> Response:
+        return Response({})
+
+
+class DrfBadMethods(APIView):
+    throttle_classes = [RateLimiterThrottle]
+    rate_limiter = "api"
+    rate_limiter_methods = ["GET", "NOT A METHOD"]
+
+    def get(self, request: Any) -> Response:
+        return Response({})
+
+
+class DrfNamedTwice(APIView):
+    throttle_classes = [RateLimiterThrottle]
+    rate_limiter = ["api", "api"]
+
+    def get(self, request: Any) -> Response:
+        return Response({})
+
+
+class MistypedKeyThrottle(AnonRateThrottle):
+    scope = "api"
+    key = "ipp"
+
+
+class UnimportableKeyThrottle(AnonRateThrottle):
+    scope = "api"
+    key = "tests.test_checks_urls.no_such_key_function"
+
+
+class DrfBadDropInKey(APIView):
+    throttle_classes = [MistypedKeyThrottle]
+
+    def get(self, request: Any) -> Response:
+        return Response({})
+
+
+class DrfUnimportableKey(APIView):
+    throttle_classes = [UnimportableKeyThrottle]
+
+    def get(self, request: Any) -> Response:
+        return Response({})
+
+
+@pytest.mark.parametrize(
+    ("view", "fragment"),
+    [
+        (DrfZeroPermits, "permits must be an int >= 1, got 0"),
+        (DrfBadMethods, "'NOT A METHOD' is not an HTTP method"),
+        (DrfNamedTwice, "a rate limiter is named twice"),
+        (DrfBadDropInKey, "unknown key 'ipp'"),
+        (DrfUnimportableKey, "cannot import key function 'tests.test_checks_urls.no_such_key_function'"),
+    ],
+)
+def test_drf_throttle_arguments_that_fail_every_request_are_check_errors(
+    settings: Any, r4_clock: Any, view: type, fragment: str
+) -> None:
+    # They passed manage.py check, and every request to the view raised ValueError or TypeError: a 500 each time.
+    settings.ROOT_URLCONF = urlconf(path("v/", view.as_view()))
+    with pytest.raises((TypeError, ValueError), match=re.escape(fragment)):
+        Client(raise_request_exception=True).get("/v/")
+    found = [m for m in check_url_names() if m.id == "ratelimit_r4.E036"]
+    assert len(found) == 1, [m.msg for m in check_url_names()]
+    assert fragment in found[0].msg and f"{view.__name__} (URL 'v/')" in found[0].msg
+    assert "every request to the view would fail" in found[0].msg
+    assert found[0].hint
+    with pytest.raises(SystemCheckError, match=r"ratelimit_r4\.E036"):
+        call_command("check")
+
+
+def test_valid_drf_throttle_arguments_raise_no_e036(settings: Any) -> None:
+    settings.ROOT_URLCONF = everything()
+    assert not [m for m in check_url_names() if m.id == "ratelimit_r4.E036"]
