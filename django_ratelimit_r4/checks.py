@@ -407,13 +407,25 @@ def _view_permits(callback: Any) -> Iterator[tuple[str, int, str]]:
 
 
 def _view_argument_errors(callback: Any) -> Iterator[tuple[str, str]]:
-    """``(error, view)`` of every DRF throttle on a routed view whose arguments fail every request (E036)."""
+    """``(error, view)`` of every decorator key path that cannot be imported and every DRF throttle whose arguments
+    fail every request on a routed view (E036)."""
+    from .decorators import key_paths
+    from .keyspec import validate_key_spec
+
     cls = getattr(callback, "view_class", None) or getattr(callback, "cls", None)
     if not isinstance(cls, type):
+        cls = None
+    where = _qualname(cls if cls is not None else callback)
+    for fn in (callback, *(_class_functions(cls) if cls is not None else ())):
+        for key in sorted(key_paths(fn)):
+            error = validate_key_spec(key)
+            if error is not None:
+                yield f"key={key!r}: {error}", where
+    if cls is None:
         return
     initkwargs = getattr(callback, "initkwargs", None)
     for error in _drf_argument_errors(cls, initkwargs if isinstance(initkwargs, Mapping) else {}):
-        yield error, _qualname(cls)
+        yield error, where
 
 
 def _permits_messages(analysis: conf.Analysis, demands: dict[tuple[str, int], list[str]]) -> list[CheckMessage]:
@@ -723,7 +735,8 @@ def check_url_names(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
                 hint=(
                     "Give rate_limiter one name or a list of distinct names, rate_limiter_permits an int >= 1, "
                     "rate_limiter_methods HTTP method names (e.g. ['POST']) or None, and a drop-in throttle "
-                    "class (AnonRateThrottle, UserRateThrottle subclasses) a valid key spec."
+                    "class (AnonRateThrottle, UserRateThrottle subclasses) a valid key spec; a decorator's dotted "
+                    "key= path must name an importable callable(request) -> str | None."
                 ),
                 id=Code.INVALID_THROTTLE_ARGUMENTS.check_id,
             )

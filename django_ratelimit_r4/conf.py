@@ -217,8 +217,9 @@ class Code(enum.Enum):
     )
     INVALID_THROTTLE_ARGUMENTS = (
         "E036",
-        "a DRF view's RateLimiterThrottle arguments fail every request: rate_limiter_permits, rate_limiter_methods, "
-        "a name listed twice, or a drop-in throttle class's key or methods",
+        "a routed view's rate-limit arguments fail every request: a decorator's dotted key= path that cannot be "
+        "imported, or a DRF view's rate_limiter_permits, rate_limiter_methods, a name listed twice, or a drop-in "
+        "throttle class's key or methods",
     )
     MEMORY_MULTIPROCESS = ("W001", "in-memory rate limiters in a deployment that looks multi-process")
     METRICS_WITHOUT_PROMETHEUS = ("W002", "metrics is True but prometheus_client is not installed")

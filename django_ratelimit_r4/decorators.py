@@ -65,6 +65,7 @@ from .core.exceptions import (
 )
 from .fallbacks import fallback_args, fallback_exceptions
 from .gate import UNSAFE_METHODS, KeySpec, RateLimitGate, _secret_salt, method_filter, request_of  # noqa: F401 (re-exported)
+from .keyspec import BUILTIN_KEYS, HEADER_PREFIX
 from .responses import HANDLED_EXCEPTIONS, bulkhead_retry_after_ns, rejection_response
 
 __all__ = [
@@ -95,6 +96,9 @@ _PERMITS_PREFIX = "_r4_permits:"
 # One attribute per decorator deciding several rate limiters at once, its value that DecisionGroup: the names of
 # stacked decorators are each decided alone, so the check must know which names one decorator decides together.
 _GROUP_PREFIX = "_r4_group:"
+# One attribute per dotted-path key= a decorator imports at its first request (the view's module may define it):
+# manage.py check imports it (key_paths) so a typo is an error before that request, not a 500 at each one.
+_KEY_PATH_PREFIX = "_r4_key_path:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +162,21 @@ def permit_demands(fn: object) -> set[tuple[str, int]]:
         seen += 1
     return found
 
+
+def key_paths(fn: object) -> set[str]:
+    """The dotted-path ``key=`` of every decorator on ``fn`` (for checks; follows ``__wrapped__`` as
+    :func:`referenced_names` does)."""
+    found: set[str] = set()
+    seen = 0
+    while fn is not None and seen < 32:
+        attrs = getattr(fn, "__dict__", None)
+        if isinstance(attrs, dict):
+            for attr in attrs:
+                if isinstance(attr, str) and attr.startswith(_KEY_PATH_PREFIX):
+                    found.add(attr[len(_KEY_PATH_PREFIX) :])
+        fn = getattr(fn, "__wrapped__", None)
+        seen += 1
+    return found
 
 
 # ---------------------------------------------------------------------------------------------- the stack
@@ -230,6 +249,8 @@ class _Resilience:
         self.uses = tuple(f"{_USES_PREFIX}{section}:{name}" for section, name in uses if name)
         if self.gate is not None and permits > 1:  # what manage.py check compares with limit_for_period
             self.uses += tuple(f"{_PERMITS_PREFIX}{name}:{permits}" for name in self.gate.names)
+        if self.gate is not None and isinstance(key, str) and key not in BUILTIN_KEYS and not key.startswith(HEADER_PREFIX):
+            self.uses += (f"{_KEY_PATH_PREFIX}{key}",)  # a dotted path (the gate checked the rest): key_paths
         #: ``(attribute, DecisionGroup)`` put on the wrapper when the gate decides several names (what manage.py
         #: check reads to find limits that cannot be decided together, ratelimit_r4.E035); None otherwise.
         self.group: tuple[str, DecisionGroup] | None = None

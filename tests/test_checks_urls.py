@@ -871,3 +871,30 @@ def test_drf_throttle_arguments_that_fail_every_request_are_check_errors(
 def test_valid_drf_throttle_arguments_raise_no_e036(settings: Any) -> None:
     settings.ROOT_URLCONF = everything()
     assert not [m for m in check_url_names() if m.id == "ratelimit_r4.E036"]
+
+
+@ratelimit("api", key="tests.test_checks_urls.no_such_key_function")
+def unimportable_key_view(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("never")
+
+
+@ratelimit("api", key="tests.test_checks_urls.tenant_key")
+def importable_key_view(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+def tenant_key(request: HttpRequest) -> str | None:
+    return request.GET.get("tenant")
+
+
+def test_a_decorators_unimportable_dotted_key_is_a_check_error(settings: Any, r4_clock: Any) -> None:
+    # The path is imported at the first request (the view's own module may define it): it raised ValueError at
+    # every request, a 500 each time, and passed manage.py check.
+    settings.ROOT_URLCONF = urlconf(path("v/", unimportable_key_view), path("fine/", importable_key_view))
+    with pytest.raises(ValueError, match="cannot import key function"):
+        Client(raise_request_exception=True).get("/v/")
+    assert Client().get("/fine/").status_code == 200
+    found = [m for m in check_url_names() if m.id == "ratelimit_r4.E036"]
+    assert len(found) == 1, [m.msg for m in check_url_names()]
+    assert "unimportable_key_view (URL 'v/')" in found[0].msg and "fine/" not in found[0].msg
+    assert "cannot import key function 'tests.test_checks_urls.no_such_key_function'" in found[0].msg
