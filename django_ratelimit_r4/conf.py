@@ -85,6 +85,7 @@ __all__ = [
     "per_process_rate_limiters",
     "raw_setting",
     "setting_path",
+    "token_error",
 ]
 
 #: Name of the Django setting.
@@ -1048,15 +1049,34 @@ def _option_forwarded_header(value: object, raw: Mapping[str, Any]) -> str:
         ) from None
 
 
+_TOKEN_HINT = "Generate one with: python -c 'import secrets; print(secrets.token_urlsafe(32))'."
+
+
+def token_error(value: object) -> str | None:
+    """Why ``value`` cannot be the state endpoint's bearer token, or None. Never shows the value: it is a secret.
+
+    The endpoint compares an ``Authorization`` header's credentials stripped, and Django reads a header as
+    latin-1 where clients (curl, ``r4 --url``) send UTF-8: a token with surrounding whitespace (a file's line
+    ending), a control character or a non-ASCII one never matches, and urllib refuses to send some of them.
+    """
+    if not isinstance(value, str):
+        return f"must be a non-empty string or None, got a {type(value).__name__}"
+    if not value.strip():
+        return "must be a non-empty string or None, got a blank string"
+    if value != value.strip():
+        return "starts or ends with whitespace (a line ending read from a file?), which no request can send: strip it"
+    if not (value.isascii() and value.isprintable()):
+        return "holds a control or non-ASCII character, which no Authorization header carries as written"
+    return None
+
+
 def _option_token(value: object, raw: Mapping[str, Any]) -> str | None:
     if value is None:
         return None
-    if not isinstance(value, str) or not value.strip():
-        raise _Invalid(
-            f"must be a non-empty string or None, got {value!r}",
-            "Generate one with: python -c 'import secrets; print(secrets.token_urlsafe(32))'.",
-        )
-    return value
+    error = token_error(value)
+    if error is not None:
+        raise _Invalid(error, _TOKEN_HINT)
+    return value  # type: ignore[return-value]  # a str: token_error says so
 
 
 def _option_metrics(value: object, raw: Mapping[str, Any]) -> bool:

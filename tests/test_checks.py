@@ -1090,6 +1090,28 @@ def test_a_malformed_redis_url_is_e011_not_a_crash_of_the_check_or_a_500(setting
         assert "s3cret-pw" not in str(raised.value)
 
 
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        "s3cret-token-read-from-a-file-0123456789\n",  # Path(...).read_text(): its line ending
+        "s3cret-token-read-from-a-file-0123456789\r",
+        " s3cret-token-0123456789012345678901234567",
+        "s3cret-token-0123456789\x00012345678901234567",
+        "s3cret-t\u00f8ken-\u20ac-0123456789012345678901234567",  # curl sends UTF-8, Django reads latin-1
+        b"s3cret-token-as-bytes-0123456789012345678",
+    ],
+    ids=["newline", "carriage-return", "leading-space", "nul", "non-ascii", "bytes"],
+)
+def test_a_state_endpoint_token_no_client_can_send_is_e016_and_the_check_does_not_show_it(token: object) -> None:
+    # The endpoint compares the header's credentials stripped: a token with a line ending never matched (every
+    # request a 404, no word why), r4 --url sent it and died on urllib's ValueError, which printed it.
+    with override_settings(RATELIMIT_R4={"state_endpoint_token": token}):
+        messages = ours(check_settings())
+    assert [m.id for m in messages] == ["ratelimit_r4.E016"], messages
+    shown = " ".join(f"{m.msg} {m.hint}" for m in messages)
+    assert "s3cret" not in shown, shown
+
 EVERYTHING_WRONG = {
     "ratelimiter": {},
     "ratelimiters": {
