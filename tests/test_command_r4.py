@@ -467,3 +467,33 @@ def test_plain_http_to_loopback_needs_no_flag(fresh: Any, monkeypatch: pytest.Mo
     monkeypatch.setattr(r4_command.Remote, "_request", lambda self, u, body: sent.append(u) or [])
     run("status", "--url", url, "--token", "t")
     assert len(sent) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "says"),
+    [
+        (("--url", "http://[::1/r4/", "--token", "t"), None, "not a valid URL"),
+        (("--url", "http://127.0.0.1:99999/r4/", "--token", "t"), None, "not a valid URL"),
+        (("--url", "http://127.0.0.1:8000/r4 x/", "--token", "t"), None, "whitespace or a control character"),
+        (("--url", "http://ops:s3cret-pw@127.0.0.1:8000/r4/", "--token", "t"), None, "user:password@"),
+        (("--url", "http://127.0.0.1:8000/r4/", "--token", "s3cret-token\r\nX-Injected: 1"), None, "token"),
+        (("--url", "http://127.0.0.1:8000/r4/"), "s3cret-token-from-a-file\n", "R4_STATE_ENDPOINT_TOKEN"),
+        (("--url", "http://127.0.0.1:8000/r4/", "--token", "s3cret-t\u20acken"), None, "token"),
+    ],
+    ids=["ipv6-bracket", "port", "space", "userinfo", "crlf-token", "env-token-newline", "non-latin1-token"],
+)
+def test_url_mode_refuses_a_bad_url_or_token_with_a_command_error_that_shows_no_secret(
+    fresh: Any, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...], env: str | None, says: str
+) -> None:
+    # Each was a traceback (ValueError, InvalidURL, UnicodeEncodeError), the token's printed in urllib's
+    # "Invalid header value b'Bearer ...'"; a user:password@ URL was echoed in the error, password and all.
+    if env is not None:
+        monkeypatch.setenv(r4_command.TOKEN_ENV, env)
+    sent: list[str] = []
+    monkeypatch.setattr(r4_command.Remote, "_request", lambda self, u, body: sent.append(u) or [])
+    for command in (("status",), ("reset", "api")):
+        with pytest.raises(CommandError) as refused:
+            run(*command, *args)
+        assert says in str(refused.value)
+        assert "s3cret" not in str(refused.value)
+    assert sent == []  # refused before any connection

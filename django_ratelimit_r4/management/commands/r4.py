@@ -44,6 +44,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
 from django_ratelimit_r4 import conf, control, state
+from django_ratelimit_r4.backends.base import redact_url
 
 #: Environment variable read for the bearer token when ``--token`` is not given.
 TOKEN_ENV = "R4_STATE_ENDPOINT_TOKEN"
@@ -548,9 +549,20 @@ class Command(BaseCommand):
         url = options.get("url")
         if not url:
             return None
-        parts = urllib.parse.urlsplit(url)
+        if not url.isprintable() or any(c.isspace() for c in url):  # urllib's InvalidURL, a traceback
+            raise CommandError(f"--url holds whitespace or a control character: {redact_url(url)!r}")
+        try:
+            parts = urllib.parse.urlsplit(url)
+            parts.port  # noqa: B018  # raises ValueError: not a number, out of range
+        except ValueError as exc:
+            raise CommandError(f"--url is not a valid URL ({exc}): {redact_url(url)!r}") from None
         if parts.scheme not in ("http", "https"):
-            raise CommandError(f"--url must be an http:// or https:// URL, got {url!r}")
+            raise CommandError(f"--url must be an http:// or https:// URL, got {redact_url(url)!r}")
+        if "@" in parts.netloc:
+            # urllib sends no user:password@, and every error message would show it: the token authenticates.
+            raise CommandError(
+                f"--url must not carry user:password@ (the bearer token authenticates): {redact_url(url)!r}"
+            )
         insecure = parts.scheme == "http" and not is_loopback_host(parts.hostname)
         if insecure and not options.get("allow_insecure_http"):
             raise CommandError(
@@ -558,7 +570,9 @@ class Command(BaseCommand):
                 "path could read it. Use https://, or pass --allow-insecure-http if you accept that "
                 "(plain http:// is always allowed to loopback: 127.0.0.0/8, ::1, localhost)."
             )
-        token = options.get("token") or os.environ.get(TOKEN_ENV)
+        token, source = options.get("token"), "--token"
+        if not token:
+            token, source = os.environ.get(TOKEN_ENV), f"${TOKEN_ENV}"
         if not token:
             try:
                 token = conf.get_options().state_endpoint_token
@@ -569,6 +583,9 @@ class Command(BaseCommand):
                 f"--url needs the endpoint's bearer token: pass --token, set ${TOKEN_ENV}, "
                 'or set RATELIMIT_R4["state_endpoint_token"]'
             )
+        error = conf.token_error(token)  # the setting's rule; urllib would print the token in its ValueError
+        if error is not None:
+            raise CommandError(f"the bearer token of {source} {error}")
         return Remote(url, token)
 
     def _note_local(self) -> None:
