@@ -90,7 +90,9 @@ def method_filter(methods: str | Collection[str] | None) -> tuple[frozenset[str]
 
     ``None``: every method but ``OPTIONS`` is counted (``({"OPTIONS"}, True)``). A method name or a
     collection of them: only those are counted (``(names, False)``), upper-cased as Django's
-    ``request.method`` is. A request is then skipped when ``(request.method in methods) is skip_if_listed``.
+    ``request.method`` is, ``GET`` with ``HEAD`` (Django answers a HEAD with the GET view, body dropped: left
+    out, a HEAD would do the limited work unlimited). A request is then skipped when
+    ``(request.method in methods) is skip_if_listed``.
 
     :raises TypeError: for anything but None, a string or a collection of strings.
     :raises ValueError: for an empty collection or a name that is not an HTTP token.
@@ -116,7 +118,8 @@ def method_filter(methods: str | Collection[str] | None) -> tuple[frozenset[str]
             raise TypeError(f"methods must be HTTP method names (strings), got {name!r} in {methods!r}")
         if not _METHOD_RE.match(name):
             raise ValueError(f"{name!r} is not an HTTP method (a token such as 'POST')")
-    return frozenset(name.upper() for name in names), False
+    counted = frozenset(name.upper() for name in names)
+    return (counted | {"HEAD"} if "GET" in counted else counted), False
 
 
 #: The keyed fast path's per-client constants: (key, RateLimit-Policy value, RateLimit prefix up to

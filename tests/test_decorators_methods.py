@@ -50,6 +50,10 @@ class DrfPostOnly(DrfDefault):
     rate_limiter_methods = ["POST"]
 
 
+class DrfGetOnly(DrfDefault):
+    rate_limiter_methods = ["GET"]
+
+
 class AnonCountingPreflights(AnonRateThrottle):
     methods = ("GET", "OPTIONS")
 
@@ -79,6 +83,9 @@ urlpatterns = [
     path("stacked/", resilient(ratelimiter="burst", circuitbreaker="acquirer")(_ok)),
     path("drf/", DrfDefault.as_view()),
     path("drf-post-only/", DrfPostOnly.as_view()),
+    path("get-only/", ratelimit("burst", methods=["GET"])(_ok)),
+    path("get-only-async/", ratelimit("burst", methods="get")(_aok)),
+    path("drf-get-only/", DrfGetOnly.as_view()),
     path("drf-anon/", DrfAnon.as_view()),
     path("drf-anon-preflights/", DrfAnonCountingPreflights.as_view()),
 ]
@@ -127,6 +134,21 @@ def test_options_counts_when_listed(extra: Any) -> None:
     client = Client()
     assert codes(client, "options", "/with-options/", 3, **PREFLIGHT) == [200, 200, 429]
     assert client.post("/with-options/").status_code == 200
+
+
+@pytest.mark.parametrize("url", ["/get-only/", "/drf-get-only/"])
+def test_get_counts_head_too_since_django_answers_head_with_the_get_view(extra: Any, url: str) -> None:
+    # Django runs the GET code for a HEAD (a function view, View.head = View.get, DRF alike) and drops the
+    # body: with methods=["GET"] a HEAD did all of the view's work and was never limited.
+    client = Client()
+    assert codes(client, "head", url, 3) == [200, 200, 429]
+    assert client.get(url).status_code == 429
+    assert client.post(url).status_code in (200, 405)  # not counted: POST is not listed
+
+
+async def test_get_counts_head_too_in_async_views(extra: Any) -> None:
+    client = AsyncClient()
+    assert [(await client.head("/get-only-async/")).status_code for _ in range(3)] == [200, 200, 429]
 
 
 def test_drf_throttle_skips_preflights_and_reads_rate_limiter_methods(extra: Any) -> None:
