@@ -100,6 +100,11 @@ def detect_multiprocess(environ: Mapping[str, str], argv: Sequence[str]) -> str 
     return None
 
 
+#: W006 for a trusted public network with a shorter prefix: wider than what IANA gives one regional registry (an
+#: IPv4 /8, an IPv6 /12), so no proxy fleet spans it; private ranges (10.0.0.0/8, fc00::/7) are never W006.
+_WIDEST_PROXY_PREFIX = {4: 8, 6: 12}
+
+
 def _environment_warnings(
     analysis: conf.Analysis, environ: Mapping[str, str], argv: Sequence[str]
 ) -> list[Problem]:
@@ -129,6 +134,23 @@ def _environment_warnings(
                 conf.setting_path("metrics"),
                 "metrics is True but prometheus_client is not installed, so no metrics are exported",
                 "pip install 'django-ratelimit-r4[prometheus]', or remove the metrics option.",
+            )
+        )
+    wide = [
+        str(net)
+        for net in (options.trusted_proxies if options is not None and isinstance(options.trusted_proxies, tuple) else ())
+        if not isinstance(net, str) and not net.is_private and net.prefixlen < _WIDEST_PROXY_PREFIX[net.version]
+    ]
+    if wide:
+        problems.append(
+            Problem(
+                Code.WIDE_TRUSTED_PROXIES,
+                conf.setting_path("trusted_proxies"),
+                f"{', '.join(wide)} trusts public addresses no proxy fleet spans: every such peer is a trusted proxy, "
+                "so any client chooses its own address with X-Forwarded-For (or Forwarded), and a per-IP limit is a "
+                "fresh budget per forged header",
+                "Name only your proxies' networks (private ranges, your CDN's published CIDRs), or give their "
+                "count (e.g. 1) when every request comes through them.",
             )
         )
     token = options.state_endpoint_token if options is not None else None

@@ -234,6 +234,11 @@ class Code(enum.Enum):
         "a keyed in-memory sliding_window rate limiter could hold more than 256 MiB per process if its clients "
         "used their limits (max_keys x 8 bytes x limit_for_period)",
     )
+    WIDE_TRUSTED_PROXIES = (
+        "W006",
+        "trusted_proxies names a public network wider than any proxy fleet (0.0.0.0/0, ::/0, a /7 or wider of IPv4, "
+        "an /11 or wider of IPv6): any client can choose its address with X-Forwarded-For",
+    )
 
     @property
     def check_id(self) -> str:

@@ -977,6 +977,14 @@ CASES = [
         id="W003",
     ),
     pytest.param(
+        {"trusted_proxies": ["10.0.0.0/8", "0.0.0.0/0"]},
+        "W006",
+        'RATELIMIT_R4["trusted_proxies"]',
+        "0.0.0.0/0 trusts public addresses no proxy fleet spans",
+        "or give their count",
+        id="W006",
+    ),
+    pytest.param(
         # A ceiling: 100 000 clients each holding its 100 000 permits in the window, 80 GB per worker. A log
         # grows with use, so a client that makes up X-Api-Key values no longer costs 800 KB a request.
         rl({"limit_for_period": 100_000, "algorithm": "sliding_window", "key": "header:X-Api-Key"}),
@@ -1111,6 +1119,49 @@ def test_a_state_endpoint_token_no_client_can_send_is_e016_and_the_check_does_no
     assert [m.id for m in messages] == ["ratelimit_r4.E016"], messages
     shown = " ".join(f"{m.msg} {m.hint}" for m in messages)
     assert "s3cret" not in shown, shown
+
+
+@pytest.mark.parametrize(
+    ("proxies", "peer"),
+    [
+        (["0.0.0.0/0"], "198.51.100.7"),
+        (["::/0"], "2001:db8::7"),
+        (["10.0.0.0/8", "0.0.0.0/1"], "98.51.100.7"),
+        (["::ffff:0.0.0.0/96"], "198.51.100.7"),
+        (["unix", "2000::/3"], "2001:db8::7"),
+    ],
+)
+def test_trusting_the_whole_internet_as_proxies_is_w006(proxies: list[str], peer: str, r4_clock: object) -> None:
+    # Every peer is then a trusted proxy: any client picks its own address with X-Forwarded-For, and a
+    # per-IP limit is a fresh budget per forged header. manage.py check said nothing.
+    from django.http import HttpResponse
+    from django.test import RequestFactory
+
+    from django_ratelimit_r4.decorators import ratelimit
+
+    setting = {"trusted_proxies": proxies, "ratelimiters": {"instances": {"per_ip": {"rate": "1/m", "key": "ip"}}}}
+    with override_settings(RATELIMIT_R4=setting):
+        messages = ours(check_settings())
+        assert [m.id for m in messages] == ["ratelimit_r4.W006"], messages
+        assert messages[0].msg.startswith('RATELIMIT_R4["trusted_proxies"]')
+        assert "X-Forwarded-For" in messages[0].msg and "count" in messages[0].hint
+
+        @ratelimit("per_ip")
+        def view(request: object) -> HttpResponse:
+            return HttpResponse("ok")
+
+        forged = [view(RequestFactory().get("/", REMOTE_ADDR=peer, HTTP_X_FORWARDED_FOR=f"203.0.113.{i}"))
+                  for i in range(3)]
+        assert [r.status_code for r in forged] == [200, 200, 200]  # what W006 warns of
+
+
+@pytest.mark.parametrize(
+    "proxies",
+    [["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7", "unix"], ["173.245.48.0/20", "2400:cb00::/32"], 2],
+)
+def test_proxy_networks_of_one_fleet_are_not_w006(proxies: object) -> None:
+    with override_settings(RATELIMIT_R4={"trusted_proxies": proxies}):
+        assert ours(check_settings()) == []
 
 EVERYTHING_WRONG = {
     "ratelimiter": {},
