@@ -497,3 +497,24 @@ def test_url_mode_refuses_a_bad_url_or_token_with_a_command_error_that_shows_no_
         assert says in str(refused.value)
         assert "s3cret" not in str(refused.value)
     assert sent == []  # refused before any connection
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        [1],
+        [{"id": 1, "title": "not a state entry"}],
+        {"count": 0, "results": []},  # a paginated API: was shown as "No instances configured"
+        {"scope": "worker", "instances": [{"type": "ratelimiter", "name": "a", "config": {}, "state": {}}]},
+        {"scope": "cluster", "workers": [1]},
+    ],
+    ids=["list-of-ints", "list-of-other-objects", "another-api", "entries-without-fields", "cluster-of-ints"],
+)
+def test_url_answering_json_that_is_no_state_is_a_command_error(
+    fresh: Any, monkeypatch: pytest.MonkeyPatch, answer: Any
+) -> None:
+    # --url pointing at another JSON API (or a server of another shape) died in the table code with a
+    # KeyError / TypeError / AttributeError traceback, or printed a wrong "No instances configured".
+    monkeypatch.setattr(r4_command.Remote, "_request", lambda self, u, body: answer)
+    with pytest.raises(CommandError, match="is --url the state endpoint"):
+        run("status", "--url", "https://r4.example.com/ops/r4/", "--token", "t")

@@ -392,7 +392,7 @@ class Remote:
         query = [("name", n) for n in names] + ([("keys", "1")] if include_keys else []) + [("cluster", "1")]
         url = self.base + "?" + urllib.parse.urlencode(query)
         data = self._request(url, None)
-        if not isinstance(data, (list, dict)):
+        if not isinstance(data, list) and not (isinstance(data, dict) and data.get("scope") in ("worker", "cluster")):
             raise CommandError(f"{url} did not answer with a state list; is --url the state endpoint?")
         return data
 
@@ -627,7 +627,16 @@ class Command(BaseCommand):
                     data = control.cluster_status(names or None)
                 else:
                     data = state.snapshot(names or None, include_keys=keys)
-                text, note = self._render(data, remote, options["json"])
+                try:
+                    text, note = self._render(data, remote, options["json"])
+                except (KeyError, TypeError, AttributeError, ValueError) as exc:
+                    if remote is None:
+                        raise
+                    # Another JSON API (or another shape) behind --url: say so, not a traceback of the table code.
+                    raise CommandError(
+                        f"{remote.base} answered with JSON that is not a state list this command can show "
+                        f"({type(exc).__name__}: {exc}); is --url the state endpoint? (--json prints the answer as is)"
+                    ) from None
                 if watch is None:
                     self.stdout.write(text)
                     if note:
