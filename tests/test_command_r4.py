@@ -518,3 +518,14 @@ def test_url_answering_json_that_is_no_state_is_a_command_error(
     monkeypatch.setattr(r4_command.Remote, "_request", lambda self, u, body: answer)
     with pytest.raises(CommandError, match="is --url the state endpoint"):
         run("status", "--url", "https://r4.example.com/ops/r4/", "--token", "t")
+
+
+@pytest.mark.parametrize("interval", ["0.001", "1e-300"])
+def test_watch_refuses_an_interval_that_would_redraw_in_a_busy_loop(
+    fresh: Any, monkeypatch: pytest.MonkeyPatch, interval: str
+) -> None:
+    # --watch 1e-300 redrew without pausing: a core spent on the terminal, and with --url thousands of
+    # requests a second to the server's state endpoint.
+    monkeypatch.setattr(r4_command, "sleep", lambda seconds: pytest.fail("must be refused before the first frame"))
+    with pytest.raises(CommandError, match=r"at least 0\.1 seconds"):
+        run("status", "--watch", interval)

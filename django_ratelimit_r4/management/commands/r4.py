@@ -61,6 +61,8 @@ sleep = time.sleep
 
 #: The longest ``--watch`` interval (a day): time.sleep() overflows on inf or 1e12.
 MAX_WATCH_S = 86_400.0
+#: The shortest ``--watch`` interval: shorter redraws in a busy loop (with ``--url``, a flood of requests).
+MIN_WATCH_S = 0.1
 
 
 def _positive_seconds(value: str) -> float:
@@ -70,6 +72,8 @@ def _positive_seconds(value: str) -> float:
         raise ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
     if not seconds > 0:
         raise ArgumentTypeError(f"must be more than 0 seconds, got {value!r}")
+    if seconds < MIN_WATCH_S:
+        raise ArgumentTypeError(f"must be at least {MIN_WATCH_S:g} seconds, got {value!r}")
     if not seconds <= MAX_WATCH_S:
         raise ArgumentTypeError(f"must be at most {MAX_WATCH_S:g} seconds, got {value!r}")
     return seconds
