@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import enum
 import importlib.util
+import inspect
 import ipaddress
 import os
 import threading
@@ -140,7 +141,11 @@ class Code(enum.Enum):
     REDIS_NOT_INSTALLED = ("E010", "a redis backend but the redis package is not installed")
     INVALID_REDIS_URL = ("E011", "a redis backend without a valid URL (redis_url or LOCATION)")
     INVALID_HEADERS = ("E012", "headers is not 'draft-10', 'draft-6' or None")
-    INVALID_RESPONSE_BUILDER = ("E013", "response_builder cannot be imported or is not callable")
+    INVALID_RESPONSE_BUILDER = (
+        "E013",
+        "response_builder cannot be imported, is not callable or cannot be called as builder(request, exc, "
+        "status=..., retry_after=...)",
+    )
     INVALID_TRUSTED_PROXIES = (
         "E014",
         "trusted_proxies is not a count >= 0 or a list of CIDR networks (and 'unix')",
@@ -1016,9 +1021,24 @@ def _option_headers(value: object, raw: Mapping[str, Any]) -> str | None:
 
 def _option_response_builder(value: object, raw: Mapping[str, Any]) -> Callable[..., Any] | None:
     hint = (
-        "Give a dotted path to callable(request, exc) -> HttpResponse, e.g. 'myproject.responses.too_many'."
+        "Give a dotted path to callable(request, exc) -> HttpResponse that also takes the keywords status and "
+        "retry_after, e.g. 'myproject.responses.too_many'."
     )
-    return None if value is None else callable_value(value, import_hint=hint, hint=hint)
+    if value is None:
+        return None
+    builder = callable_value(value, import_hint=hint, hint=hint)
+    try:
+        signature = inspect.signature(builder)
+    except (TypeError, ValueError):  # no signature to read (a builtin): the first rejection will tell
+        return builder
+    try:
+        # How responses.response_for_exception calls it: a mismatch is a TypeError at every 429, a 500.
+        signature.bind(None, None, status=429, retry_after=1)
+    except TypeError as exc:
+        raise _Invalid(
+            f"cannot be called as builder(request, exc, status=..., retry_after=...): {exc}", hint
+        ) from None
+    return builder
 
 
 def _option_trusted_proxies(value: object, raw: Mapping[str, Any]) -> int | tuple[IPNetwork | str, ...]:

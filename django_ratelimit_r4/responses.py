@@ -39,7 +39,7 @@ from http import HTTPStatus
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.utils.cache import patch_cache_control
 from django.utils.module_loading import import_string
 
@@ -307,6 +307,11 @@ def response_for_exception(
         write_fields(response, {"Retry-After": str(retry_after), "Cache-Control": "no-store", "Vary": "Accept"})
         return response
     response = builder(request, exc, status=status, retry_after=retry_after)
+    if not isinstance(response, HttpResponseBase):  # a builder that forgot its return: name it, not a TypeError
+        raise ImproperlyConfigured(
+            f'{conf.setting_path("response_builder")} {getattr(builder, "__qualname__", builder)!s} returned '
+            f"{response!r:.80}, not an HttpResponse: return the response it builds"
+        )
     if "Retry-After" not in response:
         response["Retry-After"] = str(retry_after)
     if response.status_code in (429, 503):

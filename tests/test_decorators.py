@@ -357,6 +357,31 @@ def test_custom_response_builder(r4_clock) -> None:
         assert rejected["Cache-Control"] == "no-store"
 
 
+def builder_without_keywords(request, exc):  # forgot status= and retry_after=
+    return HttpResponse("busy", status=429)
+
+
+def builder_returning_none(request, exc, *, status, retry_after):  # forgot the return
+    HttpResponse("busy", status=status)
+
+
+def test_a_response_builder_that_cannot_answer_is_caught_by_the_check_and_named_at_the_429(r4_clock) -> None:
+    # Both passed manage.py check and made every 429 a 500 (TypeError), found only when a client was limited.
+    from django.core.checks import run_checks
+
+    wrong_signature = views.r4_settings(response_builder="tests.test_decorators.builder_without_keywords")
+    with override_settings(RATELIMIT_R4=wrong_signature):
+        messages = [m for m in run_checks() if m.id and m.id.startswith("ratelimit_r4.")]
+        assert [m.id for m in messages] == ["ratelimit_r4.E013"], messages
+        assert "builder(request, exc, status=..., retry_after=...)" in messages[0].msg
+    with override_settings(RATELIMIT_R4=views.r4_settings(response_builder="tests.test_decorators.builder_returning_none")):
+        assert not [m for m in run_checks() if m.id and m.id.startswith("ratelimit_r4.")]
+        client = Client(raise_request_exception=True)
+        statuses(client, "/api/", 10)
+        with pytest.raises(ImproperlyConfigured, match=r'RATELIMIT_R4\["response_builder"\].*returned None'):
+            client.get("/api/")
+
+
 def test_override_settings_rebuilds_the_cached_limiter(r4_clock) -> None:
     client = Client()
     statuses(client, "/api/", 10)
