@@ -10,6 +10,7 @@ settings layer can validate specs without importing the request edge.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -56,8 +57,10 @@ def validate_key_spec(spec: object, *, imports: bool = True) -> str | None:
     dotted path is only checked for its shape (a decorator's ``key=``: it may name a function of the module
     being imported).
     """
-    if spec is None or (callable(spec) and not isinstance(spec, str)):
+    if spec is None:
         return None
+    if callable(spec) and not isinstance(spec, str):
+        return _call_error(spec, getattr(spec, "__qualname__", None) or repr(spec))
     if not isinstance(spec, str):
         return f"key must be a string or a callable, got {type(spec).__name__}"
     if spec in BUILTIN_KEYS:
@@ -66,4 +69,20 @@ def validate_key_spec(spec: object, *, imports: bool = True) -> str | None:
         return _check_header_name(spec[len(HEADER_PREFIX) :])
     if "." not in spec or spec.startswith(".") or spec.endswith("."):
         return _unknown(spec)
-    return resolve_key_callable(spec)[1] if imports else None
+    if not imports:
+        return None
+    fn, error = resolve_key_callable(spec)
+    return error if fn is None else _call_error(fn, spec)
+
+
+def _call_error(fn: Callable[..., Any], shown: str) -> str | None:
+    """Why ``fn`` cannot be called as ``key(request)`` (a TypeError at every request, a 500), or None."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # no signature to read (some builtins): the first request will tell
+        return None
+    try:
+        signature.bind(None)
+    except TypeError as exc:
+        return f"key function '{shown}' cannot be called as key(request): {exc}"
+    return None

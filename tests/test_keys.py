@@ -27,6 +27,15 @@ def numeric_key(request):
 NOT_CALLABLE = "just a string"
 
 
+def key_of_view(request, view):
+    """Takes more than the request: every request through it raised TypeError (a 500)."""
+    return view
+
+
+def key_with_defaults(request, field="tenant", *, prefix=""):
+    return prefix + request.GET.get(field, "")
+
+
 def make_request(*, user=None, session_key=None, remote="203.0.113.7", **extra):
     request = rf.get("/", REMOTE_ADDR=remote, **extra)
     if user is not None:
@@ -156,6 +165,31 @@ class TestValidation:
         assert message is not None and fragment in message
         with pytest.raises(ValueError, match=fragment.split("'")[0]):
             compile_key(spec)
+
+    @pytest.mark.parametrize(
+        "spec", ["tests.test_keys.key_of_view", key_of_view, lambda: "no request"], ids=["path", "function", "lambda"]
+    )
+    def test_a_key_function_that_cannot_take_the_request_alone_is_refused(self, spec):
+        # It passed the decorator, manage.py check (E007) and compile_key: each request raised TypeError.
+        from django.test import override_settings
+
+        from django_ratelimit_r4.checks import check_settings
+        from django_ratelimit_r4.decorators import ratelimit
+
+        message = validate_key_spec(spec)
+        assert message is not None and "cannot be called as key(request)" in message
+        with pytest.raises(ValueError, match="cannot be called as key"):
+            compile_key(spec)
+        if callable(spec):
+            with pytest.raises(TypeError, match="cannot be called as key"):
+                ratelimit("api", key=spec)  # checked at decoration, as other specs
+        else:
+            with override_settings(RATELIMIT_R4={"ratelimiters": {"instances": {"t": {"rate": "5/m", "key": spec}}}}):
+                assert [m.id for m in check_settings()] == ["ratelimit_r4.E007"]
+
+    def test_a_key_function_with_defaults_or_a_builtin_is_fine(self):
+        assert validate_key_spec("tests.test_keys.key_with_defaults") is None
+        assert validate_key_spec(len) is None and validate_key_spec(str) is None
 
     def test_compile_none_is_an_error(self):
         with pytest.raises(ValueError, match="None"):
