@@ -421,10 +421,12 @@ def get_rate_limiter(name: str, key: str | None = None) -> RateLimiter | KeyedRa
     """The rate limiter ``name``; with ``key``, that client's own limiter (same config, own budget).
 
     Without ``key`` this is the instance's single shared limiter, even when the instance has a
-    ``key`` spec for requests (the HTTP layer then uses the per-key limiters).
+    ``key`` spec for requests (the HTTP layer then uses the per-key limiters). A key that is not a string
+    (``key=user.pk``) is its text: ``42`` and ``"42"`` are one client, as on Redis, which hashes the text.
     """
     if key is not None:
-        return get_keyed_rate_limiter(name).get(key)
+        # Stored keys are strings (the decorators', the operators' --key): an int one broke r4 status --keys.
+        return get_keyed_rate_limiter(name).get(key if isinstance(key, str) else str(key))
     return _get("ratelimiters", name)  # type: ignore[no-any-return]
 
 

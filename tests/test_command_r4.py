@@ -529,3 +529,19 @@ def test_watch_refuses_an_interval_that_would_redraw_in_a_busy_loop(
     monkeypatch.setattr(r4_command, "sleep", lambda seconds: pytest.fail("must be refused before the first frame"))
     with pytest.raises(CommandError, match=r"at least 0\.1 seconds"):
         run("status", "--watch", interval)
+
+
+def test_a_client_key_given_in_code_as_a_number_is_listed_reset_and_shared_as_its_text(fresh: Any) -> None:
+    # get_rate_limiter("per_user", key=user.pk) in a service function: the int key crashed r4 status --keys
+    # (AttributeError), --json --keys and the endpoint's ?keys=1 (TypeError sorting int and str keys: a 500),
+    # and `r4 reset --key 42` could not name it; on Redis (which hashes str(key)) 42 and "42" were already one.
+    get_rate_limiter("per_ip", key=42).acquire_permission()
+    get_rate_limiter("per_ip", key="42").acquire_permission()  # the same client
+    get_rate_limiter("per_ip", key="ip:203.0.113.7").acquire_permission()
+    assert get_rate_limiter("per_ip", key=42).metrics.available_permissions == 1
+    out, _ = run("status", "per_ip", "--keys")
+    assert "    42: 1 available" in out
+    data = json.loads(run("status", "per_ip", "--json", "--keys")[0])
+    assert sorted(_by(data, "ratelimiter", "per_ip")["state"]["keyed"]["keys"]) == ["42", "ip:203.0.113.7"]
+    run("reset", "per_ip", "--key", "42")
+    assert get_rate_limiter("per_ip", key=42).metrics.available_permissions == 3
