@@ -33,7 +33,7 @@ from django.http import HttpRequest, HttpResponseBase
 from . import conf, registry
 from .backends.memory import GcraBackend, MemoryBackend, SlidingWindowBackend
 from .core.exceptions import RequestNotPermitted
-from .core.ratelimiter import RateLimiter
+from .core.ratelimiter import GCRA, RateLimiter, most_grantable
 from .headers import (
     DRAFT_10,
     QuotaStatus,
@@ -477,13 +477,16 @@ class RateLimitGate:
         # A request for more permits than a cycle holds is never admitted without waiting, yet every 429
         # would promise a Retry-After: refuse the decorator at first use instead.
         holder = limit.keyed if limit.keyed is not None else limit.limiter
-        allowed = int(holder.config.limit_for_period)  # type: ignore[union-attr]
+        config = holder.config  # type: ignore[union-attr]
+        allowed = most_grantable(config, 0)  # GCRA's bound is its burst, as manage.py check's (E025)
         if self.permits > allowed:
+            burst = config.algorithm == GCRA and config.burst is not None
+            field = "burst" if burst else "limit_for_period"
             raise ImproperlyConfigured(
                 f"rate limit on {list(self.names)} asks for permits={self.permits}, but rate limiter "
-                f"{limit.name!r} allows only {allowed} per period "
-                f'({conf.setting_path("ratelimiters", "instances", limit.name, "limit_for_period")}): '
-                "no request could ever be admitted. Lower permits or raise limit_for_period."
+                f"{limit.name!r} allows only {allowed} {'at once' if burst else 'per period'} "
+                f'({conf.setting_path("ratelimiters", "instances", limit.name, field)}): '
+                f"no request could ever be admitted. Lower permits or raise {field}."
             )
 
     # -- deciding ------------------------------------------------------------------------------------

@@ -762,6 +762,24 @@ def test_permits_above_the_limit_is_a_clear_error_at_first_use_not_a_lying_429(r
         assert get_rate_limiter("api").metrics.available_permissions == 3
 
 
+def test_a_gcra_limit_admits_permits_up_to_its_burst_and_refuses_more_at_first_use(r4_clock) -> None:
+    # The gate compared permits with limit_for_period where GCRA's bound is its burst (manage.py check, E025,
+    # already did): a burst of 6 over 3 per minute refused permits=5 at every request (ImproperlyConfigured, a
+    # 500) though GCRA grants it, and a burst of 2 passed it, then every request died on the limiter's
+    # ValueError ("can never grant 5 permits"), a 500 again.
+    setting = views.r4_settings()
+    setting["ratelimiters"]["instances"]["api"] = {"algorithm": "gcra", "rate": "3/m", "burst": 6}
+    with override_settings(RATELIMIT_R4=setting):
+        assert [Client().get("/heavy/7/").status_code for _ in range(2)] == [200, 429]  # @ratelimit("api", permits=5)
+    setting["ratelimiters"]["instances"]["api"] = {"algorithm": "gcra", "rate": "10/m", "burst": 2}
+    with override_settings(RATELIMIT_R4=setting), pytest.raises(
+        ImproperlyConfigured,
+        match=r"permits=5, but rate limiter 'api' allows only 2 at once "
+        r'\(RATELIMIT_R4\["ratelimiters"\]\["instances"\]\["api"\]\["burst"\]\)',
+    ):
+        Client().get("/heavy/7/")
+
+
 def test_a_period_of_centuries_is_an_error_at_first_use_naming_the_setting(r4_clock) -> None:
     setting = views.r4_settings()
     setting["ratelimiters"]["instances"]["api"] = {"rate": "1/100000d"}
