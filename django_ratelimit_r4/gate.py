@@ -32,8 +32,9 @@ from django.http import HttpRequest, HttpResponseBase
 
 from . import conf, registry
 from .backends.memory import GcraBackend, MemoryBackend, SlidingWindowBackend
+from .core.backend import GCRA
 from .core.exceptions import RequestNotPermitted
-from .core.ratelimiter import GCRA, RateLimiter, most_grantable
+from .core.ratelimiter import RateLimiter, most_grantable
 from .headers import (
     DRAFT_10,
     QuotaStatus,
