@@ -1019,6 +1019,20 @@ def _option_headers(value: object, raw: Mapping[str, Any]) -> str | None:
     return value.lower()
 
 
+def _call_error(fn: Callable[..., Any], positional: int, **keywords: Any) -> str | None:
+    """Why ``fn`` cannot be called with ``positional`` arguments and ``keywords`` (the ``TypeError`` it would raise
+    when the package calls it: a 500 at a request), or None; None too when it has no signature to read."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without one: the first call will tell
+        return None
+    try:
+        signature.bind(*([None] * positional), **keywords)
+    except TypeError as exc:
+        return str(exc)
+    return None
+
+
 def _option_response_builder(value: object, raw: Mapping[str, Any]) -> Callable[..., Any] | None:
     hint = (
         "Give a dotted path to callable(request, exc) -> HttpResponse that also takes the keywords status and "
@@ -1027,17 +1041,10 @@ def _option_response_builder(value: object, raw: Mapping[str, Any]) -> Callable[
     if value is None:
         return None
     builder = callable_value(value, import_hint=hint, hint=hint)
-    try:
-        signature = inspect.signature(builder)
-    except (TypeError, ValueError):  # no signature to read (a builtin): the first rejection will tell
-        return builder
-    try:
-        # How responses.response_for_exception calls it: a mismatch is a TypeError at every 429, a 500.
-        signature.bind(None, None, status=429, retry_after=1)
-    except TypeError as exc:
-        raise _Invalid(
-            f"cannot be called as builder(request, exc, status=..., retry_after=...): {exc}", hint
-        ) from None
+    # How responses.response_for_exception calls it: a mismatch is a TypeError at every 429, a 500.
+    error = _call_error(builder, 2, status=429, retry_after=1)
+    if error is not None:
+        raise _Invalid(f"cannot be called as builder(request, exc, status=..., retry_after=...): {error}", hint)
     return builder
 
 
@@ -1462,6 +1469,15 @@ def _parse_backend_entry(alias: str, entry: object, problems: list[Problem]) -> 
                     Code.INVALID_BACKEND,
                     setting_path("backends", alias, "BACKEND"),
                     f"{name!r} is not callable",
+                    "Give a dotted path to callable(alias, location, options) -> Store (a class works).",
+                )
+            elif (error := _call_error(factory, 3)) is not None:
+                # The registry calls factory(alias, location, options) at the first request: a TypeError, a 500 each.
+                _backend_problem(
+                    problems,
+                    Code.INVALID_BACKEND,
+                    setting_path("backends", alias, "BACKEND"),
+                    f"{name!r} cannot be called as factory(alias, location, options): {error}",
                     "Give a dotted path to callable(alias, location, options) -> Store (a class works).",
                 )
         if raw_options is not None and not isinstance(raw_options, Mapping):

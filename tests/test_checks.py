@@ -1163,6 +1163,39 @@ def test_proxy_networks_of_one_fleet_are_not_w006(proxies: object) -> None:
     with override_settings(RATELIMIT_R4={"trusted_proxies": proxies}):
         assert ours(check_settings()) == []
 
+
+def store_factory_without_options(alias, location):  # forgot the third argument
+    from django_ratelimit_r4.backends.memory import MemoryStore
+
+    return MemoryStore(alias, location, {})
+
+
+def test_a_backend_factory_that_cannot_take_alias_location_options_is_e009_not_a_500_per_request() -> None:
+    # It passed manage.py check (E009 asks only for a callable) and every request through a limiter on it
+    # raised TypeError when the registry built the store: a 500 each time, the store never built.
+    from django.http import HttpResponse
+    from django.test import RequestFactory
+
+    from django_ratelimit_r4.decorators import ratelimit
+
+    setting = {
+        "backends": {"default": {"BACKEND": "tests.test_checks.store_factory_without_options"}},
+        "ratelimiters": {"instances": {"api": {"rate": "5/m"}}},
+    }
+    with override_settings(RATELIMIT_R4=setting):
+        messages = ours(check_settings())
+        assert [m.id for m in messages] == ["ratelimit_r4.E009"], messages
+        assert "cannot be called as factory(alias, location, options)" in messages[0].msg
+
+        @ratelimit("api")
+        def view(request: object) -> HttpResponse:
+            return HttpResponse("ok")
+
+        from django.core.exceptions import ImproperlyConfigured
+
+        with pytest.raises(ImproperlyConfigured, match=r'RATELIMIT_R4\["backends"\]\["default"\]'):
+            view(RequestFactory().get("/"))
+
 EVERYTHING_WRONG = {
     "ratelimiter": {},
     "ratelimiters": {
