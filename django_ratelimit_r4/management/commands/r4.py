@@ -579,7 +579,7 @@ class Command(BaseCommand):
             token, source = os.environ.get(TOKEN_ENV), f"${TOKEN_ENV}"
         if not token:
             try:
-                token = conf.get_options().state_endpoint_token
+                token, source = conf.get_options().state_endpoint_token, "the setting"
             except ImproperlyConfigured:
                 token = None
         if not token:
@@ -590,7 +590,7 @@ class Command(BaseCommand):
         error = conf.token_error(token)  # the setting's rule; urllib would print the token in its ValueError
         if error is not None:
             raise CommandError(f"the bearer token of {source} {error}")
-        return Remote(url, token)
+        return Remote(url, token.strip())  # the endpoint strips it too: an env file's line ending is no part of it
 
     def _note_local(self) -> None:
         analysis = conf.get_analysis()
