@@ -15,6 +15,7 @@ third-party backend cannot take part in such a decision (E035, :func:`_group_mes
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
 import os
 import shlex
 import sys
@@ -103,6 +104,20 @@ def detect_multiprocess(environ: Mapping[str, str], argv: Sequence[str]) -> str 
 #: W006 for a trusted public network with a shorter prefix: wider than what IANA gives one regional registry (an
 #: IPv4 /8, an IPv6 /12), so no proxy fleet spans it; private ranges (10.0.0.0/8, fc00::/7) are never W006.
 _WIDEST_PROXY_PREFIX = {4: 8, 6: 12}
+#: Where proxies of one's own fleet live: RFC 1918, shared address space (RFC 6598), loopback, link-local, unique
+#: local and link-local IPv6. Listed here, not ``is_private``: Python 3.10 calls 0.0.0.0/0 private (both of its
+#: ends are), later versions do not.
+_PROXY_RANGES = tuple(
+    ipaddress.ip_network(net)
+    for net in (
+        "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
+        "fc00::/7", "fe80::/10", "::1/128",
+    )
+)  # fmt: skip
+
+
+def _in_proxy_ranges(net: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bool:
+    return any(net.version == space.version and net.subnet_of(space) for space in _PROXY_RANGES)  # type: ignore[arg-type]
 
 
 def _environment_warnings(
@@ -139,7 +154,7 @@ def _environment_warnings(
     wide = [
         str(net)
         for net in (options.trusted_proxies if options is not None and isinstance(options.trusted_proxies, tuple) else ())
-        if not isinstance(net, str) and not net.is_private and net.prefixlen < _WIDEST_PROXY_PREFIX[net.version]
+        if not isinstance(net, str) and not _in_proxy_ranges(net) and net.prefixlen < _WIDEST_PROXY_PREFIX[net.version]
     ]
     if wide:
         problems.append(
