@@ -41,6 +41,7 @@ import contextlib
 import hashlib
 import logging
 import math
+import operator
 import os
 import queue
 import select
@@ -503,16 +504,49 @@ async def _aread_replies(reader: asyncio.StreamReader, count: int, parser: Any) 
     return replies
 
 
+def _aforce_disconnect_compat(conn: Any) -> None:
+    """redis-py < 8.2 (8.1 is the newest Python 3.10 gets) has no ``_force_disconnect``: the same steps as its
+    ``disconnect()`` takes outside a task (session state, parser, reconnect flag, a close not awaited)."""
+    reset_session = getattr(conn, "_reset_himport_state", None)
+    if reset_session is not None:
+        reset_session()
+    conn._parser.on_disconnect()
+    conn.reset_should_reconnect()
+    conn._close()
+
+
+_AIO_CONNECTION = redis.asyncio.connection.AbstractConnection
+#: ``_aforce_disconnect(conn)``: close a ``redis.asyncio`` connection at once, without awaiting (a cancelled
+#: task must not await again). Chosen once here: redis-py's own where it has one, else the compat steps, else
+#: None (the lean path is then off).
+_aforce_disconnect: Any = (
+    operator.methodcaller("_force_disconnect")
+    if hasattr(_AIO_CONNECTION, "_force_disconnect")
+    else _aforce_disconnect_compat
+    if all(hasattr(_AIO_CONNECTION, name) for name in ("_close", "reset_should_reconnect"))
+    else None
+)
+#: The private names of ``redis.asyncio.BlockingConnectionPool`` that the lean async path works on.
+_AIO_POOL_NAMES = ("_available_connections", "_in_use_connections", "_condition", "_lock", "_in_maintenance")
+
+
+def _aio_lean_missing(pool: Any) -> tuple[str, ...]:
+    """The private redis-py names the lean async path needs that ``pool`` (or this redis-py) lacks."""
+    missing = [name for name in _AIO_POOL_NAMES if not hasattr(pool, name)]
+    if hasattr(pool, "_condition") and not hasattr(pool._condition, "_waiters"):
+        missing.append("_condition._waiters")
+    if _aforce_disconnect is None:
+        missing.append("Connection._force_disconnect (or _close and reset_should_reconnect)")
+    return tuple(missing)
+
+
 def _aio_pool_is_lean(pool: Any, utf8: bool) -> bool:
     """Whether :meth:`RedisConnection._atake` / ``_agive`` / ``_aexchange`` may work on ``pool`` directly: a
     plain ``redis.asyncio.BlockingConnectionPool`` without decoding or health checks, and the private names
     they use present (else redis-py's own path)."""
     if type(pool) is not redis.asyncio.BlockingConnectionPool or not utf8:
         return False
-    names = ("_available_connections", "_in_use_connections", "_condition", "_lock", "_in_maintenance")
-    if not all(hasattr(pool, name) for name in names) or not hasattr(pool._condition, "_waiters"):
-        return False
-    if not hasattr(pool.connection_class, "_force_disconnect"):
+    if _aio_lean_missing(pool) or not issubclass(pool.connection_class, _AIO_CONNECTION):
         return False
     kwargs = pool.connection_kwargs
     return not kwargs.get("decode_responses") and not kwargs.get("health_check_interval")
@@ -803,14 +837,14 @@ class RedisConnection:
                 await writer.drain()
             return await _aread_replies(conn._reader, count, conn._parser)
         except asyncio.TimeoutError:
-            conn._force_disconnect()
+            _aforce_disconnect(conn)
             raise redis.exceptions.TimeoutError(f"Timeout reading from {conn._host_error()}") from None
         except OSError as exc:
-            conn._force_disconnect()
+            _aforce_disconnect(conn)
             message = f"Error while reading from {conn._host_error()} : {exc.args}"
             raise redis.exceptions.ConnectionError(message) from exc
         except BaseException:
-            conn._force_disconnect()
+            _aforce_disconnect(conn)
             raise
 
     @staticmethod
@@ -1414,7 +1448,7 @@ class RedisConnection:
                     results[index][0] = reply
         except _FAULTS as exc:
             if lean:
-                conn._force_disconnect()
+                _aforce_disconnect(conn)
             else:
                 await conn.disconnect()
             for result in results:
@@ -1423,7 +1457,7 @@ class RedisConnection:
             again.clear()  # a broken connection: nothing more is sent
         except BaseException:
             if lean:
-                conn._force_disconnect()
+                _aforce_disconnect(conn)
             else:
                 await conn.disconnect()
             raise
@@ -1505,7 +1539,7 @@ class RedisConnection:
                 reply = await conn.read_response()
         except BaseException:
             if lean:
-                conn._force_disconnect()
+                _aforce_disconnect(conn)
             else:
                 await conn.disconnect()
             raise

@@ -52,12 +52,47 @@ async def _until(predicate: Callable[[], bool], what: str, steps: int = 2000) ->
     raise AssertionError(f"never saw: {what}")
 
 
+def _lean_pool(conn: Any) -> Any:
+    """``conn``'s pool on this loop, which must take the lean path; a skip only when this redis-py really lacks
+    a private name the lean path needs (it then goes redis-py's way, tested elsewhere)."""
+    pool, lean = conn._apool()
+    missing = rb._aio_lean_missing(pool)
+    if missing:
+        pytest.skip(f"redis-py {redis.__version__} lacks what the lean async path uses: {', '.join(missing)}")
+    assert lean, "a plain BlockingConnectionPool takes the lean path"
+    return pool
+
+
 def test_the_lean_path_is_the_one_under_test(redis_url: str) -> None:
     async def main() -> None:
         conn = rb.connection(redis_url)
         pool, lean = conn._apool()
+        # redis-py 8.1 (Python 3.10's newest) has no Connection._force_disconnect: the lean path still holds there.
+        assert rb._aio_lean_missing(pool) == ()
         assert lean, "a plain BlockingConnectionPool takes the lean path"
         assert type(pool) is redis.asyncio.BlockingConnectionPool
+
+    _run(main)
+
+
+@pytest.mark.parametrize("how", ["chosen", "compat"])
+def test_a_forced_disconnect_closes_at_once_and_the_next_call_reopens(redis_url: str, how: str) -> None:
+    """``_aforce_disconnect`` (redis-py's ``_force_disconnect`` where it has one, else the same synchronous steps
+    as its ``disconnect()``): the connection is closed without awaiting, and reopened by the next call."""
+    force = rb._aforce_disconnect if how == "chosen" else rb._aforce_disconnect_compat
+    source = "return ARGV[1]"
+
+    async def main() -> None:
+        conn = rb.connection(redis_url + "?" + PATIENT)
+        assert (await conn.arun_script(_sha(source), source, 0, ["one"]))[0] == b"one"
+        pool = _lean_pool(conn)
+        (ours,) = pool._available_connections
+        writer = ours._writer
+        assert force(ours) is None  # not a coroutine: a cancelled task must not await again
+        assert not ours.is_connected and writer.is_closing()
+        assert (await conn.arun_script(_sha(source), source, 0, ["two"]))[0] == b"two"
+        assert ours.is_connected and conn.server_faults == 0
+        await conn.aclose()
 
     _run(main)
 
@@ -78,7 +113,7 @@ def test_the_bytes_written_are_redis_pys(redis_url: str, args: list[Any]) -> Non
     async def main() -> None:
         conn = rb.connection(redis_url + "?" + PATIENT)
         await conn.aio().script_load(source)
-        pool, _ = conn._apool()
+        pool = _lean_pool(conn)
         probe = await pool.get_connection()
         expected = b"".join(probe.pack_command("EVALSHA", sha, 2 if args else 0, *args))
         writer = probe._writer
@@ -129,7 +164,7 @@ REPLIES = [
 def test_replies_are_read_as_redis_py_reads_them(redis_url: str, prefix: str, source: str, protocol: int) -> None:
     async def main() -> None:
         conn = rb.connection(redis_url + f"?protocol={protocol}&" + PATIENT)
-        assert conn._apool()[1]
+        _lean_pool(conn)
         client = conn.aio()
         expected = await client.eval(source, 1, f"{prefix}:k", "é")
         got, _, _ = await conn.arun_script(_sha(source), source, 1, [f"{prefix}:k", "é"])
@@ -174,8 +209,8 @@ def test_the_pool_bound_holds_on_the_lean_path(redis_server: Any) -> None:
 
     async def main() -> None:
         conn = rb.connection(url)
-        pool, lean = conn._apool()
-        assert lean
+        pool = _lean_pool(conn)
+        lean = True
         first, _ = await conn._atake(pool, lean)
         second, _ = await conn._atake(pool, lean)
         try:
@@ -212,7 +247,7 @@ def test_a_connection_the_server_closed_is_reopened_not_a_fault(redis_server: An
 
     async def kill_ours() -> None:
         assert await limiter.aacquire_permission()
-        pool, _ = conn._apool()
+        pool = _lean_pool(conn)
         (ours,) = pool._available_connections
         admin = redis.asyncio.Redis.from_url(url)
         try:
@@ -244,7 +279,7 @@ def test_a_cancelled_call_never_leaves_its_reply_in_the_pool(redis_server: Any) 
     async def main() -> None:
         conn = rb.connection(url)
         assert (await conn.arun_script(sha, source, 0, ["warm"]))[0] == b"warm"
-        pool, _ = conn._apool()
+        pool = _lean_pool(conn)
         redis_server.pause()
         try:
             task = asyncio.ensure_future(conn.arun_script(sha, source, 0, ["first"]))
@@ -274,7 +309,7 @@ def test_a_cancelled_pipelined_call_never_leaves_its_replies_in_the_pool(redis_s
     async def main() -> None:
         conn = rb.connection(url)
         assert (await conn.arun_script(sha, source, 0, ["warm"]))[0] == b"warm"
-        pool, _ = conn._apool()
+        pool = _lean_pool(conn)
         redis_server.pause()
         try:
             calls = [(0, ["a"], None, ()), (0, ["b"], None, ())]

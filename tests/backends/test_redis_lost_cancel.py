@@ -89,7 +89,7 @@ async def test_a_cancellation_lost_while_connecting_cancels_before_anything_is_s
     pool, lean = conn._apool()
     assert lean
     for idle in list(pool._available_connections):  # every connection is opened afresh
-        idle._force_disconnect()
+        rb._aforce_disconnect(idle)
     loser = Loser()
     monkeypatch.setattr(pool.connection_class, "connect", loser.wrap(pool.connection_class.connect))
     task = await cancel_lost(loser, rl_.aacquire_permission())
