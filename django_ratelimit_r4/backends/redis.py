@@ -44,6 +44,7 @@ import math
 import operator
 import os
 import queue
+import re
 import select
 import sys
 import threading
@@ -526,6 +527,26 @@ _aforce_disconnect: Any = (
     if all(hasattr(_AIO_CONNECTION, name) for name in ("_close", "reset_should_reconnect"))
     else None
 )
+
+
+class _ReopeningBlockingPool(redis.asyncio.BlockingConnectionPool):
+    """redis-py < 8.2's async ``ensure_connection`` passes on a connection the server closed (``CLIENT KILL``,
+    its idle timeout) when maintenance notifications are on: its ``can_read()`` reports the EOF as data, which
+    that check then tolerates, and the next command failed into the fault policy. Reopened here, as 8.2 does."""
+
+    async def ensure_connection(self, connection: Any) -> None:
+        reader = getattr(connection, "_reader", None)
+        if reader is not None and not reader._buffer and (reader.at_eof() or reader.exception() is not None):
+            await connection.disconnect()
+        await super().ensure_connection(connection)
+
+
+#: The async pool class of a plain URL: chosen here, so 8.2 gets redis-py's own and pays nothing.
+_AIO_POOL = (
+    _ReopeningBlockingPool
+    if tuple(int(part) for part in re.findall(r"\d+", redis.__version__)[:2]) < (8, 2)
+    else redis.asyncio.BlockingConnectionPool
+)
 #: The private names of ``redis.asyncio.BlockingConnectionPool`` that the lean async path works on.
 _AIO_POOL_NAMES = ("_available_connections", "_in_use_connections", "_condition", "_lock", "_in_maintenance")
 
@@ -544,7 +565,7 @@ def _aio_pool_is_lean(pool: Any, utf8: bool) -> bool:
     """Whether :meth:`RedisConnection._atake` / ``_agive`` / ``_aexchange`` may work on ``pool`` directly: a
     plain ``redis.asyncio.BlockingConnectionPool`` without decoding or health checks, and the private names
     they use present (else redis-py's own path)."""
-    if type(pool) is not redis.asyncio.BlockingConnectionPool or not utf8:
+    if type(pool) is not _AIO_POOL or not utf8:
         return False
     if _aio_lean_missing(pool) or not issubclass(pool.connection_class, _AIO_CONNECTION):
         return False
@@ -719,7 +740,7 @@ class RedisConnection:
                 client = _sentinel_primary(self.sentinel, self._options, asyncio_=True)
             else:
                 client = redis.asyncio.Redis(
-                    connection_pool=redis.asyncio.BlockingConnectionPool.from_url(
+                    connection_pool=_AIO_POOL.from_url(
                         self.url, retry=redis.asyncio.retry.Retry(NoBackoff(), 0), **self._options
                     )
                 )
@@ -784,8 +805,13 @@ class RedisConnection:
                     # (asyncio.wait_for on 3.11); one lost here stops the call before its command is sent.
                     if reader is None or conn._writer is None:
                         await self.areply(conn.connect())
-                    elif parser._buffer or reader._buffer or reader.at_eof() or reader.exception() is not None:
+                    elif parser._buffer or reader._buffer:
                         await self.areply(pool.ensure_connection(conn))
+                    elif reader.at_eof() or reader.exception() is not None:
+                        # Closed by the server, nothing left to read: reopened, as redis-py 8.2's
+                        # ensure_connection does (8.1's passes it on when maintenance notifications are on).
+                        _aforce_disconnect(conn)
+                        await self.areply(conn.connect())
                 except BaseException:
                     await self._agive(pool, conn, True)
                     raise

@@ -70,7 +70,7 @@ def test_the_lean_path_is_the_one_under_test(redis_url: str) -> None:
         # redis-py 8.1 (Python 3.10's newest) has no Connection._force_disconnect: the lean path still holds there.
         assert rb._aio_lean_missing(pool) == ()
         assert lean, "a plain BlockingConnectionPool takes the lean path"
-        assert type(pool) is redis.asyncio.BlockingConnectionPool
+        assert isinstance(pool, redis.asyncio.BlockingConnectionPool)
 
     _run(main)
 
