@@ -709,7 +709,10 @@ def test_a_cluster_no_node_of_which_answers_when_a_limiter_is_built_gets_the_fau
     outcome = rb.acquire_all_keyed([(b, None), (keyed, "other")])
     assert (outcome is None) is granted[0]
     conn = rb.connection(url, CLUSTER)
-    assert conn.is_down() and "RedisClusterUnreachableError" in (conn.last_error or "")
+    assert conn.is_down() and conn.server_faults >= 1
+    # The reason, not its class: redis-py 8.2 raises RedisClusterUnreachableError, 8.1 a RedisClusterException.
+    assert "Redis Cluster cannot be connected" in (conn.last_error or "")
+    assert "Connection refused" in (conn.last_error or "")
 
 
 def test_a_cluster_that_answers_again_decides_again(redis_cluster: LocalCluster, monkeypatch) -> None:
