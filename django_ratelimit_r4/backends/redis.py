@@ -172,8 +172,8 @@ _REDIRECTS = (redis.exceptions.MovedError, redis.exceptions.AskError)
 _TIMEOUTS = (redis.exceptions.TimeoutError, TimeoutError)
 _T = TypeVar("_T")
 # Task.cancelling() (Python 3.11+) counts the cancellations requested of a task and not taken back: what tells
-# a cancellation the client below us swallowed. Python 3.10 has none: there RedisConnection.areply cannot see
-# a lost one (a documented limitation).
+# a cancellation the client below us swallowed. Python 3.10 has none: there the call runs in a task of its own
+# that the caller watches (_awatched).
 _CANCELLING = hasattr(asyncio.Task, "cancelling")
 _current_task = asyncio.current_task
 
@@ -187,6 +187,33 @@ class LostCancellation(asyncio.CancelledError):
     def __init__(self, reply: Any) -> None:
         super().__init__("cancelled during a Redis call whose reply came back")
         self.reply = reply
+
+
+async def _awatched(call: Awaitable[_T]) -> _T:
+    """:meth:`RedisConnection.areply` without ``Task.cancelling()`` (Python 3.10): ``call`` runs in a task of its
+    own, so a cancellation of the caller reaches the caller here (the client below cannot swallow it), and is
+    passed on to ``call``. Then, as with ``cancelling()``: a reply raises :class:`LostCancellation`, a fault or a
+    cancellation raises ``CancelledError``. One task more per call, on 3.10 only."""
+    inner = asyncio.ensure_future(call)
+    cancelled = False
+    while True:
+        try:
+            # asyncio.wait neither cancels ``inner`` nor raises its outcome: a CancelledError here is ours.
+            await asyncio.wait((inner,))
+            break
+        except asyncio.CancelledError:
+            cancelled = True
+            inner.cancel()
+    if not cancelled:
+        return inner.result()
+    if inner.cancelled():
+        raise asyncio.CancelledError("cancelled during a Redis call")
+    exc = inner.exception()
+    if exc is None:
+        raise LostCancellation(inner.result())
+    if isinstance(exc, _FAULTS):
+        raise asyncio.CancelledError("cancelled during a Redis call (reported as a fault)") from exc
+    raise exc
 
 
 def _load_script() -> str:
@@ -884,9 +911,11 @@ class RedisConnection:
         raises :class:`LostCancellation` carrying it (the caller gives back what it would hold, then lets it
         propagate); a fault raises ``CancelledError`` (the cancellation became a timeout below us: the caller
         was cancelled, the server did not fail, so no fault policy decides it and no cool-down starts).
-        Python 3.10 has no ``Task.cancelling()``: there ``call`` is awaited as it is.
+        Python 3.10 has no ``Task.cancelling()``: there :func:`_awatched` sees the cancellation instead.
         """
-        task = asyncio.current_task() if _CANCELLING else None
+        if not _CANCELLING:
+            return await _awatched(call)
+        task = asyncio.current_task()
         if task is None:
             return await call
         cancelling = task.cancelling  # type: ignore[attr-defined]  # 3.11+ (checked: _CANCELLING)
@@ -1516,7 +1545,9 @@ class RedisConnection:
         # areply's check inline: every async decision pays this, and a wrapping coroutine cost 4k instructions.
         task = _current_task() if _CANCELLING else None
         if task is None:
-            return await self._arun_script(sha, source, numkeys, args, deadline_at, tokens)
+            if _CANCELLING:
+                return await self._arun_script(sha, source, numkeys, args, deadline_at, tokens)
+            return await _awatched(self._arun_script(sha, source, numkeys, args, deadline_at, tokens))
         before = task.cancelling()  # type: ignore[attr-defined]  # 3.11+ (checked: _CANCELLING)
         try:
             result = await self._arun_script(sha, source, numkeys, args, deadline_at, tokens)

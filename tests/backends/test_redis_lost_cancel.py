@@ -14,8 +14,9 @@ granted must be given back where it would otherwise be held, or kept where keepi
   whose cancellation was lost did release.
 
 The cancellation is made to land inside the call below the wrapper (tests/backends/lost_cancel.py): the lean
-path's exchange for scripts run by RedisConnection, redis-py's ``evalsha`` for the bulkhead. Python 3.10 has no
-``Task.cancelling()``: there a lost cancellation stays lost (documented; the last test pins that).
+path's exchange for scripts run by RedisConnection, redis-py's ``evalsha`` for the bulkhead. Every test runs
+both ways a cancellation is seen: ``Task.cancelling()`` (Python 3.11+) and, where there is none (Python 3.10),
+the call run in a task of its own that the caller watches (forced on 3.11+ too, so both are tested anywhere).
 """
 
 from __future__ import annotations
@@ -37,7 +38,17 @@ from .lost_cancel import HANG_GUARD_S, Loser, cancel_lost
 
 redis = pytest.importorskip("redis")
 
-pytestmark = pytest.mark.skipif(sys.version_info < (3, 11), reason="Task.cancelling() is 3.11+")
+
+
+@pytest.fixture(autouse=True, params=["Task.cancelling", "watched task"])
+def seen_by(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """How a cancellation during a Redis call is seen: the way this Python has, or the 3.10 way forced."""
+    if request.param == "Task.cancelling" and sys.version_info < (3, 11):
+        pytest.skip("Task.cancelling() is Python 3.11+; the watched task is this Python's way (tested)")
+    if request.param == "watched task":
+        monkeypatch.setattr(rb, "_CANCELLING", False)
+    return str(request.param)
+
 
 S = 1_000_000_000
 # Patient: a loaded machine must not turn these calls into faults (the fault policy would decide them).
@@ -250,20 +261,3 @@ async def test_a_bulkhead_release_whose_cancellation_was_lost_cancels_and_releas
         await a.aon_complete()
     finally:
         a.close()
-
-
-# -------------------------------------------------------------------------------------------- Python 3.10
-
-
-async def test_without_task_cancelling_a_lost_cancellation_stays_lost(
-    redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Python 3.10's Task has no ``cancelling()``: nothing tells a lost cancellation from none, so the reply
-    is taken as it came (the documented limitation); the call still works."""
-    monkeypatch.setattr(rb, "_CANCELLING", False)
-    rl_ = limiter(redis_url, prefix, 3)
-    backend: Any = rl_.backend
-    loser = lose_in_exchange(monkeypatch, backend._connection())
-    task = await cancel_lost(loser, rl_.aacquire_permission())
-    assert task.result() is True
-    assert rl_.metrics.available_permissions == 2
