@@ -156,6 +156,43 @@ def test_a_sentinel_managed_primary_decides_and_follows_a_failover(sentinel: Sen
     assert not rl.acquire_permission()  # 5 of 5 spent before the failover
 
 
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_a_pooled_async_connection_the_primary_closed_is_reopened_not_a_fault(
+    sentinel: SentinelSetup, protocol: int
+) -> None:
+    """As tests/backends/test_redis_server_closed.py, on a Sentinel-managed pool (whose connections redis-py 8.1
+    already reopens: the plain pool's fix is not needed here, this pins it)."""
+    options = {"sentinel": [f"127.0.0.1:{sentinel.sentinel}"], "socket_timeout": 5.0, "protocol": protocol}
+    url = f"redis://{sentinel.service}/0"
+    prefix = f"r4s:{uuid.uuid4().hex[:8]}"
+    backend = rb.redis_backend(url, prefix=prefix, fault_policy="closed", connection_options=options)
+    rl = RateLimiter("closed-by-primary", CONFIG, backend=backend)
+
+    def kill_ours() -> None:
+        admin = redis.Redis(port=sentinel.primary)
+        try:
+            own = str(admin.client_id())
+            for client in admin.client_list():
+                if client["id"] != own and not client["name"].startswith("sentinel"):
+                    admin.client_kill_filter(_id=client["id"])
+        finally:
+            admin.close()
+
+    async def main() -> None:
+        assert await rl.aacquire_permission()
+        conn = rl.backend._connection()
+        (ours,) = conn.aio().connection_pool._available_connections
+        await asyncio.to_thread(kill_ours)
+        for _ in range(2000):  # bounded: until the loop has seen the primary's close
+            if ours._reader is None or ours._reader.at_eof():
+                break
+            await asyncio.sleep(0.005)
+        assert await rl.aacquire_permission()  # fault policy "closed": True is Redis's answer
+        assert rl.backend.faults == 0 and conn.server_faults == 0
+
+    asyncio.run(main())
+
+
 # -------------------------------------------------------------------------------------------------- TLS
 
 
