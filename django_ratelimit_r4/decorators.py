@@ -47,7 +47,7 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
@@ -112,71 +112,49 @@ class DecisionGroup:
     key_override: bool
 
 
+def _marks(fn: object, prefix: str) -> Iterator[tuple[str, object]]:
+    """``(suffix, value)`` of every attribute named ``prefix + suffix`` on ``fn`` and on what it wraps (followed
+    through ``__wrapped__``: decorators that do not copy ``__dict__``; 32 levels at most)."""
+    seen = 0
+    while fn is not None and seen < 32:
+        attrs = getattr(fn, "__dict__", None)
+        if isinstance(attrs, dict):
+            for attr, value in attrs.items():
+                if isinstance(attr, str) and attr.startswith(prefix):
+                    yield attr[len(prefix) :], value
+        fn = getattr(fn, "__wrapped__", None)
+        seen += 1
+
+
 def referenced_names(fn: object) -> set[tuple[str, str]]:
     """``(section, name)`` of every instance the decorators on ``fn`` use (read by ``manage.py check``).
 
     ``section`` is the ``RATELIMIT_R4`` section the name comes from (``"ratelimiters"``, ``"bulkheads"``, ...).
     """
     found: set[tuple[str, str]] = set()
-    seen = 0
-    while fn is not None and seen < 32:  # follow __wrapped__ through decorators that do not copy __dict__
-        attrs = getattr(fn, "__dict__", None)
-        if isinstance(attrs, dict):
-            for attr in attrs:
-                if isinstance(attr, str) and attr.startswith(_USES_PREFIX):
-                    section, _, name = attr[len(_USES_PREFIX) :].partition(":")
-                    found.add((section, name))
-        fn = getattr(fn, "__wrapped__", None)
-        seen += 1
+    for mark, _ in _marks(fn, _USES_PREFIX):
+        section, _, name = mark.partition(":")
+        found.add((section, name))
     return found
 
 
 def decision_groups(fn: object) -> set[DecisionGroup]:
-    """Every :class:`DecisionGroup` the decorators on ``fn`` decide (for checks; follows ``__wrapped__`` as
-    :func:`referenced_names` does)."""
-    found: set[DecisionGroup] = set()
-    seen = 0
-    while fn is not None and seen < 32:
-        attrs = getattr(fn, "__dict__", None)
-        if isinstance(attrs, dict):
-            for attr, value in attrs.items():
-                if isinstance(attr, str) and attr.startswith(_GROUP_PREFIX) and isinstance(value, DecisionGroup):
-                    found.add(value)
-        fn = getattr(fn, "__wrapped__", None)
-        seen += 1
-    return found
+    """Every :class:`DecisionGroup` the decorators on ``fn`` decide (for checks)."""
+    return {value for _, value in _marks(fn, _GROUP_PREFIX) if isinstance(value, DecisionGroup)}
 
 
 def permit_demands(fn: object) -> set[tuple[str, int]]:
     """``(rate limiter name, permits)`` of every decorator on ``fn`` that asks for more than 1 permit (for checks)."""
     found: set[tuple[str, int]] = set()
-    seen = 0
-    while fn is not None and seen < 32:  # as referenced_names: follow __wrapped__
-        attrs = getattr(fn, "__dict__", None)
-        if isinstance(attrs, dict):
-            for attr in attrs:
-                if isinstance(attr, str) and attr.startswith(_PERMITS_PREFIX):
-                    name, _, permits = attr[len(_PERMITS_PREFIX) :].rpartition(":")
-                    found.add((name, int(permits)))
-        fn = getattr(fn, "__wrapped__", None)
-        seen += 1
+    for mark, _ in _marks(fn, _PERMITS_PREFIX):
+        name, _, permits = mark.rpartition(":")
+        found.add((name, int(permits)))
     return found
 
 
 def key_paths(fn: object) -> set[str]:
-    """The dotted-path ``key=`` of every decorator on ``fn`` (for checks; follows ``__wrapped__`` as
-    :func:`referenced_names` does)."""
-    found: set[str] = set()
-    seen = 0
-    while fn is not None and seen < 32:
-        attrs = getattr(fn, "__dict__", None)
-        if isinstance(attrs, dict):
-            for attr in attrs:
-                if isinstance(attr, str) and attr.startswith(_KEY_PATH_PREFIX):
-                    found.add(attr[len(_KEY_PATH_PREFIX) :])
-        fn = getattr(fn, "__wrapped__", None)
-        seen += 1
-    return found
+    """The dotted-path ``key=`` of every decorator on ``fn`` (for checks)."""
+    return {mark for mark, _ in _marks(fn, _KEY_PATH_PREFIX)}
 
 
 # ---------------------------------------------------------------------------------------------- the stack
