@@ -832,13 +832,9 @@ class RedisConnection:
                     # (asyncio.wait_for on 3.11); one lost here stops the call before its command is sent.
                     if reader is None or conn._writer is None:
                         await self.areply(conn.connect())
-                    elif parser._buffer or reader._buffer:
+                    elif parser._buffer or reader._buffer or reader.at_eof() or reader.exception() is not None:
+                        # Reopened when the server closed it (on redis-py < 8.2 by _ReopeningBlockingPool).
                         await self.areply(pool.ensure_connection(conn))
-                    elif reader.at_eof() or reader.exception() is not None:
-                        # Closed by the server, nothing left to read: reopened, as redis-py 8.2's
-                        # ensure_connection does (8.1's passes it on when maintenance notifications are on).
-                        _aforce_disconnect(conn)
-                        await self.areply(conn.connect())
                 except BaseException:
                     await self._agive(pool, conn, True)
                     raise
