@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import inspect
 import logging
 import math
 import operator
@@ -358,6 +359,17 @@ class _Push:
         self.value = value
 
 
+# A push frame (RESP3) goes where redis-py's own parser sends it: redis-py < 5.1 calls the parser's
+# push_handler_func (synchronously, on the asyncio parser too), 5.1-5.3 handle_push_response with two more
+# arguments, 6+ handle_push_response alone. Push frames are rare (client tracking, pub/sub): not a hot path.
+_PUSH_VIA_HANDLER = not hasattr(_RESP3Parser, "set_pubsub_push_handler")
+#: redis-py < 5.1 reads a RESP3 set as a Python set when its members allow it (5.1+: always a list).
+_SETS_AS_SETS = _PUSH_VIA_HANDLER
+_PUSH_EXTRA: tuple[bool, ...] = (
+    (False, False) if "disable_decoding" in inspect.signature(_RESP3Parser.handle_push_response).parameters else ()
+)
+
+
 def _parse_reply(buf: bytes, pos: int, parser: Any) -> tuple[Any, int]:
     """One RESP2/RESP3 reply of ``buf`` at ``pos``, as redis-py's python parsers return it without
     ``decode_responses`` (an error reply as its exception; one that means a broken connection raised; a push
@@ -401,6 +413,9 @@ def _parse_reply(buf: bytes, pos: int, parser: Any) -> tuple[Any, int]:
             else:
                 item, pos = _parse_reply(buf, pos, parser)
                 append(item)
+        if kind == 126 and _SETS_AS_SETS:
+            with contextlib.suppress(TypeError):  # an unhashable member: a list, as redis-py < 5.1 leaves it
+                return set(items), pos
         return (_Push(items) if kind == 62 else items), pos
     if kind == 37:  # "%" map
         count = int(buf[pos + 1 : end])
@@ -436,6 +451,22 @@ def _drained(parser: Any) -> bool:
     every complete reply; a readability check may leave bytes in it)."""
     buffer = parser._buffer
     return buffer is not None and not buffer._buffer.getvalue()
+
+
+def _push(parser: Any, value: Any) -> None:
+    """Hand a push frame read by :func:`_exchange` to ``parser`` as redis-py would."""
+    if _PUSH_VIA_HANDLER:
+        parser.push_handler_func(value)
+    else:
+        parser.handle_push_response(value, *_PUSH_EXTRA)
+
+
+async def _apush(parser: Any, value: Any) -> None:
+    """Hand a push frame read by the lean async exchange to ``parser`` as redis-py would."""
+    if _PUSH_VIA_HANDLER:
+        parser.push_handler_func(value)
+    else:
+        await parser.handle_push_response(value, *_PUSH_EXTRA)
 
 
 _NO_CONNECTION = object()  # _take: nothing taken from the queue yet
@@ -483,7 +514,7 @@ def _exchange(conn: Any, packed: bytes) -> Any:
                 data, pos = data[pos:] + more, 0
                 continue
             if type(reply) is _Push:
-                parser.handle_push_response(reply.value)
+                _push(parser, reply.value)
                 continue
             break
     except TimeoutError:  # socket.timeout
@@ -518,7 +549,7 @@ async def _aread_replies(reader: asyncio.StreamReader, count: int, parser: Any) 
             while len(replies) < count:
                 reply, pos = _parse_reply(data, pos, parser)
                 if type(reply) is _Push:
-                    await parser.handle_push_response(reply.value)
+                    await _apush(parser, reply.value)
                     continue
                 replies.append(reply)
             break
@@ -534,13 +565,39 @@ async def _aread_replies(reader: asyncio.StreamReader, count: int, parser: Any) 
 
 def _aforce_disconnect_compat(conn: Any) -> None:
     """redis-py < 8.2 (8.1 is the newest Python 3.10 gets) has no ``_force_disconnect``: the same steps as its
-    ``disconnect()`` takes outside a task (session state, parser, reconnect flag, a close not awaited)."""
+    ``disconnect()`` takes outside a task (session state, parser, reconnect flag, a close not awaited). Before
+    7.0 there is no session state nor reconnect flag."""
     reset_session = getattr(conn, "_reset_himport_state", None)
     if reset_session is not None:
         reset_session()
     conn._parser.on_disconnect()
-    conn.reset_should_reconnect()
+    reset_reconnect = getattr(conn, "reset_should_reconnect", None)
+    if reset_reconnect is not None:
+        reset_reconnect()
     conn._close()
+
+
+def _command_name_required(method: Any) -> bool:
+    """Whether a redis-py pool's ``get_connection`` requires its ``command_name`` (redis-py < 5.3)."""
+    parameter = inspect.signature(method).parameters.get("command_name")
+    return parameter is not None and parameter.default is inspect.Parameter.empty
+
+
+# ``pool.get_connection(*_GET_ARGS)``: redis-py < 5.3 requires a command name, which a plain pool ignores;
+# 5.3+ deprecates passing one (a warning per call). Chosen once here, for the sync and the asyncio pools.
+_GET_ARGS: tuple[str, ...] = ("EVALSHA",) if _command_name_required(redis.ConnectionPool.get_connection) else ()
+_AGET_ARGS: tuple[str, ...] = (
+    ("EVALSHA",) if _command_name_required(redis.asyncio.ConnectionPool.get_connection) else ()
+)
+
+
+def _node_release_compat(node: Any, conn: Any) -> None:
+    """redis-py < 6 has no async ``ClusterNode.release``: what its ``execute_command`` does instead."""
+    node._free.append(conn)
+
+
+#: ``_node_release(node, conn)``: give an async cluster node's connection back (redis-py's own where it has one).
+_node_release: Any = getattr(redis.asyncio.cluster.ClusterNode, "release", _node_release_compat)
 
 
 _AIO_CONNECTION = redis.asyncio.connection.AbstractConnection
@@ -551,15 +608,25 @@ _aforce_disconnect: Any = (
     operator.methodcaller("_force_disconnect")
     if hasattr(_AIO_CONNECTION, "_force_disconnect")
     else _aforce_disconnect_compat
-    if all(hasattr(_AIO_CONNECTION, name) for name in ("_close", "reset_should_reconnect"))
+    if hasattr(_AIO_CONNECTION, "_close")
     else None
 )
+#: redis-py >= 7 asks a connection whether it must reconnect (maintenance notifications) before reuse.
+_AIO_SHOULD_RECONNECT = hasattr(_AIO_CONNECTION, "should_reconnect")
 
 
 class _ReopeningBlockingPool(redis.asyncio.BlockingConnectionPool):
     """redis-py < 8.2's async ``ensure_connection`` passes on a connection the server closed (``CLIENT KILL``,
     its idle timeout) when maintenance notifications are on: its ``can_read()`` reports the EOF as data, which
-    that check then tolerates, and the next command failed into the fault policy. Reopened here, as 8.2 does."""
+    that check then tolerates, and the next command failed into the fault policy. Reopened here, as 8.2 does.
+    On redis-py < 8 it also gives the lean async path the two names it reads that such a pool lacks."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not hasattr(self, "_in_maintenance"):  # redis-py < 8: no maintenance mode, never in it
+            self._in_maintenance = False
+        if not hasattr(self, "_lock"):  # redis-py < 5.3: nothing of redis-py's own takes it
+            self._lock = asyncio.Lock()
 
     async def ensure_connection(self, connection: Any) -> None:
         reader = getattr(connection, "_reader", None)
@@ -584,7 +651,7 @@ def _aio_lean_missing(pool: Any) -> tuple[str, ...]:
     if hasattr(pool, "_condition") and not hasattr(pool._condition, "_waiters"):
         missing.append("_condition._waiters")
     if _aforce_disconnect is None:
-        missing.append("Connection._force_disconnect (or _close and reset_should_reconnect)")
+        missing.append("Connection._force_disconnect (or _close)")
     return tuple(missing)
 
 
@@ -598,6 +665,27 @@ def _aio_pool_is_lean(pool: Any, utf8: bool) -> bool:
         return False
     kwargs = pool.connection_kwargs
     return not kwargs.get("decode_responses") and not kwargs.get("health_check_interval")
+
+
+def _close_abandoned(client: Any) -> None:
+    """Close the sockets of an asyncio ``client`` whose event loop has closed, synchronously: its transports
+    cannot close through that loop any more (``call_soon`` on a closed loop raises), and redis-py's
+    ``Connection.__del__`` would try (< 5.3: an "Event loop is closed" error per connection)."""
+    if isinstance(client, redis.asyncio.cluster.RedisCluster):
+        conns = [conn for node in client.nodes_manager.nodes_cache.values() for conn in node._connections]
+    else:
+        pool = client.connection_pool
+        conns = [*pool._available_connections, *pool._in_use_connections]
+    for conn in conns:
+        writer = getattr(conn, "_writer", None)
+        if writer is None:
+            continue
+        transport_socket = writer.transport.get_extra_info("socket")
+        raw = getattr(transport_socket, "_sock", None)  # asyncio's TransportSocket wraps the socket
+        if raw is not None:
+            with contextlib.suppress(OSError):
+                raw.close()
+        conn._writer = conn._reader = None
 
 
 class RedisConnection:
@@ -757,6 +845,7 @@ class RedisConnection:
         loop = asyncio.get_running_loop()
         client = self._aio.get(loop)
         if client is None:
+            self._let_go_of_closed_loops()
             if self.cluster:
                 options = {k: v for k, v in self._options.items() if k != "timeout"}
                 client = redis.asyncio.cluster.RedisCluster.from_url(
@@ -771,16 +860,36 @@ class RedisConnection:
                         self.url, retry=redis.asyncio.retry.Retry(NoBackoff(), 0), **self._options
                     )
                 )
-            self._aio[loop] = client
+            with self._lock:  # _let_go_of_closed_loops iterates these keys
+                self._aio[loop] = client
         return client
 
+    def _let_go_of_closed_loops(self) -> None:
+        """Drop the clients of event loops that have closed, their sockets closed here.
+
+        Under WSGI an async view runs in a loop of its own per request (``async_to_sync``), closed when the
+        request ends, without :meth:`aclose`. Each such client's transports hold its loop, so the weak keys never
+        let go: every request kept a loop, a pool and an open socket to Redis. Run when a new loop first asks
+        for a client (once per loop: never on a loop's later calls)."""
+        with self._lock:
+            closed = [loop for loop in list(self._aio) if loop.is_closed()]
+            for loop in closed:
+                self._aio_pools.pop(loop, None)
+                self._aio_slots.pop(loop, None)
+                _close_abandoned(self._aio.pop(loop))
+
     async def aclose(self) -> None:
-        """Close the running loop's asyncio client (before the loop ends: a cluster client warns otherwise)."""
+        """Close the running loop's asyncio client and its connections (before the loop ends: a cluster client
+        warns otherwise, and redis-py < 5.3 fails in each open connection's ``__del__``)."""
         loop = asyncio.get_running_loop()
         self._aio_pools.pop(loop, None)
         client = self._aio.pop(loop, None)
-        if client is not None:
+        if client is None:
+            return
+        if self.cluster:
             await client.aclose()
+        else:  # a client made on a pool of ours leaves it open unless told
+            await client.aclose(close_connection_pool=True)
 
     def _apool(self) -> tuple[Any, bool]:
         """The running loop's connection pool (plain or Sentinel), and whether it takes the lean path."""
@@ -839,14 +948,14 @@ class RedisConnection:
                     await self._agive(pool, conn, True)
                     raise
                 return conn, True
-        return await pool.get_connection(), False
+        return await pool.get_connection(*_AGET_ARGS), False
 
     async def _agive(self, pool: Any, conn: Any, lean: bool) -> None:
         """``pool.release(conn)``, without suspending when :meth:`_atake` took it and nobody waits (a waiter
         is woken by redis-py's release; a connection due to reconnect or re-authenticate goes that way too)."""
         if (
             lean
-            and not conn.should_reconnect()
+            and not (_AIO_SHOULD_RECONNECT and conn.should_reconnect())
             and getattr(conn, "_re_auth_token", None) is None
             and not (
                 pool._in_maintenance
@@ -1185,7 +1294,7 @@ class RedisConnection:
         """
         lean = self._lean
         if lean is None or self.pid != _pid or getattr(pool, "_in_maintenance", False):
-            return pool.get_connection()
+            return pool.get_connection(*_GET_ARGS)
         conn: Any = _NO_CONNECTION
         if self._lifo:
             # Queue.get(True, timeout) when a connection is there, without its Python layers (the condition's
@@ -1204,7 +1313,7 @@ class RedisConnection:
                 raise redis.exceptions.ConnectionError("No connection available.") from None
         if conn is None:  # a free slot, no connection yet: the pool makes it (and counts it)
             pool.pool.put_nowait(None)
-            return pool.get_connection()
+            return pool.get_connection(*_GET_ARGS)
         try:
             sock = conn._sock
             if sock is None:
@@ -1284,7 +1393,7 @@ class RedisConnection:
         node = None
         for attempt in (0, 1):
             pool = self._cluster_pool(args[0], node)
-            conn = pool.get_connection()
+            conn = pool.get_connection(*_GET_ARGS)
             try:
                 started = time.monotonic_ns()
                 unknown = self._stamp(args, deadline_at, tokens, started)
@@ -1363,7 +1472,7 @@ class RedisConnection:
         try:
             for name in sorted(by_node):
                 pool = pools[name]
-                held.append((name, pool, pool.get_connection() if self.cluster else self._take(pool)))
+                held.append((name, pool, pool.get_connection(*_GET_ARGS) if self.cluster else self._take(pool)))
             for name, _, conn in held:
                 try:
                     commands: list[bytes] = []
@@ -1635,7 +1744,7 @@ class RedisConnection:
                         await conn.send_command("EVAL", source, numkeys, *_flat(args))
                         reply = await conn.read_response()
                 except _REDIRECTS as exc:
-                    node.release(conn)
+                    _node_release(node, conn)
                     if attempt:
                         raise
                     manager = client.nodes_manager
@@ -1652,11 +1761,11 @@ class RedisConnection:
                     continue
                 except BaseException as exc:
                     await conn.disconnect()
-                    node.release(conn)
+                    _node_release(node, conn)
                     if isinstance(exc, _FAULTS):
                         self._stale_topology = True
                     raise
-                node.release(conn)
+                _node_release(node, conn)
                 break
         finally:
             slots.release()
@@ -1753,7 +1862,12 @@ def _sentinel_primary(settings: Mapping[str, Any], options: Mapping[str, Any], a
     sentinel = module.Sentinel(settings["sentinels"], **timeouts)  # type: ignore[no-untyped-call, arg-type, unused-ignore]  # typed in redis-py 8.2
 
     class BlockingSentinelPool(module.SentinelConnectionPool, blocking):  # type: ignore[misc]
-        pass
+        if "inuse_connections" not in inspect.signature(blocking.disconnect).parameters:
+
+            def disconnect(self, inuse_connections: bool = True) -> Any:
+                # redis-py < 7's sync blocking pool takes no argument and closes every connection; its Sentinel
+                # manager asks for the idle ones after a failover. All close; each reopens at its next use.
+                return blocking.disconnect(self)
 
     kwargs: dict[str, Any] = {
         **options,

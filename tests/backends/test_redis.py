@@ -915,7 +915,7 @@ def test_no_free_pooled_connection_decides_one_call_and_is_not_a_server_fault(
     url = redis_url + "&max_connections=1&timeout=0.05"  # redis_url has a query: the patient timeouts
     rl = limiter(url, prefix, 5, "60s", clock=SYSTEM_CLOCK, name="exhausted", policy="closed")
     conn = rb.connection(url)
-    held = conn.sync.connection_pool.get_connection()
+    held = conn.sync.connection_pool.get_connection(*rb._GET_ARGS)
     try:
         assert not rl.acquire_permission()  # the closed policy decided: no connection was free in time
     finally:

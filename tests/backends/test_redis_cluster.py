@@ -776,3 +776,26 @@ def test_a_cluster_every_node_of_which_dies_mid_run_gets_the_fault_policy_never_
         assert conn.is_down()
     finally:
         cluster.stop()
+
+
+def test_a_closed_loops_cluster_client_is_let_go_with_its_connections_closed(redis_cluster: LocalCluster) -> None:
+    """As on a single server (test_redis_connection_lean_async.py): a loop per request (WSGI's async_to_sync),
+    each closed without aclose(), must not keep its cluster client and sockets to every node it reached."""
+    from asgiref.sync import async_to_sync
+
+    limiter = _unkeyed(redis_cluster.url, _prefix(), "loops", 1000)
+    conn: Any = limiter.backend._connection()  # type: ignore[attr-defined]
+    opened: list[Any] = []
+
+    async def decide() -> None:
+        assert await limiter.aacquire_permission()
+        nodes = conn.aio().nodes_manager.nodes_cache.values()
+        opened.extend(c for node in nodes for c in node._connections if c.is_connected)
+
+    for _ in range(5):
+        async_to_sync(decide)()
+    assert len(opened) >= 5
+    assert len(conn._aio) == 1 and len(conn._aio_slots) == 1
+    nodes = conn._aio[next(iter(conn._aio))].nodes_manager.nodes_cache.values()
+    last = {id(c) for node in nodes for c in node._connections}
+    assert [c for c in opened if id(c) not in last and c.is_connected] == []

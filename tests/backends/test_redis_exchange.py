@@ -120,7 +120,8 @@ class _Conn:
 def test_exchange_reads_a_reply_in_pieces_and_hands_push_frames_to_the_parser() -> None:
     parser = _RESP3Parser(65536)
     pushed: list[Any] = []
-    parser.pubsub_push_handler_func = pushed.append
+    # redis-py < 5.1 names its handler otherwise
+    (getattr(parser, "set_pubsub_push_handler", None) or parser.set_push_handler)(pushed.append)
     sock = _Socket(b">2\r\n$7\r\nmes", b"sage\r\n$2\r\nhi\r\n*3\r\n:1", b"\r\n:2\r\n$3\r\nab", b"c\r\n")
     assert rb._exchange(_Conn(sock, parser), b"packed") == [1, 2, b"abc"]
     assert sock.sent == [b"packed"]
@@ -249,3 +250,22 @@ def test_parse_reply_reads_integer_elements_and_tells_every_cut_short(wire: byte
     for cut in range(len(wire)):
         with pytest.raises(rb._Incomplete):
             rb._parse_reply(wire[:cut], 0, parser)
+
+
+async def test_the_async_exchange_hands_push_frames_to_the_parser_as_redis_py_does() -> None:
+    """redis-py < 5.1 calls the asyncio parser's push_handler_func without awaiting it; 5.1+ awaits
+    handle_push_response, which awaits the pub/sub handler (5.1-5.3 with two more arguments)."""
+    from redis._parsers.resp3 import _AsyncRESP3Parser
+
+    parser = _AsyncRESP3Parser(65536)
+    pushed: list[Any] = []
+    if rb._PUSH_VIA_HANDLER:
+        parser.set_push_handler(pushed.append)
+    else:
+
+        async def handler(response: Any) -> None:
+            pushed.append(response)
+
+        parser.set_pubsub_push_handler(handler)
+    await rb._apush(parser, [b"message", b"hi"])
+    assert pushed == [[b"message", b"hi"]]

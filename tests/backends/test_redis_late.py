@@ -83,13 +83,13 @@ QUEUED = 8  # decisions of each path (sync, async) that reach the frozen server 
 
 def _open_connections(pool, n: int) -> None:
     """Make the pool hold ``n`` open connections (opened before the freeze: a new one cannot be set up then)."""
-    held = [pool.get_connection() for _ in range(n)]
+    held = [pool.get_connection(*rb._GET_ARGS) for _ in range(n)]
     for connection in held:
         pool.release(connection)
 
 
 async def _aopen_connections(pool, n: int) -> None:
-    held = [await pool.get_connection() for _ in range(n)]
+    held = [await pool.get_connection(*rb._AGET_ARGS) for _ in range(n)]
     for connection in held:
         await pool.release(connection)
 

@@ -275,7 +275,7 @@ def test_a_late_decision_changes_nothing(redis_url: str, prefix: str, monkeypatc
 
 
 def _open(pool: Any, n: int) -> None:
-    held = [pool.get_connection() for _ in range(n)]
+    held = [pool.get_connection(*rb._GET_ARGS) for _ in range(n)]
     for connection in held:
         pool.release(connection)
 

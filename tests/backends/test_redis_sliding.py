@@ -345,7 +345,7 @@ def test_a_late_call_changes_nothing(redis_url: str, prefix: str) -> None:
         args = backend._script_args(op, 1, 0)
         args[-1] = b"1"  # a deadline long past (server microseconds)
         pool = conn.sync.connection_pool
-        c = pool.get_connection()
+        c = pool.get_connection(*rb._GET_ARGS)
         try:
             c.send_command("EVAL", rs.SLIDING_SCRIPT, 1, backend.state_key, *rb._flat(args))
             assert c.read_response() == b"LATE"
