@@ -20,14 +20,19 @@ def _tox_envs() -> list[str]:
     tox.read(ROOT / "tox.ini", encoding="utf-8")
     envs: list[str] = []
     for line in tox["tox"]["env_list"].split():
-        # py{312,313}-django{52,60,61}: expand the braces.
-        parts = re.findall(r"([a-z]+)\{([^}]*)\}|([a-z]+\d+)", line)
-        pythons, djangos = [], []
-        for name, options, plain in parts:
-            values = [name + o for o in options.split(",")] if name else [plain]
-            (pythons if (name or plain).startswith("py") else djangos).extend(values)
-        envs += [f"{p}-{d}" for p in pythons for d in djangos]
+        # py{312,313}-django{52,60,61}, py311-django52-redis{50,53}: each factor's braces expanded.
+        combos = [""]
+        for factor in line.split("-"):
+            braced = re.fullmatch(r"([a-z]+)\{([^}]*)\}", factor)
+            values = [braced[1] + o for o in braced[2].split(",")] if braced else [factor]
+            combos = [f"{c}-{v}" if c else v for c in combos for v in values]
+        envs += combos
     return envs
+
+
+def _factor(env: str, name: str) -> str | None:
+    """The value of ``env``'s factor ``name`` ("django" in py312-django60: "60"), None without one."""
+    return next((f[len(name) :] for f in env.split("-") if re.fullmatch(name + r"\d+", f)), None)
 
 
 def _dotted(code: str) -> str:
@@ -36,7 +41,7 @@ def _dotted(code: str) -> str:
 
 def test_django_versions_agree_between_classifiers_tox_and_readme() -> None:
     classified = {c.rsplit(" :: ", 1)[1] for c in _classifiers() if c.startswith("Framework :: Django :: ")}
-    tested = {_dotted(env.split("-django")[1]) for env in _tox_envs()}
+    tested = {_dotted(str(_factor(env, "django"))) for env in _tox_envs()}
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     claimed = re.search(r"\u00d7 Django ([\d./ ]+)", readme)  # the tox line of the README
     assert claimed is not None
@@ -52,6 +57,18 @@ def test_python_versions_agree_between_classifiers_tox_and_metadata() -> None:
     lowest = re.search(r'requires-python = ">=([\d.]+)"', pyproject)
     assert lowest is not None and min(tested, key=lambda v: tuple(map(int, v.split(".")))) == lowest.group(1)
     assert classified == tested
+
+
+def test_tox_tests_the_oldest_redis_py_the_redis_extra_admits() -> None:
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    floor = re.search(r'^redis = \["redis>=(\d+)(?:\.(\d+))?"\]$', pyproject, re.M)
+    assert floor is not None
+    tox = (ROOT / "tox.ini").read_text(encoding="utf-8")
+    for code in {_factor(env, "redis") for env in _tox_envs()} - {None}:
+        assert re.search(rf"^    redis{code}: redis>=", tox, re.M), code  # each factor pins a range
+    oldest = f"{floor[1]}{floor[2] or 0}"
+    assert re.search(rf"^    redis{oldest}: redis>={floor[1]}\.{floor[2] or 0},", tox, re.M)
+    assert any(_factor(env, "redis") == oldest for env in _tox_envs())
 
 
 def test_tox_tests_only_final_releases_and_leaves_no_venv_redirect() -> None:
