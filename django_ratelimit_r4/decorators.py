@@ -548,8 +548,9 @@ def ratelimit(
     RateLimit header fields go on allowed and rejected responses. Several names are all-or-nothing:
     a rejection by one consumes nothing from the others, and ``Retry-After`` is the largest wait.
     ``key`` overrides the instances' ``key`` spec; a key function returning None exempts the request.
-    ``methods``: ``None`` counts every method but ``OPTIONS`` (CORS preflights); a method or a
-    collection (``["POST"]``, :data:`UNSAFE_METHODS`) counts only those; other requests pass untouched.
+    ``methods``: ``None`` counts every method, ``OPTIONS`` included (Django runs a function view for it); a
+    method or a collection (``["POST"]``, :data:`UNSAFE_METHODS`) counts only those; other requests pass
+    untouched.
     Elsewhere :class:`~django_ratelimit_r4.exceptions.RequestNotPermitted` is raised.
     """
     if callable(name):

@@ -60,9 +60,6 @@ KeySpec = str | Callable[[Any], Any] | None
 
 #: The methods that change state (django-ratelimit's ``UNSAFE``), for ``methods=UNSAFE_METHODS``.
 UNSAFE_METHODS: frozenset[str] = frozenset({"DELETE", "PATCH", "POST", "PUT"})
-#: Not counted unless ``methods=`` names them: a CORS preflight does no work, and a browser sends one
-#: before many cross-origin requests, so counting it would halve a client's budget.
-_UNCOUNTED_BY_DEFAULT: frozenset[str] = frozenset({"OPTIONS"})
 _METHOD_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")  # RFC 9110 token
 
 #: Backends whose quota is read without I/O: the unkeyed allowed-request fast path takes them.
@@ -89,29 +86,29 @@ def request_of(args: tuple[Any, ...]) -> Any | None:
 def method_filter(methods: str | Collection[str] | None) -> tuple[frozenset[str], bool]:
     """``(methods, skip_if_listed)`` for the ``methods=`` argument, validated once at decoration.
 
-    ``None``: every method but ``OPTIONS`` is counted (``({"OPTIONS"}, True)``). A method name or a
-    collection of them: only those are counted (``(names, False)``), upper-cased as Django's
-    ``request.method`` is, ``GET`` with ``HEAD`` (Django answers a HEAD with the GET view, body dropped: left
-    out, a HEAD would do the limited work unlimited). A request is then skipped when
+    ``None``: every method is counted, ``OPTIONS`` included (``(frozenset(), True)``: nothing is listed to
+    skip). A method name or a collection of them: only those are counted (``(names, False)``), upper-cased as
+    Django's ``request.method`` is, ``GET`` with ``HEAD`` (Django answers a HEAD with the GET view, body
+    dropped: left out, a HEAD would do the limited work unlimited). A request is then skipped when
     ``(request.method in methods) is skip_if_listed``.
 
     :raises TypeError: for anything but None, a string or a collection of strings.
     :raises ValueError: for an empty collection or a name that is not an HTTP token.
     """
     if methods is None:
-        return _UNCOUNTED_BY_DEFAULT, True
+        return frozenset(), True
     if isinstance(methods, str):
         names: tuple[Any, ...] = (methods,)
     elif isinstance(methods, Iterable) and not isinstance(methods, (bytes, bytearray)):
         names = tuple(methods)
     else:
         raise TypeError(
-            "methods must be None (every method but OPTIONS) or HTTP method names such as "
+            "methods must be None (every method) or HTTP method names such as "
             f"['POST'] or UNSAFE_METHODS, got {methods!r}"
         )
     if not names:
         raise ValueError(
-            f"methods={methods!r} would limit no request: leave methods=None (every method but OPTIONS) "
+            f"methods={methods!r} would limit no request: leave methods=None (every method) "
             "or name the methods to count, e.g. methods=['POST']"
         )
     for name in names:
@@ -409,10 +406,9 @@ class RateLimitGate:
         self.names: tuple[str, ...] = names
         self.key = key
         self.permits = permits
-        # Precomputed for the hot path: one frozenset lookup and one identity compare per request.
-        self._methods, self._skip_if_listed = method_filter(methods)
-        #: The methods counted (``None``: every method but OPTIONS).
-        self.methods: frozenset[str] | None = None if self._skip_if_listed else self._methods
+        #: The methods counted (``None``: every method). Precomputed for the hot path: ``None`` skips the
+        #: method test altogether, a set costs one lookup per request.
+        self.methods: frozenset[str] | None = None if methods is None else method_filter(methods)[0]
         self._plan: _RatePlan = _UNRESOLVED_PLAN
         self._lock = threading.Lock()
 
@@ -599,7 +595,7 @@ class RateLimitGate:
 
     def counts(self, request: Any) -> bool:
         """Whether ``request``'s method is counted by this gate (``methods``)."""
-        return (request.method in self._methods) is not self._skip_if_listed
+        return self.methods is None or request.method in self.methods
 
     def acquire(self, request: Any = None) -> list[Any]:
         """Take the permits for ``request`` (or for a plain call) or raise ``RequestNotPermitted``.
@@ -608,7 +604,7 @@ class RateLimitGate:
         decide all-or-nothing with timeout 0. Returns the per-limit keys for :meth:`headers` (none
         applies to a request whose method is not counted).
         """
-        if request is not None and (request.method in self._methods) is self._skip_if_listed:
+        if request is not None and self.methods is not None and request.method not in self.methods:
             return [_SKIP] * len(self.names)
         plan = self.plan()
         keys = self._keys(plan, request)
@@ -634,7 +630,8 @@ class RateLimitGate:
         http = getattr(request, "_request", None)
         if not isinstance(http, HttpRequest):
             http = request
-        counted = (http.method in self._methods) is not self._skip_if_listed
+        methods = self.methods
+        counted = methods is None or http.method in methods
         acquire_quota = plan.keyed_acquire_quota
         if acquire_quota is not None and counted:
             # The DRF throttle's keyed fast path, as _call's: the client's cached constants, then one locked
@@ -697,8 +694,9 @@ class RateLimitGate:
     def _call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         # The hot path of an allowed request: one int compare, one backend call, two header strings.
         request = request_of(args)
-        if request is not None and (request.method in self._methods) is self._skip_if_listed:
-            return fn(*args, **kwargs)  # a method not counted (OPTIONS by default)
+        methods = self.methods
+        if methods is not None and request is not None and request.method not in methods:
+            return fn(*args, **kwargs)  # a method not counted (methods= lists others)
         plan = self._plan
         if plan.generation != registry.generation:
             plan = self._refresh()
@@ -778,8 +776,9 @@ class RateLimitGate:
     async def acall(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """Async twin of :meth:`call`: a single limit waits with ``await``, never blocking the loop."""
         request = request_of(args)
-        if request is not None and (request.method in self._methods) is self._skip_if_listed:
-            return await fn(*args, **kwargs)  # a method not counted (OPTIONS by default)
+        methods = self.methods
+        if methods is not None and request is not None and request.method not in methods:
+            return await fn(*args, **kwargs)  # a method not counted (methods= lists others)
         plan = self._plan
         if plan.generation != registry.generation:
             plan = self._refresh()

@@ -140,9 +140,9 @@ class RateLimiterThrottle(BaseThrottle):  # type: ignore[misc,unused-ignore]  # 
     request. Per-client limits come from the instance's ``key`` option, computed on DRF's request (so
     ``"user"`` sees DRF authentication).
 
-    DRF asks throttles about every request, ``OPTIONS`` included. This one does not count ``OPTIONS``
-    (CORS preflights) unless the view's ``rate_limiter_methods`` lists it; ``rate_limiter_methods =
-    ["POST"]`` counts only those methods (the decorator's ``methods=``).
+    DRF asks throttles about every request, ``OPTIONS`` included, and this one counts them all, as DRF's own
+    throttles do; ``rate_limiter_methods = ["POST"]`` on the view counts only those methods (the decorator's
+    ``methods=``).
     """
 
     def __init__(self) -> None:
@@ -197,7 +197,7 @@ class _ScopeThrottle(RateLimiterThrottle):
     """A drop-in for a DRF ``SimpleRateThrottle``: the class's ``scope`` names the limiter, keyed by ``key``.
 
     ``methods`` (a class attribute, the decorator's ``methods=``) chooses the methods counted: by default
-    every method but ``OPTIONS``, where DRF's own classes count CORS preflights too.
+    every method, ``OPTIONS`` included, as DRF's own classes count them.
     """
 
     scope: str = ""
