@@ -465,6 +465,112 @@ def _view_argument_errors(callback: Any) -> Iterator[tuple[str, str]]:
         yield error, where
 
 
+def _http_request_functions(cls: type) -> Iterator[Any]:
+    """The functions of a class-based view called with Django's ``HttpRequest`` (``method_decorator`` puts its
+    wrapper there): every one of a Django view; only ``dispatch`` of a DRF ``APIView``, whose handlers get DRF's
+    ``Request``, its ``user`` set by DRF's authentication classes rather than by ``AuthenticationMiddleware``."""
+    try:
+        from rest_framework.views import APIView
+    except ImportError:  # DRF not installed: no DRF views either
+        yield from _class_functions(cls)
+        return
+    if not issubclass(cls, APIView):
+        yield from _class_functions(cls)
+        return
+    for klass in cls.__mro__:
+        dispatch = vars(klass).get("dispatch")
+        if callable(dispatch):
+            yield dispatch
+
+
+def _view_key_uses(callback: Any) -> Iterator[tuple[str, str | None, str]]:
+    """``(rate limiter name, the decorator's key= or None, view)`` of every rate limit a routed view's decorators
+    take on Django's ``HttpRequest`` (a DRF throttle keys DRF's ``Request``, which DRF authenticates)."""
+    from .decorators import key_uses
+
+    cls = getattr(callback, "view_class", None) or getattr(callback, "cls", None)
+    if not isinstance(cls, type):
+        cls = None
+    where = _qualname(cls if cls is not None else callback)
+    for fn in (callback, *(_http_request_functions(cls) if cls is not None else ())):
+        for use in key_uses(fn):
+            for name in use.names:
+                yield name, use.key, where
+
+
+#: The key specs that read ``request.user``, and what a request without it gets (W007).
+_USER_KEYS = {
+    "user": ("keyed by the user", "every request is exempt from this limit (not limited)"),
+    "user_or_ip": (
+        "keyed by the user, else the client IP",
+        "every request is keyed by its client IP, never per user: users behind one address share a budget",
+    ),
+}
+_AUTHENTICATION_MIDDLEWARE = "django.contrib.auth.middleware.AuthenticationMiddleware"
+
+
+def _sets_request_user(middleware: Iterable[Any]) -> bool:
+    """Whether ``MIDDLEWARE`` holds ``AuthenticationMiddleware`` or a subclass of it (what sets ``request.user``)."""
+    middleware = [m for m in middleware if isinstance(m, str)]
+    if _AUTHENTICATION_MIDDLEWARE in middleware:
+        return True  # the usual case: nothing imported
+    try:
+        base = import_string(_AUTHENTICATION_MIDDLEWARE)
+    except Exception:  # django.contrib.auth unusable: nothing can subclass its middleware
+        return False
+    for path in middleware:
+        try:
+            cls = import_string(path)
+        except Exception:  # Django reports a middleware that does not import when it loads them
+            continue
+        if isinstance(cls, type) and issubclass(cls, base):
+            return True
+    return False
+
+
+def _user_key_messages(analysis: conf.Analysis, uses: dict[tuple[str, str | None], list[str]]) -> list[CheckMessage]:
+    """W007 for every rate limit of a routed view keyed by ``request.user`` (a decorator's ``key="user"`` or
+    ``"user_or_ip"``, or the instance's ``key`` option) when no middleware sets it: the ``"user"`` key then exempts
+    every request, silently, and ``"user_or_ip"`` never keys one per user."""
+    found: dict[tuple[str, str, str], list[str]] = {}
+    for (name, key), places in uses.items():
+        if key is None:  # the instance's key option decides
+            spec = analysis.specs["ratelimiters"].get(name)
+            option = spec.options.get("key") if spec is not None else None
+            if not isinstance(option, str) or option not in _USER_KEYS:
+                continue
+            assert spec is not None
+            spec_key: str = option
+            where = spec.origins.get("key", f'{spec.path}["key"]')
+            origin = f"{where} = {option!r}"
+        elif key in _USER_KEYS:
+            spec_key, origin = key, f"key={key!r} of the decorator"
+        else:
+            continue
+        merged = found.setdefault((name, spec_key, origin), [])
+        merged.extend(place for place in places if place not in merged)
+    if not found:
+        return []
+    from django.conf import settings
+
+    if _sets_request_user(getattr(settings, "MIDDLEWARE", None) or ()):
+        return []
+    messages: list[CheckMessage] = []
+    for (name, spec_key, origin), places in found.items():
+        keyed, outcome = _USER_KEYS[spec_key]
+        messages.append(
+            CheckWarning(
+                f"{_places(places)}: rate limiter {name!r} is {keyed} ({origin}), but {_AUTHENTICATION_MIDDLEWARE} "
+                f"is not in MIDDLEWARE, so requests have no request.user: {outcome}",
+                hint=f"Add {_AUTHENTICATION_MIDDLEWARE!r} to MIDDLEWARE (after SessionMiddleware), or key the limit "
+                "by something the request has ('ip'); if a middleware of your own sets request.user, silence "
+                f"{Code.USER_KEY_WITHOUT_AUTHENTICATION.check_id}.",
+                id=Code.USER_KEY_WITHOUT_AUTHENTICATION.check_id,
+            )
+        )
+    return messages
+
+
 def _permits_messages(analysis: conf.Analysis, demands: dict[tuple[str, int], list[str]]) -> list[CheckMessage]:
     """E025 for every view asking for more permits per request than its limiter's cycle holds."""
     messages: list[CheckMessage] = []
@@ -732,14 +838,20 @@ def check_url_names(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
     demands: dict[tuple[str, int], list[str]] = {}
     groups: dict[tuple[tuple[str, ...], bool], list[str]] = {}
     bad_arguments: dict[str, list[str]] = {}
+    key_uses: dict[tuple[str, str | None], list[str]] = {}
     for route, callback in _routed_views(patterns):
         try:
             names = list(_view_names(callback))
             permits = list(_view_permits(callback))
             decided = list(_view_groups(callback))
             argument_errors = list(_view_argument_errors(callback))
+            keyed = list(_view_key_uses(callback))
         except Exception:  # an exotic callable: never crash the check
             continue
+        for name, key, view in keyed:
+            places = key_uses.setdefault((name, key), [])
+            if f"{view} (URL '{route}')" not in places:
+                places.append(f"{view} (URL '{route}')")
         for error, view in argument_errors:
             places = bad_arguments.setdefault(error, [])
             if f"{view} (URL '{route}')" not in places:
@@ -781,4 +893,5 @@ def check_url_names(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
     if not analysis.section_problems["ratelimiters"]:
         messages.extend(_permits_messages(analysis, demands))
         messages.extend(_group_messages(analysis, groups))
+    messages.extend(_user_key_messages(analysis, key_uses))
     return messages

@@ -244,6 +244,11 @@ class Code(enum.Enum):
         "trusted_proxies names a public network wider than any proxy fleet (0.0.0.0/0, ::/0, a /7 or wider of IPv4, "
         "an /11 or wider of IPv6): any client can choose its address with X-Forwarded-For",
     )
+    USER_KEY_WITHOUT_AUTHENTICATION = (
+        "W007",
+        "a routed view's rate limit is keyed by the user ('user', 'user_or_ip') but AuthenticationMiddleware is "
+        "not in MIDDLEWARE: no request.user, so 'user' limits nothing and 'user_or_ip' keys every request by IP",
+    )
 
     @property
     def check_id(self) -> str:

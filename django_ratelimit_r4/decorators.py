@@ -71,11 +71,13 @@ from .responses import HANDLED_EXCEPTIONS, bulkhead_retry_after_ns, rejection_re
 __all__ = [
     "UNSAFE_METHODS",
     "DecisionGroup",
+    "KeyUse",
     "RateLimitGate",
     "bulkhead",
     "circuitbreaker",
     "decision_groups",
     "fallback_exceptions",
+    "key_uses",
     "method_filter",
     "permit_demands",
     "ratelimit",
@@ -99,6 +101,9 @@ _GROUP_PREFIX = "_r4_group:"
 # One attribute per dotted-path key= a decorator imports at its first request (the view's module may define it):
 # manage.py check imports it (key_paths) so a typo is an error before that request, not a 500 at each one.
 _KEY_PATH_PREFIX = "_r4_key_path:"
+# One attribute per decorator with a rate limiter, its value that KeyUse: manage.py check (key_uses) warns when a
+# limit is keyed by request.user and no middleware sets it (ratelimit_r4.W007).
+_KEY_USE_PREFIX = "_r4_key_use:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +115,18 @@ class DecisionGroup:
     names: tuple[str, ...]
     #: True when the decorator's ``key=`` makes every limit keyed (else each instance's ``key`` option decides).
     key_override: bool
+
+
+@dataclass(frozen=True, slots=True)
+class KeyUse:
+    """The rate limiters one decorator decides and the ``key=`` it gives them (read by ``manage.py check``,
+    :func:`key_uses`)."""
+
+    #: The instance names, in the decorator's order.
+    names: tuple[str, ...]
+    #: The decorator's ``key=`` when it is a spec string (``"user"``, ``"ip"``, ...); None when each instance's
+    #: ``key`` option decides; ``"<callable>"`` for a callable ``key=`` (none of the built-in specs).
+    key: str | None
 
 
 def _marks(fn: object, prefix: str) -> Iterator[tuple[str, object]]:
@@ -150,6 +167,11 @@ def permit_demands(fn: object) -> set[tuple[str, int]]:
         name, _, permits = mark.rpartition(":")
         found.add((name, int(permits)))
     return found
+
+
+def key_uses(fn: object) -> set[KeyUse]:
+    """Every :class:`KeyUse` of the rate-limiting decorators on ``fn`` (for checks)."""
+    return {value for _, value in _marks(fn, _KEY_USE_PREFIX) if isinstance(value, KeyUse)}
 
 
 def key_paths(fn: object) -> set[str]:
@@ -235,6 +257,18 @@ class _Resilience:
         if self.gate is not None and len(self.gate.names) > 1:
             names = self.gate.names
             self.group = (f"{_GROUP_PREFIX}{names!r}:{key is not None}", DecisionGroup(names, key is not None))
+        #: ``(attribute, KeyUse)`` put on the wrapper when there is a rate limiter (what manage.py check reads to
+        #: find limits keyed by request.user without the middleware that sets it, ratelimit_r4.W007); None otherwise.
+        self.key_use: tuple[str, KeyUse] | None = None
+        if self.gate is not None:
+            use = KeyUse(self.gate.names, key if key is None or isinstance(key, str) else "<callable>")
+            self.key_use = (f"{_KEY_USE_PREFIX}{use.names!r}:{use.key!r}", use)
+        # Every mark above in one dict: method_decorator re-applies the decorator on every request, so __call__
+        # puts them on the wrapper with one update.
+        self._wrapper_marks: dict[str, object] = dict.fromkeys(self.uses, True)
+        for mark in (self.group, self.key_use):
+            if mark is not None:
+                self._wrapper_marks[mark[0]] = mark[1]
 
     def instances(self) -> tuple[Any, Any, Any, Any, int, Any]:
         """``(retry, circuit breaker, time limiter, bulkhead, bulkhead retry_after ns, adaptive throttler)`` now."""
@@ -332,10 +366,8 @@ class _Resilience:
             and self.bulkhead is None
         )
         wrapper = functools.wraps(fn)((self._async_wrapper if async_fn else self._sync_wrapper)(fn, only_gate))
-        for use in self.uses:  # what manage.py check reads (referenced_names); fn's own came with wraps
-            wrapper.__dict__[use] = True
-        if self.group is not None:  # read by decision_groups
-            wrapper.__dict__[self.group[0]] = self.group[1]
+        # What manage.py check reads (referenced_names, decision_groups, key_uses...); fn's own came with wraps.
+        wrapper.__dict__.update(self._wrapper_marks)
         return wrapper  # type: ignore[return-value]
 
     def _sync_wrapper(self, fn: Callable[..., Any], only_gate: bool) -> Callable[..., Any]:

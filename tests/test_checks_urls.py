@@ -5,6 +5,7 @@ hides the cause."""
 
 from __future__ import annotations
 
+import copy
 import io
 import re
 import sys
@@ -15,6 +16,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.contrib.auth.middleware import AuthenticationMiddleware
+from django.core.checks import Warning as CheckWarning
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
@@ -898,3 +901,137 @@ def test_a_decorators_unimportable_dotted_key_is_a_check_error(settings: Any, r4
     assert len(found) == 1, [m.msg for m in check_url_names()]
     assert "unimportable_key_view (URL 'v/')" in found[0].msg and "fine/" not in found[0].msg
     assert "cannot import key function 'tests.test_checks_urls.no_such_key_function'" in found[0].msg
+
+
+# ---------------------------------------- a limit keyed by the user without AuthenticationMiddleware (W007)
+
+SESSIONS_ONLY = ["django.contrib.sessions.middleware.SessionMiddleware"]
+
+
+class FakeUserMiddleware(AuthenticationMiddleware):
+    """A subclass of AuthenticationMiddleware (what the check accepts) that signs every request in as user 7."""
+
+    def process_request(self, request: HttpRequest) -> None:
+        request.user = types.SimpleNamespace(pk=7, is_authenticated=True)  # type: ignore[assignment]
+
+
+def user_keyed_setting(settings: Any) -> dict[str, Any]:
+    value = copy.deepcopy(settings.RATELIMIT_R4)
+    value["ratelimiters"]["instances"]["per_user"] = {"limit_for_period": 2, "key": "user"}
+    value["ratelimiters"]["instances"]["per_user_or_ip"] = {"limit_for_period": 2, "key": "user_or_ip"}
+    return value
+
+
+@ratelimit("burst", key="user")
+def user_keyed(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+@ratelimit("per_user")
+async def instance_user_keyed(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+@resilient(ratelimiter=["per_user_or_ip", "burst3"], bulkhead="acquirer")
+def instance_user_or_ip_keyed(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+@ratelimit("per_user", key="ip")
+def user_instance_keyed_by_ip(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+class ViewUserKeyed(View):
+    @method_decorator(ratelimit("burst", key="user"))
+    def get(self, request: HttpRequest) -> HttpResponse:
+        return HttpResponse("ok")
+
+
+class DrfUserKeyed(APIView):  # type: ignore[misc]
+    """DRF authenticates its own Request (its authentication classes): not the middleware's business."""
+
+    throttle_classes = [RateLimiterThrottle]
+    rate_limiter = "per_user"
+
+    @method_decorator(ratelimit("burst", key="user"))
+    def get(self, request: Any) -> Response:
+        return Response({})
+
+
+@method_decorator(ratelimit("per_user"), name="dispatch")
+class DrfDispatchUserKeyed(APIView):  # type: ignore[misc]
+    """dispatch() gets Django's HttpRequest, before DRF wraps it: request.user is the middleware's."""
+
+    def get(self, request: Any) -> Response:
+        return Response({})
+
+
+def user_keyed_urls() -> types.ModuleType:
+    return urlconf(
+        path("user/", user_keyed),
+        path("user-again/", user_keyed),
+        path("instance/", instance_user_keyed),
+        path("user-or-ip/", instance_user_or_ip_keyed),
+        path("by-ip/", user_instance_keyed_by_ip),
+        path("view/", ViewUserKeyed.as_view()),
+        path("drf/", DrfUserKeyed.as_view()),
+        path("drf-dispatch/", DrfDispatchUserKeyed.as_view()),
+        path("ok/", ok),
+    )
+
+
+def test_a_user_key_without_authentication_middleware_limits_nothing_and_is_a_check_warning(
+    settings: Any, r4_clock: Any
+) -> None:
+    settings.RATELIMIT_R4 = user_keyed_setting(settings)
+    settings.MIDDLEWARE = SESSIONS_ONLY
+    settings.ROOT_URLCONF = user_keyed_urls()
+    # What the warning is about: no request.user, so the "user" key exempts every request, silently.
+    assert [Client().get("/user/").status_code for _ in range(5)] == [200] * 5
+    assert [Client().get("/instance/").status_code for _ in range(5)] == [200] * 5
+    found = [m for m in check_url_names() if m.id == "ratelimit_r4.W007"]
+    assert all(isinstance(m, CheckWarning) for m in found)
+    assert len(found) == 3, [m.msg for m in found]
+    user = next(m for m in found if "key='user' of the decorator" in m.msg)
+    assert user.msg.startswith(
+        "tests.test_checks_urls.user_keyed (URL 'user/'), tests.test_checks_urls.user_keyed (URL 'user-again/'), "
+        "tests.test_checks_urls.ViewUserKeyed (URL 'view/'): rate limiter 'burst' is keyed by the user (key='user' of "
+        "the decorator), but django.contrib.auth.middleware.AuthenticationMiddleware is not in MIDDLEWARE"
+    ), user.msg
+    assert "no request.user: every request is exempt from this limit (not limited)" in user.msg
+    assert user.hint == (
+        "Add 'django.contrib.auth.middleware.AuthenticationMiddleware' to MIDDLEWARE (after SessionMiddleware), "
+        "or key the limit by something the request has ('ip'); if a middleware of your own sets request.user, "
+        "silence ratelimit_r4.W007."
+    )
+    instance = next(m for m in found if '["per_user"]["key"]' in m.msg)
+    assert instance.msg.startswith(
+        "tests.test_checks_urls.instance_user_keyed (URL 'instance/'), tests.test_checks_urls.DrfDispatchUserKeyed "
+        "(URL 'drf-dispatch/'): rate limiter 'per_user' is keyed by the user "
+        '(RATELIMIT_R4["ratelimiters"]["instances"]["per_user"]["key"] = \'user\')'
+    ), instance.msg
+    either = next(m for m in found if "per_user_or_ip" in m.msg)
+    assert "instance_user_or_ip_keyed (URL 'user-or-ip/')" in either.msg
+    assert "every request is keyed by its client IP, never per user: users behind one address share a budget" in (
+        either.msg
+    )
+    assert not any("burst3" in m.msg or "by-ip" in m.msg or "'drf/'" in m.msg for m in found), [m.msg for m in found]
+
+
+def test_authentication_middleware_or_a_subclass_keys_by_the_user_and_silences_w007(
+    settings: Any, r4_clock: Any
+) -> None:
+    settings.RATELIMIT_R4 = user_keyed_setting(settings)
+    settings.ROOT_URLCONF = user_keyed_urls()
+    assert not [m for m in check_url_names() if m.id == "ratelimit_r4.W007"]  # the tests' settings have it
+    settings.MIDDLEWARE = [*SESSIONS_ONLY, f"{__name__}.FakeUserMiddleware"]
+    assert not [m for m in check_url_names() if m.id == "ratelimit_r4.W007"]
+    assert [Client().get("/user/").status_code for _ in range(3)] == [200, 200, 429]  # user 7's budget
+
+
+def test_without_user_keys_a_missing_authentication_middleware_is_not_a_warning(settings: Any) -> None:
+    settings.MIDDLEWARE = []
+    settings.ROOT_URLCONF = urlconf(path("by-ip/", user_instance_keyed_by_ip), path("drf/", DrfUserKeyed.as_view()))
+    settings.RATELIMIT_R4 = user_keyed_setting(settings)
+    assert check_url_names() == []
