@@ -116,6 +116,11 @@ _PROXY_RANGES = tuple(
 )  # fmt: skip
 
 
+#: W008 below this ``ipv6_prefix_length``: a /32 is the usual allocation to an ISP (RIR policies' minimum), so a
+#: shorter prefix makes one bucket of several ISPs' clients.
+_ISP_IPV6_PREFIX = 32
+
+
 def _in_proxy_ranges(net: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bool:
     return any(net.version == space.version and net.subnet_of(space) for space in _PROXY_RANGES)  # type: ignore[arg-type]
 
@@ -166,6 +171,17 @@ def _environment_warnings(
                 "fresh budget per forged header",
                 "Name only your proxies' networks (private ranges, your CDN's published CIDRs), or give their "
                 "count (e.g. 1) when every request comes through them.",
+            )
+        )
+    prefix = options.ipv6_prefix_length if options is not None else _ISP_IPV6_PREFIX
+    if prefix < _ISP_IPV6_PREFIX:
+        problems.append(
+            Problem(
+                Code.WIDE_IPV6_PREFIX,
+                conf.setting_path("ipv6_prefix_length"),
+                f"{prefix} groups IPv6 clients by their /{prefix}, but a /{_ISP_IPV6_PREFIX} is what a whole ISP is "
+                "typically given: one per-IP budget would be shared by an ISP's or a region's IPv6 clients",
+                "48-64 is usual; 64 is one customer's subnet (the default), 128 keys each address on its own.",
             )
         )
     token = options.state_endpoint_token if options is not None else None

@@ -249,6 +249,10 @@ class Code(enum.Enum):
         "a routed view's rate limit is keyed by the user ('user', 'user_or_ip') but AuthenticationMiddleware is "
         "not in MIDDLEWARE: no request.user, so 'user' limits nothing and 'user_or_ip' keys every request by IP",
     )
+    WIDE_IPV6_PREFIX = (
+        "W008",
+        "ipv6_prefix_length is below 32: one per-IP budget would hold a whole ISP's or region's IPv6 clients",
+    )
 
     @property
     def check_id(self) -> str:

@@ -985,6 +985,14 @@ CASES = [
         id="W006",
     ),
     pytest.param(
+        {"ipv6_prefix_length": 24},
+        "W008",
+        'RATELIMIT_R4["ipv6_prefix_length"]',
+        "24 groups IPv6 clients by their /24, but a /32 is what a whole ISP is typically given: one per-IP budget",
+        "48-64 is usual; 64 is one customer's subnet",
+        id="W008",
+    ),
+    pytest.param(
         # A ceiling: 100 000 clients each holding its 100 000 permits in the window, 80 GB per worker. A log
         # grows with use, so a client that makes up X-Api-Key values no longer costs 800 KB a request.
         rl({"limit_for_period": 100_000, "algorithm": "sliding_window", "key": "header:X-Api-Key"}),
@@ -1133,6 +1141,32 @@ def test_a_state_endpoint_token_read_from_a_file_is_stripped_as_the_endpoint_str
 
         url = reverse("ratelimit_r4:state")
         assert client.get(url, HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 200  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("length", "expected"), [(1, ["W008"]), (31, ["W008"]), (32, []), (48, []), (64, []), (128, [])])
+def test_an_ipv6_prefix_shorter_than_32_is_w008(length: int, expected: list[str], r4_clock: object) -> None:
+    from django.http import HttpResponse
+    from django.test import RequestFactory
+
+    from django_ratelimit_r4.decorators import ratelimit
+
+    setting = {"ipv6_prefix_length": length, "ratelimiters": {"instances": {"per_ip": {"rate": "2/m", "key": "ip"}}}}
+    with override_settings(RATELIMIT_R4=setting):
+        assert [m.id.removeprefix("ratelimit_r4.") for m in ours(check_settings())] == expected
+
+        @ratelimit("per_ip")
+        def view(request: object) -> HttpResponse:
+            return HttpResponse("ok")
+
+        # Clients of two ISPs' /32s (2001:db8::/32, 2001:db9::/32) share one budget below /32: what W008 warns of.
+        addresses = ("2001:db8::7", "2001:db9::7", "2001:db8:1::1")
+        codes = [view(RequestFactory().get("/", REMOTE_ADDR=a)).status_code for a in addresses]
+        assert codes == ([200, 200, 429] if length < 32 else [200, 200, 200]), length
+
+
+def test_an_invalid_ipv6_prefix_is_e015_only() -> None:
+    with override_settings(RATELIMIT_R4={"ipv6_prefix_length": 0}):
+        assert [m.id for m in ours(check_settings())] == ["ratelimit_r4.E015"]
 
 
 @pytest.mark.parametrize(
