@@ -9,7 +9,8 @@ Silence one with ``SILENCED_SYSTEM_CHECKS = ["ratelimit_r4.W001"]``.
 instance name that routed views use (decorators, ``method_decorator`` on class-based views, DRF
 throttles) and that is not configured, with the closest configured name; every permit demand above a limit
 (E025); and every group of rate limiters one decorator or throttle decides all-or-nothing that holds a limit whose
-third-party backend cannot take part in such a decision (E035, :func:`_group_messages`).
+third-party backend cannot take part in such a decision (E035, :func:`_group_messages`); and every rate limit keyed
+by ``request.user`` or ``request.session`` while no middleware sets it (W007, W009).
 """
 
 from __future__ import annotations
@@ -481,37 +482,50 @@ def _view_argument_errors(callback: Any) -> Iterator[tuple[str, str]]:
         yield error, where
 
 
-def _http_request_functions(cls: type) -> Iterator[Any]:
-    """The functions of a class-based view called with Django's ``HttpRequest`` (``method_decorator`` puts its
-    wrapper there): every one of a Django view; only ``dispatch`` of a DRF ``APIView``, whose handlers get DRF's
-    ``Request``, its ``user`` set by DRF's authentication classes rather than by ``AuthenticationMiddleware``."""
+def _drf_view_class(cls: type) -> bool:
+    """Whether ``cls`` is a DRF ``APIView``: its handlers get DRF's ``Request``, not Django's ``HttpRequest``."""
     try:
         from rest_framework.views import APIView
     except ImportError:  # DRF not installed: no DRF views either
-        yield from _class_functions(cls)
-        return
-    if not issubclass(cls, APIView):
-        yield from _class_functions(cls)
-        return
-    for klass in cls.__mro__:
-        dispatch = vars(klass).get("dispatch")
-        if callable(dispatch):
-            yield dispatch
+        return False
+    return issubclass(cls, APIView)
 
 
-def _view_key_uses(callback: Any) -> Iterator[tuple[str, str | None, str]]:
-    """``(rate limiter name, the decorator's key= or None, view)`` of every rate limit a routed view's decorators
-    take on Django's ``HttpRequest`` (a DRF throttle keys DRF's ``Request``, which DRF authenticates)."""
+#: Who gave a limit its ``key=`` in a W007 / W009 message when it is not the instance's ``key`` option.
+_BY_DECORATOR = "the decorator"
+
+
+def _view_key_uses(callback: Any) -> Iterator[tuple[str, str | None, str, bool, str]]:
+    """``(rate limiter name, key= or None, declared by, on Django's HttpRequest, view)`` of every rate limit of a
+    routed view: its decorators' (``key=`` None when the instance's ``key`` option decides) and its DRF throttles'
+    (a drop-in's ``key``; None for ``RateLimiterThrottle``). On a DRF ``APIView`` only ``dispatch`` gets Django's
+    ``HttpRequest`` (``method_decorator`` puts its wrapper there); its handlers and throttles get DRF's ``Request``,
+    whose ``user`` DRF's authentication classes set (not W007's business) but whose ``session`` is still the
+    ``HttpRequest``'s (W009's)."""
     from .decorators import key_uses
 
     cls = getattr(callback, "view_class", None) or getattr(callback, "cls", None)
     if not isinstance(cls, type):
         cls = None
     where = _qualname(cls if cls is not None else callback)
-    for fn in (callback, *(_http_request_functions(cls) if cls is not None else ())):
+    drf = cls is not None and _drf_view_class(cls)
+    dispatch = {id(vars(klass).get("dispatch")) for klass in cls.__mro__} if drf and cls is not None else set()
+    for fn in (callback, *(_class_functions(cls) if cls is not None else ())):
+        on_http_request = fn is callback or not drf or id(fn) in dispatch
         for use in key_uses(fn):
             for name in use.names:
-                yield name, use.key, where
+                yield name, use.key, _BY_DECORATOR, on_http_request, where
+    if not drf or cls is None:
+        return
+    from .rest_framework import _ScopeThrottle  # importable: the view is DRF's
+
+    initkwargs = getattr(callback, "initkwargs", None)
+    for view, throttle in _rate_limiter_throttles(cls, initkwargs if isinstance(initkwargs, Mapping) else {}):
+        key = throttle.key if issubclass(throttle, _ScopeThrottle) else None  # None: the instance's key option
+        if key is not None and not isinstance(key, str):
+            key = "<not a key string>"  # a callable, or what E036 reports: none of the built-in specs (hashable)
+        for name, _ in throttle.referenced_names(view):
+            yield name, key, f"throttle class {_qualname(throttle)}", False, where
 
 
 #: The key specs that read ``request.user``, and what a request without it gets (W007).
@@ -523,16 +537,24 @@ _USER_KEYS = {
     ),
 }
 _AUTHENTICATION_MIDDLEWARE = "django.contrib.auth.middleware.AuthenticationMiddleware"
+#: The key specs that read ``request.session``, and what a request without it gets (W009).
+_SESSION_KEYS = {
+    "session": (
+        "keyed by the session, else the client IP",
+        "every request is keyed by its client IP, never per session: clients behind one address share a budget",
+    ),
+}
+_SESSION_MIDDLEWARE = "django.contrib.sessions.middleware.SessionMiddleware"
 
 
-def _sets_request_user(middleware: Iterable[Any]) -> bool:
-    """Whether ``MIDDLEWARE`` holds ``AuthenticationMiddleware`` or a subclass of it (what sets ``request.user``)."""
+def _has_middleware(middleware: Iterable[Any], wanted: str) -> bool:
+    """Whether ``MIDDLEWARE`` holds the middleware at dotted path ``wanted`` or a subclass of it."""
     middleware = [m for m in middleware if isinstance(m, str)]
-    if _AUTHENTICATION_MIDDLEWARE in middleware:
+    if wanted in middleware:
         return True  # the usual case: nothing imported
     try:
-        base = import_string(_AUTHENTICATION_MIDDLEWARE)
-    except Exception:  # django.contrib.auth unusable: nothing can subclass its middleware
+        base = import_string(wanted)
+    except Exception:  # its contrib app unusable: nothing can subclass its middleware
         return False
     for path in middleware:
         try:
@@ -544,32 +566,44 @@ def _sets_request_user(middleware: Iterable[Any]) -> bool:
     return False
 
 
-def _user_key_messages(analysis: conf.Analysis, uses: dict[tuple[str, str | None], list[str]]) -> list[CheckMessage]:
-    """W007 for every rate limit of a routed view keyed by ``request.user`` (a decorator's ``key="user"`` or
-    ``"user_or_ip"``, or the instance's ``key`` option) when no middleware sets it: the ``"user"`` key then exempts
-    every request, silently, and ``"user_or_ip"`` never keys one per user."""
+def _limits_keyed_by(
+    analysis: conf.Analysis, uses: Mapping[tuple[str, str | None, str], list[str]], specs: Mapping[str, Any]
+) -> dict[tuple[str, str, str], list[str]]:
+    """``(rate limiter name, key spec, where the key is set) -> views`` of the ``uses`` whose key is in ``specs``:
+    the ``key=`` given (by a decorator or a drop-in throttle class), else the instance's ``key`` option."""
     found: dict[tuple[str, str, str], list[str]] = {}
-    for (name, key), places in uses.items():
+    for (name, key, declared_by), places in uses.items():
         if key is None:  # the instance's key option decides
             spec = analysis.specs["ratelimiters"].get(name)
             option = spec.options.get("key") if spec is not None else None
-            if not isinstance(option, str) or option not in _USER_KEYS:
+            if not isinstance(option, str) or option not in specs:
                 continue
             assert spec is not None
             spec_key: str = option
             where = spec.origins.get("key", f'{spec.path}["key"]')
             origin = f"{where} = {option!r}"
-        elif key in _USER_KEYS:
-            spec_key, origin = key, f"key={key!r} of the decorator"
+        elif key in specs:
+            spec_key, origin = key, f"key={key!r} of {declared_by}"
         else:
             continue
         merged = found.setdefault((name, spec_key, origin), [])
         merged.extend(place for place in places if place not in merged)
+    return found
+
+
+def _user_key_messages(
+    analysis: conf.Analysis, uses: Mapping[tuple[str, str | None, str], list[str]]
+) -> list[CheckMessage]:
+    """W007 for every rate limit of a routed view keyed by ``request.user`` (a decorator's ``key="user"`` or
+    ``"user_or_ip"``, or the instance's ``key`` option) when no middleware sets it: the ``"user"`` key then exempts
+    every request, silently, and ``"user_or_ip"`` never keys one per user. ``uses`` are those on Django's
+    ``HttpRequest`` only (DRF authenticates its own ``Request``)."""
+    found = _limits_keyed_by(analysis, uses, _USER_KEYS)
     if not found:
         return []
     from django.conf import settings
 
-    if _sets_request_user(getattr(settings, "MIDDLEWARE", None) or ()):
+    if _has_middleware(getattr(settings, "MIDDLEWARE", None) or (), _AUTHENTICATION_MIDDLEWARE):
         return []
     messages: list[CheckMessage] = []
     for (name, spec_key, origin), places in found.items():
@@ -582,6 +616,35 @@ def _user_key_messages(analysis: conf.Analysis, uses: dict[tuple[str, str | None
                 "by something the request has ('ip'); if a middleware of your own sets request.user, silence "
                 f"{Code.USER_KEY_WITHOUT_AUTHENTICATION.check_id}.",
                 id=Code.USER_KEY_WITHOUT_AUTHENTICATION.check_id,
+            )
+        )
+    return messages
+
+
+def _session_key_messages(
+    analysis: conf.Analysis, uses: Mapping[tuple[str, str | None, str], list[str]]
+) -> list[CheckMessage]:
+    """W009 for every rate limit of a routed view keyed by ``request.session`` (``key="session"`` of a decorator or
+    a drop-in throttle class, or the instance's ``key`` option; DRF's ``Request`` reads the ``HttpRequest``'s
+    session) when no middleware sets it: the ``"session"`` key then keys every request by its client IP."""
+    found = _limits_keyed_by(analysis, uses, _SESSION_KEYS)
+    if not found:
+        return []
+    from django.conf import settings
+
+    if _has_middleware(getattr(settings, "MIDDLEWARE", None) or (), _SESSION_MIDDLEWARE):
+        return []
+    messages: list[CheckMessage] = []
+    for (name, spec_key, origin), places in found.items():
+        keyed, outcome = _SESSION_KEYS[spec_key]
+        messages.append(
+            CheckWarning(
+                f"{_places(places)}: rate limiter {name!r} is {keyed} ({origin}), but {_SESSION_MIDDLEWARE} "
+                f"is not in MIDDLEWARE, so requests have no request.session: {outcome}",
+                hint=f"Add {_SESSION_MIDDLEWARE!r} to MIDDLEWARE (before AuthenticationMiddleware), or key the limit "
+                "by 'ip' if a per-address budget is what you want; if a middleware of your own sets request.session, "
+                f"silence {Code.SESSION_KEY_WITHOUT_SESSIONS.check_id}.",
+                id=Code.SESSION_KEY_WITHOUT_SESSIONS.check_id,
             )
         )
     return messages
@@ -854,7 +917,9 @@ def check_url_names(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
     demands: dict[tuple[str, int], list[str]] = {}
     groups: dict[tuple[tuple[str, ...], bool], list[str]] = {}
     bad_arguments: dict[str, list[str]] = {}
-    key_uses: dict[tuple[str, str | None], list[str]] = {}
+    # (name, key=, declared by) -> views: on Django's HttpRequest (W007), on any request (W009).
+    http_key_uses: dict[tuple[str, str | None, str], list[str]] = {}
+    key_uses: dict[tuple[str, str | None, str], list[str]] = {}
     for route, callback in _routed_views(patterns):
         try:
             names = list(_view_names(callback))
@@ -864,10 +929,11 @@ def check_url_names(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
             keyed = list(_view_key_uses(callback))
         except Exception:  # an exotic callable: never crash the check
             continue
-        for name, key, view in keyed:
-            places = key_uses.setdefault((name, key), [])
-            if f"{view} (URL '{route}')" not in places:
-                places.append(f"{view} (URL '{route}')")
+        for name, key, declared_by, on_http_request, view in keyed:
+            for found in (key_uses, http_key_uses) if on_http_request else (key_uses,):
+                places = found.setdefault((name, key, declared_by), [])
+                if f"{view} (URL '{route}')" not in places:
+                    places.append(f"{view} (URL '{route}')")
         for error, view in argument_errors:
             places = bad_arguments.setdefault(error, [])
             if f"{view} (URL '{route}')" not in places:
@@ -909,5 +975,6 @@ def check_url_names(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
     if not analysis.section_problems["ratelimiters"]:
         messages.extend(_permits_messages(analysis, demands))
         messages.extend(_group_messages(analysis, groups))
-    messages.extend(_user_key_messages(analysis, key_uses))
+    messages.extend(_user_key_messages(analysis, http_key_uses))
+    messages.extend(_session_key_messages(analysis, key_uses))
     return messages

@@ -253,6 +253,11 @@ class Code(enum.Enum):
         "W008",
         "ipv6_prefix_length is below 32: one per-IP budget would hold a whole ISP's or region's IPv6 clients",
     )
+    SESSION_KEY_WITHOUT_SESSIONS = (
+        "W009",
+        "a routed view's rate limit is keyed by the session ('session') but SessionMiddleware is not in MIDDLEWARE: "
+        "no request.session, so every request is keyed by its client IP",
+    )
 
     @property
     def check_id(self) -> str:

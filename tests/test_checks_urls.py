@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.middleware import AuthenticationMiddleware
+from django.contrib.sessions.backends.cache import SessionStore
+from django.contrib.sessions.middleware import SessionMiddleware
 from django.core.checks import Warning as CheckWarning
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
@@ -35,7 +37,7 @@ from rest_framework.views import APIView
 from django_ratelimit_r4.backends.memory import MemoryBackend, MemoryStore
 from django_ratelimit_r4.checks import check_url_names
 from django_ratelimit_r4.decorators import bulkhead, circuitbreaker, ratelimit, resilient, retry, timelimiter
-from django_ratelimit_r4.rest_framework import AnonRateThrottle, RateLimiterThrottle
+from django_ratelimit_r4.rest_framework import AnonRateThrottle, RateLimiterThrottle, UserRateThrottle
 
 pytestmark = pytest.mark.django_db(databases=[])
 
@@ -845,6 +847,18 @@ class DrfUnimportableKey(APIView):
         return Response({})
 
 
+class ListKeyThrottle(AnonRateThrottle):
+    scope = "api"
+    key = ["session"]  # type: ignore[assignment]  # unhashable: the W007 / W009 walk must not crash on it
+
+
+class DrfListKey(APIView):
+    throttle_classes = [ListKeyThrottle]
+
+    def get(self, request: Any) -> Response:
+        return Response({})
+
+
 @pytest.mark.parametrize(
     ("view", "fragment"),
     [
@@ -869,6 +883,15 @@ def test_drf_throttle_arguments_that_fail_every_request_are_check_errors(
     assert found[0].hint
     with pytest.raises(SystemCheckError, match=r"ratelimit_r4\.E036"):
         call_command("check")
+
+
+def test_an_unhashable_drop_in_key_is_e036_and_does_not_crash_the_key_walk(settings: Any) -> None:
+    # W007's and W009's walk reads every drop-in throttle's key: a list (a TypeError at every request) is E036 only.
+    settings.MIDDLEWARE = []
+    settings.ROOT_URLCONF = urlconf(path("v/", DrfListKey.as_view()))
+    found = check_url_names()
+    assert [m.id for m in found] == ["ratelimit_r4.E036"], [m.msg for m in found]
+    assert "DrfListKey (URL 'v/')" in found[0].msg
 
 
 def test_valid_drf_throttle_arguments_raise_no_e036(settings: Any) -> None:
@@ -1034,4 +1057,155 @@ def test_without_user_keys_a_missing_authentication_middleware_is_not_a_warning(
     settings.MIDDLEWARE = []
     settings.ROOT_URLCONF = urlconf(path("by-ip/", user_instance_keyed_by_ip), path("drf/", DrfUserKeyed.as_view()))
     settings.RATELIMIT_R4 = user_keyed_setting(settings)
+    assert check_url_names() == []
+
+
+# ---------------------------------------- a limit keyed by the session without SessionMiddleware (W009)
+
+
+class FakeSessionMiddleware(SessionMiddleware):
+    """A subclass of SessionMiddleware (what the check accepts)."""
+
+
+def session_keyed_setting(settings: Any) -> dict[str, Any]:
+    value = copy.deepcopy(settings.RATELIMIT_R4)
+    value["ratelimiters"]["instances"]["per_session"] = {"limit_for_period": 2, "key": "session"}
+    return value
+
+
+@ratelimit("burst", key="session")
+def session_keyed(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+@ratelimit("per_session")
+async def instance_session_keyed(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+@ratelimit("per_session", key="ip")
+def session_instance_keyed_by_ip(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+class ViewSessionKeyed(View):
+    @method_decorator(ratelimit("burst", key="session"))
+    def get(self, request: HttpRequest) -> HttpResponse:
+        return HttpResponse("ok")
+
+
+class DrfSessionThrottled(APIView):  # type: ignore[misc]
+    """DRF's Request reads the HttpRequest's session: a throttle keyed by it is W009's business."""
+
+    throttle_classes = [RateLimiterThrottle]
+    rate_limiter = "per_session"
+
+    def get(self, request: Any) -> Response:
+        return Response({})
+
+
+class SessionThrottle(UserRateThrottle):
+    scope = "burst3"
+    key = "session"
+
+
+class DrfHandlerSessionKeyed(APIView):  # type: ignore[misc]
+    """A drop-in throttle class's key= and a decorator on a DRF handler (DRF's Request): both W009's business."""
+
+    throttle_classes = [SessionThrottle]
+
+    @method_decorator(ratelimit("burst", key="session"))
+    def get(self, request: Any) -> Response:
+        return Response({})
+
+
+def session_keyed_urls() -> types.ModuleType:
+    return urlconf(
+        path("session/", session_keyed),
+        path("instance/", instance_session_keyed),
+        path("by-ip/", session_instance_keyed_by_ip),
+        path("view/", ViewSessionKeyed.as_view()),
+        path("drf/", DrfSessionThrottled.as_view()),
+        path("drf-handler/", DrfHandlerSessionKeyed.as_view()),
+        path("ok/", ok),
+    )
+
+
+def two_sessions(settings: Any, address: str) -> tuple[Client, Client]:
+    """Two clients from ``address``, each with a session the store knows (as after a login or a cart)."""
+    settings.SESSION_ENGINE = "django.contrib.sessions.backends.cache"
+    clients = []
+    for n in range(2):
+        store = SessionStore()
+        store["cart"] = [n]
+        store.save()
+        client = Client(REMOTE_ADDR=address)
+        client.cookies[settings.SESSION_COOKIE_NAME] = store.session_key
+        clients.append(client)
+    return clients[0], clients[1]
+
+
+def test_a_session_key_without_session_middleware_keys_every_request_by_ip_and_is_a_check_warning(
+    settings: Any, r4_clock: Any
+) -> None:
+    settings.RATELIMIT_R4 = session_keyed_setting(settings)
+    settings.MIDDLEWARE = []
+    settings.ROOT_URLCONF = session_keyed_urls()
+    # What the warning is about: no request.session, so two known sessions from one address share its budget.
+    for n, url in enumerate(("/session/", "/instance/", "/view/", "/drf/", "/drf-handler/")):
+        alice, bob = two_sessions(settings, f"192.0.2.{n}")
+        assert [alice.get(url).status_code for _ in range(2)] == [200, 200], url
+        assert bob.get(url).status_code == 429, url
+    found = [m for m in check_url_names() if m.id == "ratelimit_r4.W009"]
+    assert all(isinstance(m, CheckWarning) for m in found)
+    assert len(found) == 3, [m.msg for m in found]
+    decorator = next(m for m in found if "key='session' of the decorator" in m.msg)
+    assert decorator.msg == (
+        "tests.test_checks_urls.session_keyed (URL 'session/'), tests.test_checks_urls.ViewSessionKeyed (URL 'view/'), "
+        "tests.test_checks_urls.DrfHandlerSessionKeyed (URL 'drf-handler/'): rate limiter 'burst' is keyed by the "
+        "session, else the client IP (key='session' of the decorator), but "
+        "django.contrib.sessions.middleware.SessionMiddleware is not in MIDDLEWARE, so requests have no "
+        "request.session: every request is keyed by its client IP, never per session: clients behind one address "
+        "share a budget"
+    ), decorator.msg
+    assert decorator.hint == (
+        "Add 'django.contrib.sessions.middleware.SessionMiddleware' to MIDDLEWARE (before AuthenticationMiddleware), "
+        "or key the limit by 'ip' if a per-address budget is what you want; if a middleware of your own sets "
+        "request.session, silence ratelimit_r4.W009."
+    )
+    instance = next(m for m in found if '["per_session"]["key"]' in m.msg)
+    assert instance.msg.startswith(
+        "tests.test_checks_urls.instance_session_keyed (URL 'instance/'), tests.test_checks_urls.DrfSessionThrottled "
+        "(URL 'drf/'): rate limiter 'per_session' is keyed by the session, else the client IP "
+        '(RATELIMIT_R4["ratelimiters"]["instances"]["per_session"]["key"] = \'session\')'
+    ), instance.msg
+    throttle = next(m for m in found if "burst3" in m.msg)
+    assert throttle.msg.startswith(
+        "tests.test_checks_urls.DrfHandlerSessionKeyed (URL 'drf-handler/'): rate limiter 'burst3' is keyed by the "
+        "session, else the client IP (key='session' of throttle class tests.test_checks_urls.SessionThrottle)"
+    ), throttle.msg
+    assert not any("by-ip" in m.msg for m in found), [m.msg for m in found]
+    # Not W007's business: no limit here reads request.user on Django's HttpRequest.
+    assert not [m for m in check_url_names() if m.id == "ratelimit_r4.W007"]
+
+
+def test_session_middleware_or_a_subclass_keys_by_the_session_and_silences_w009(
+    settings: Any, r4_clock: Any
+) -> None:
+    settings.RATELIMIT_R4 = session_keyed_setting(settings)
+    settings.ROOT_URLCONF = session_keyed_urls()
+    assert not [m for m in check_url_names() if m.id == "ratelimit_r4.W009"]  # the tests' settings have it
+    settings.MIDDLEWARE = [f"{__name__}.FakeSessionMiddleware"]
+    assert not [m for m in check_url_names() if m.id == "ratelimit_r4.W009"]
+    for n, url in enumerate(("/session/", "/instance/", "/view/", "/drf/", "/drf-handler/")):
+        alice, bob = two_sessions(settings, f"192.0.2.{n}")
+        assert [alice.get(url).status_code for _ in range(3)] == [200, 200, 429], url  # alice's session's budget
+        assert [bob.get(url).status_code for _ in range(2)] == [200, 200], url  # bob's own, at the same address
+        assert Client(REMOTE_ADDR=f"192.0.2.{n}").get(url).status_code == 200, url  # no session: the address's
+
+
+def test_without_session_keys_a_missing_session_middleware_is_not_a_warning(settings: Any) -> None:
+    settings.MIDDLEWARE = []
+    settings.ROOT_URLCONF = urlconf(path("by-ip/", session_instance_keyed_by_ip), path("ok/", ok))
+    settings.RATELIMIT_R4 = session_keyed_setting(settings)
     assert check_url_names() == []
