@@ -36,6 +36,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from . import registry
 from .decorators import RateLimitGate
 from .headers import write_fields
+from .keyspec import validate_key_spec
 from .responses import HANDLED_EXCEPTIONS, rejection_response
 
 __all__ = ["AnonRateThrottle", "RateLimiterThrottle", "UserRateThrottle", "exception_handler"]
@@ -95,7 +96,13 @@ def _bound_gate(
         explicit,
         methods if methods is None else _hashable_methods(methods),  # None: the common case, no call
     )
-    binding = _bindings.get(binding_key)
+    try:
+        binding = _bindings.get(binding_key)
+    except TypeError:  # an unhashable argument: a drop-in's key as a list (ratelimit_r4.E036 in manage.py check)
+        problem = validate_key_spec(key, imports=False)
+        if problem is None:
+            raise
+        raise TypeError(f"{problem} (a DRF throttle's key)") from None
     if binding is not None and binding[0] == registry.generation:
         return binding[1]
     return _resolve(binding_key)

@@ -867,6 +867,7 @@ class DrfListKey(APIView):
         (DrfNamedTwice, "a rate limiter is named twice"),
         (DrfBadDropInKey, "unknown key 'ipp'"),
         (DrfUnimportableKey, "cannot import key function 'tests.test_checks_urls.no_such_key_function'"),
+        (DrfListKey, "key must be a string or a callable, got list"),  # was: unhashable type: 'list'
     ],
 )
 def test_drf_throttle_arguments_that_fail_every_request_are_check_errors(
