@@ -60,8 +60,29 @@ def granted_across_processes(
         root=str(ROOT), name=name, url=url, prefix=prefix, start=time.time() + start_in,
         limit=limit, algorithm=algorithm, threads=threads,
     )  # fmt: skip
-    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(processes)]
-    return [int(p.communicate(timeout=timeout)[0]) for p in procs]
+    return [int(out) for out in run_children(code, processes, timeout)]
+
+
+def run_children(code: str, processes: int, timeout: float, env: dict[str, str] | None = None) -> list[str]:
+    """Run ``processes`` copies of ``python -c code`` and return each one's stdout; each must exit 0 within
+    ``timeout``. On any failure (a timeout, a test interrupted) every child still running is killed: a child
+    left looping against Redis outlived its test run and slowed every later one on the machine."""
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+        for _ in range(processes)
+    ]
+    try:
+        outs = []
+        for proc in procs:
+            out = proc.communicate(timeout=timeout)[0]
+            assert proc.returncode == 0, (proc.returncode, out)
+            outs.append(out)
+        return outs
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
 
 
 def grants_on_server_time(url: str, acquire: Callable[[], bool], seed: int) -> tuple[list[int], list[int]]:

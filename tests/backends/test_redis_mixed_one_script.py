@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -32,6 +30,7 @@ from hypothesis import strategies as st
 from django_ratelimit_r4.core.clock import SYSTEM_CLOCK, FakeClock
 from django_ratelimit_r4.core.ratelimiter import RateLimiter, RateLimiterConfig, aacquire_all, acquire_all
 from tests.backends.patient import patient_redis_url  # noqa: F401  (exactness tests: patient timeouts)
+from tests.backends.races import run_children
 
 redis = pytest.importorskip("redis")
 rb = pytest.importorskip("django_ratelimit_r4.backends.redis")
@@ -174,7 +173,7 @@ _CHILD = textwrap.dedent(
         while time.time() < {start}:
             time.sleep(0.0005)
         n = 0
-        while not done.is_set() or n < 20:
+        while (not done.is_set() or n < 20) and time.time() < {start} + 120:  # bounded if an observer died
             refused.append(acquire_all([spent, gcra, slide]) is not None)
             n += 1
             if n == 3:
@@ -185,7 +184,7 @@ _CHILD = textwrap.dedent(
 
     def observer():
         barrier.wait()
-        busy.wait()
+        busy.wait(120)
         granted.append(acquire_all([big, gcra, slide]) is None)
 
     threads = [threading.Thread(target=refuser) for _ in range(refusers)]
@@ -209,12 +208,10 @@ def atomic_trial(url: str, prefix: str, name: str, env: dict[str, str] | None = 
     start = time.time() + 1.5
     code = _CHILD.format(root=str(ROOT), name=name, url=url, prefix=prefix, start=start, budget=BUDGET,
                          refusers=REFUSERS, observers=OBSERVERS)
-    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
-             for _ in range(4)]
     totals = [0, 0, 0]
-    for proc in procs:
-        out = proc.communicate(timeout=180)[0].split()
-        assert proc.returncode == 0 and len(out) == 3, out
+    for text in run_children(code, 4, 180, env):
+        out = text.split()
+        assert len(out) == 3, out
         for k in range(3):
             totals[k] += int(out[k])
     observers, refused_true, decisions = totals
