@@ -591,60 +591,35 @@ def _limits_keyed_by(
     return found
 
 
-def _user_key_messages(
-    analysis: conf.Analysis, uses: Mapping[tuple[str, str | None, str], list[str]]
+def _key_without_middleware_messages(
+    analysis: conf.Analysis,
+    uses: Mapping[tuple[str, str | None, str], list[str]],
+    keys: Mapping[str, tuple[str, str]],
+    middleware: str,
+    attribute: str,
+    code: Code,
+    fix: str,
 ) -> list[CheckMessage]:
-    """W007 for every rate limit of a routed view keyed by ``request.user`` (a decorator's ``key="user"`` or
-    ``"user_or_ip"``, or the instance's ``key`` option) when no middleware sets it: the ``"user"`` key then exempts
-    every request, silently, and ``"user_or_ip"`` never keys one per user. ``uses`` are those on Django's
-    ``HttpRequest`` only (DRF authenticates its own ``Request``)."""
-    found = _limits_keyed_by(analysis, uses, _USER_KEYS)
+    """``code`` for every rate limit of a routed view keyed by ``request.<attribute>`` (one of ``keys``: a
+    decorator's or drop-in throttle's ``key=``, or the instance's ``key`` option) while ``middleware``, which
+    sets it, is not in MIDDLEWARE (nor a subclass): the key then silently does what ``keys`` says."""
+    found = _limits_keyed_by(analysis, uses, keys)
     if not found:
         return []
     from django.conf import settings
 
-    if _has_middleware(getattr(settings, "MIDDLEWARE", None) or (), _AUTHENTICATION_MIDDLEWARE):
+    if _has_middleware(getattr(settings, "MIDDLEWARE", None) or (), middleware):
         return []
     messages: list[CheckMessage] = []
     for (name, spec_key, origin), places in found.items():
-        keyed, outcome = _USER_KEYS[spec_key]
+        keyed, outcome = keys[spec_key]
         messages.append(
             CheckWarning(
-                f"{_places(places)}: rate limiter {name!r} is {keyed} ({origin}), but {_AUTHENTICATION_MIDDLEWARE} "
-                f"is not in MIDDLEWARE, so requests have no request.user: {outcome}",
-                hint=f"Add {_AUTHENTICATION_MIDDLEWARE!r} to MIDDLEWARE (after SessionMiddleware), or key the limit "
-                "by something the request has ('ip'); if a middleware of your own sets request.user, silence "
-                f"{Code.USER_KEY_WITHOUT_AUTHENTICATION.check_id}.",
-                id=Code.USER_KEY_WITHOUT_AUTHENTICATION.check_id,
-            )
-        )
-    return messages
-
-
-def _session_key_messages(
-    analysis: conf.Analysis, uses: Mapping[tuple[str, str | None, str], list[str]]
-) -> list[CheckMessage]:
-    """W009 for every rate limit of a routed view keyed by ``request.session`` (``key="session"`` of a decorator or
-    a drop-in throttle class, or the instance's ``key`` option; DRF's ``Request`` reads the ``HttpRequest``'s
-    session) when no middleware sets it: the ``"session"`` key then keys every request by its client IP."""
-    found = _limits_keyed_by(analysis, uses, _SESSION_KEYS)
-    if not found:
-        return []
-    from django.conf import settings
-
-    if _has_middleware(getattr(settings, "MIDDLEWARE", None) or (), _SESSION_MIDDLEWARE):
-        return []
-    messages: list[CheckMessage] = []
-    for (name, spec_key, origin), places in found.items():
-        keyed, outcome = _SESSION_KEYS[spec_key]
-        messages.append(
-            CheckWarning(
-                f"{_places(places)}: rate limiter {name!r} is {keyed} ({origin}), but {_SESSION_MIDDLEWARE} "
-                f"is not in MIDDLEWARE, so requests have no request.session: {outcome}",
-                hint=f"Add {_SESSION_MIDDLEWARE!r} to MIDDLEWARE (before AuthenticationMiddleware), or key the limit "
-                "by 'ip' if a per-address budget is what you want; if a middleware of your own sets request.session, "
-                f"silence {Code.SESSION_KEY_WITHOUT_SESSIONS.check_id}.",
-                id=Code.SESSION_KEY_WITHOUT_SESSIONS.check_id,
+                f"{_places(places)}: rate limiter {name!r} is {keyed} ({origin}), but {middleware} "
+                f"is not in MIDDLEWARE, so requests have no request.{attribute}: {outcome}",
+                hint=f"Add {middleware!r} to MIDDLEWARE {fix}; if a middleware of your own sets "
+                f"request.{attribute}, silence {code.check_id}.",
+                id=code.check_id,
             )
         )
     return messages
@@ -975,6 +950,19 @@ def check_url_names(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
     if not analysis.section_problems["ratelimiters"]:
         messages.extend(_permits_messages(analysis, demands))
         messages.extend(_group_messages(analysis, groups))
-    messages.extend(_user_key_messages(analysis, http_key_uses))
-    messages.extend(_session_key_messages(analysis, key_uses))
+    # W007: on Django's HttpRequest only (DRF authenticates its own Request). W009: DRF's Request reads the
+    # HttpRequest's session, so DRF views too.
+    messages.extend(
+        _key_without_middleware_messages(
+            analysis, http_key_uses, _USER_KEYS, _AUTHENTICATION_MIDDLEWARE, "user",
+            Code.USER_KEY_WITHOUT_AUTHENTICATION,
+            "(after SessionMiddleware), or key the limit by something the request has ('ip')",
+        )
+    )
+    messages.extend(
+        _key_without_middleware_messages(
+            analysis, key_uses, _SESSION_KEYS, _SESSION_MIDDLEWARE, "session", Code.SESSION_KEY_WITHOUT_SESSIONS,
+            "(before AuthenticationMiddleware), or key the limit by 'ip' if a per-address budget is what you want",
+        )
+    )
     return messages
