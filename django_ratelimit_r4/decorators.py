@@ -251,24 +251,16 @@ class _Resilience:
             self.uses += tuple(f"{_PERMITS_PREFIX}{name}:{permits}" for name in self.gate.names)
         if self.gate is not None and isinstance(key, str) and key not in BUILTIN_KEYS and not key.startswith(HEADER_PREFIX):
             self.uses += (f"{_KEY_PATH_PREFIX}{key}",)  # a dotted path (the gate checked the rest): key_paths
-        #: ``(attribute, DecisionGroup)`` put on the wrapper when the gate decides several names (what manage.py
-        #: check reads to find limits that cannot be decided together, ratelimit_r4.E035); None otherwise.
-        self.group: tuple[str, DecisionGroup] | None = None
-        if self.gate is not None and len(self.gate.names) > 1:
-            names = self.gate.names
-            self.group = (f"{_GROUP_PREFIX}{names!r}:{key is not None}", DecisionGroup(names, key is not None))
-        #: ``(attribute, KeyUse)`` put on the wrapper when there is a rate limiter (what manage.py check reads to
-        #: find limits keyed by request.user without the middleware that sets it, ratelimit_r4.W007); None otherwise.
-        self.key_use: tuple[str, KeyUse] | None = None
-        if self.gate is not None:
-            use = KeyUse(self.gate.names, key if key is None or isinstance(key, str) else "<callable>")
-            self.key_use = (f"{_KEY_USE_PREFIX}{use.names!r}:{use.key!r}", use)
-        # Every mark above in one dict: method_decorator re-applies the decorator on every request, so __call__
-        # puts them on the wrapper with one update.
+        # Every mark in one dict: method_decorator re-applies the decorator on every request, so __call__ puts
+        # them on the wrapper with one update. Besides the flags above: the DecisionGroup of a gate deciding
+        # several names (decision_groups, ratelimit_r4.E035) and the KeyUse of any gate (key_uses, W007/W009).
         self._wrapper_marks: dict[str, object] = dict.fromkeys(self.uses, True)
-        for mark in (self.group, self.key_use):
-            if mark is not None:
-                self._wrapper_marks[mark[0]] = mark[1]
+        if self.gate is not None:
+            names = self.gate.names
+            if len(names) > 1:
+                self._wrapper_marks[f"{_GROUP_PREFIX}{names!r}:{key is not None}"] = DecisionGroup(names, key is not None)
+            use = KeyUse(names, key if key is None or isinstance(key, str) else "<callable>")
+            self._wrapper_marks[f"{_KEY_USE_PREFIX}{use.names!r}:{use.key!r}"] = use
 
     def instances(self) -> tuple[Any, Any, Any, Any, int, Any]:
         """``(retry, circuit breaker, time limiter, bulkhead, bulkhead retry_after ns, adaptive throttler)`` now."""
