@@ -66,12 +66,15 @@ from ..core.config import InvalidValue
 from ..core.exceptions import BulkheadFull
 from .base import DEFAULT_LEASE_TTL, FAULT_POLICIES, MIN_LEASE_TTL, check_fault_policy, lease_ttl_value
 from .redis import (
+    _CALL_LOOPS,
     CONNECT_TIMEOUT_S,
     DEFAULT_PREFIX,
     FAULT_COOLDOWN_S,
     LostCancellation,
     RedisConnection,
     _name_part,
+    await_call_thread,
+    call_thread_submit,
     connection,
 )
 
@@ -466,6 +469,10 @@ class RedisBulkhead:
     async def _aeval(self, op: str, *rest: Any) -> Any:
         # Through RedisConnection.areply: a cancellation the client lost during the call still cancels
         # (LostCancellation, with the reply); every caller below gives back what that reply granted.
+        if _CALL_LOOPS:  # an async view under WSGI: the request's thread, on the sync pool
+            done = call_thread_submit(lambda: self._eval(self._conn.sync, op, *rest))
+            if done is not None:
+                return await await_call_thread(done)
         return await self._conn.areply(self._aeval_once(op, *rest))
 
     async def _aeval_once(self, op: str, *rest: Any) -> Any:

@@ -779,10 +779,8 @@ def test_a_cluster_every_node_of_which_dies_mid_run_gets_the_fault_policy_never_
 
 
 def test_a_closed_loops_cluster_client_is_let_go_with_its_connections_closed(redis_cluster: LocalCluster) -> None:
-    """As on a single server (test_redis_connection_lean_async.py): a loop per request (WSGI's async_to_sync),
-    each closed without aclose(), must not keep its cluster client and sockets to every node it reached."""
-    from asgiref.sync import async_to_sync
-
+    """As on a single server (test_redis_connection_lean_async.py): a loop per job (``asyncio.run``), each
+    closed without aclose(), must not keep its cluster client and sockets to every node it reached."""
     limiter = _unkeyed(redis_cluster.url, _prefix(), "loops", 1000)
     conn: Any = limiter.backend._connection()  # type: ignore[attr-defined]
     opened: list[Any] = []
@@ -793,9 +791,25 @@ def test_a_closed_loops_cluster_client_is_let_go_with_its_connections_closed(red
         opened.extend(c for node in nodes for c in node._connections if c.is_connected)
 
     for _ in range(5):
-        async_to_sync(decide)()
+        asyncio.run(decide())
     assert len(opened) >= 5
     assert len(conn._aio) == 1 and len(conn._aio_slots) == 1
     nodes = conn._aio[next(iter(conn._aio))].nodes_manager.nodes_cache.values()
     last = {id(c) for node in nodes for c in node._connections}
     assert [c for c in opened if id(c) not in last and c.is_connected] == []
+
+
+def test_async_decisions_under_wsgi_go_through_the_sync_cluster_client(redis_cluster: LocalCluster) -> None:
+    """An async view under WSGI (asgiref's loop of one ``async_to_sync`` call) is decided in the request's
+    thread on the sync cluster client: no asyncio cluster client (and its sockets to every node) per request
+    (tests/backends/test_redis_call_loop.py has the single-server counts)."""
+    from asgiref.sync import async_to_sync
+
+    limiter = _unkeyed(redis_cluster.url, _prefix(), "wsgi", 3)
+    conn: Any = limiter.backend._connection()  # type: ignore[attr-defined]
+
+    async def decide() -> bool:
+        return await limiter.aacquire_permission()
+
+    assert [async_to_sync(decide)() for _ in range(4)] == [True, True, True, False]
+    assert len(conn._aio) == 0
