@@ -27,8 +27,10 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from functools import lru_cache
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponseBase
+from django.utils.functional import SimpleLazyObject, empty
 
 from . import conf, registry
 from .backends.memory import GcraBackend, MemoryBackend, SlidingWindowBackend
@@ -221,6 +223,7 @@ class _RatePlan:
         "keyed_key_func",
         "limits",
         "loads_session",
+        "loads_user",
         "remote",
         "remote_aacquire_quota",
         "remote_acquire_quota",
@@ -302,6 +305,8 @@ class _RatePlan:
         self.single_remote = only is not None and self.remote_quotas and self.draft10
         #: A key function reads the session store ("session"): async calls load it off the loop first.
         self.loads_session = any(getattr(limit.key_func, "reads_session", False) for limit in limits)
+        #: A key function reads request.user ("user", "user_or_ip"): async calls resolve it off the loop first.
+        self.loads_user = any(getattr(limit.key_func, "reads_user", False) for limit in limits)
 
     def keyed_entry(self, request: Any) -> _KeyedEntry | None:
         """``fast_keyed``'s cached constants for ``request``'s client; None when its key function exempts it.
@@ -336,6 +341,25 @@ class _RatePlan:
                 cache.clear()
             cache[slot] = entry
         return entry
+
+
+async def _aload_user(request: Any) -> None:
+    """Resolve ``request.user`` with Django's async API when it is still AuthenticationMiddleware's unread lazy
+    object, so the "user" / "user_or_ip" key functions read it without a query from the event loop (Django
+    raised SynchronousOnlyOperation there: a 500 for every signed-in request to an async view keyed by user).
+
+    ``request.auser()`` (Django's, set by the middleware) resolves it; the user replaces the lazy object, as
+    ``django.contrib.auth.login`` does, so the view reads it for free. Without ``auser`` (a middleware of
+    one's own), the lazy object is read in a thread. Anything else (already read, or a plain object) is left.
+    """
+    user = getattr(request, "user", None)
+    if not isinstance(user, SimpleLazyObject) or user._wrapped is not empty:
+        return
+    auser = getattr(request, "auser", None)
+    if auser is not None:
+        request.user = await auser()
+    else:
+        await sync_to_async(getattr)(user, "is_authenticated")
 
 
 async def _aload_session(request: Any) -> None:
@@ -784,6 +808,8 @@ class RateLimitGate:
             plan = self._refresh()
         if plan.loads_session and request is not None:
             await _aload_session(request)
+        if plan.loads_user and request is not None:
+            await _aload_user(request)
         remote_aquota = plan.remote_aacquire_quota
         if remote_aquota is not None:
             # A single unkeyed Redis limit (as _call's): one awaited round trip, the two fields from its figures.

@@ -13,6 +13,13 @@ Specs, and the key each one stores (every key is namespaced by its kind, see bel
 * ``"header:<Name>"``: ``"header:<name>:<value>"`` (the name lower-cased); ``None`` when absent or empty.
 * a dotted path to (or the object itself) ``callable(request) -> str | None``: ``"<dotted.path>:<value>"``.
 
+Async views. ``request.user`` and ``request.session`` are lazy: their first read queries the database (or
+the session store), which Django refuses on the event loop (``SynchronousOnlyOperation``). A key function
+that reads them says so with an attribute, and in an async view the gate loads them with Django's async API
+first (``request.auser()``, ``session.akeys()``): ``"user"`` and ``"user_or_ip"`` have ``reads_user = True``,
+``"session"`` has ``reads_session = True``, and a custom key function may set either on itself (a dotted path
+or the object; ``fn.reads_user = True``).
+
 A ``None`` key means the request is not limited by that instance. Values longer than
 :data:`MAX_KEY_LENGTH` characters (client-controlled headers, custom callables) are replaced by
 ``"sha256:<hex>"`` so an attacker cannot make the keyed store hold huge strings.
@@ -76,6 +83,9 @@ def _user_pk(request: Any) -> str | None:
     return _USER + bound_key(str(user.pk))
 
 
+_user_pk.reads_user = True  # type: ignore[attr-defined]  # async views load request.user off the loop first
+
+
 def _make_ip(resolver: ClientIPResolver) -> KeyFunc:
     return resolver.as_function(prefix=_IP)
 
@@ -89,6 +99,7 @@ def _make_user_or_ip(resolver: ClientIPResolver) -> KeyFunc:
             return _USER + bound_key(str(user.pk))
         return client_ip(request)
 
+    user_or_ip.reads_user = True  # type: ignore[attr-defined]
     return user_or_ip
 
 
@@ -149,6 +160,9 @@ def _make_custom(fn: Callable[[Any], Any], namespace: str) -> KeyFunc:
         return namespace + bound_key(value if isinstance(value, str) else str(value))
 
     custom_key.__wrapped__ = fn  # type: ignore[attr-defined]
+    # What the function declares it reads (see the module's "Async views").
+    custom_key.reads_user = bool(getattr(fn, "reads_user", False))  # type: ignore[attr-defined]
+    custom_key.reads_session = bool(getattr(fn, "reads_session", False))  # type: ignore[attr-defined]
     return custom_key
 
 

@@ -156,3 +156,45 @@ def test_an_in_memory_keyed_429_leaves_nothing_to_the_cyclic_gc(r4_clock, drf) -
 
     left = cyclic_garbage(requests)
     assert not [o for o in left if isinstance(o, RequestNotPermitted) or type(o).__name__ in ("frame", "traceback")]
+
+
+async def test_a_lazy_user_without_auser_is_read_in_a_thread_not_on_the_loop() -> None:
+    """A middleware of one's own may set a lazy ``request.user`` and no ``auser``: it is read off the loop."""
+    import threading
+
+    from django.http import HttpRequest
+    from django.utils.functional import SimpleLazyObject
+
+    from django_ratelimit_r4.gate import _aload_user
+
+    read_on: list[int] = []
+
+    class User:
+        is_authenticated = True
+        pk = 7
+
+    def load() -> User:
+        read_on.append(threading.get_ident())
+        return User()
+
+    request = HttpRequest()
+    request.user = SimpleLazyObject(load)  # type: ignore[assignment]
+    await _aload_user(request)
+    assert read_on and read_on[0] != threading.get_ident()
+    await _aload_user(request)  # already read: nothing more
+    assert len(read_on) == 1 and request.user.pk == 7
+
+
+async def test_a_user_that_is_not_lazy_is_left_alone() -> None:
+    from django.http import HttpRequest
+
+    from django_ratelimit_r4.gate import _aload_user
+
+    request = HttpRequest()
+    marker = object()
+    request.user = marker  # type: ignore[assignment]
+    await _aload_user(request)
+    assert request.user is marker
+    del request.user
+    await _aload_user(request)  # no user at all (no AuthenticationMiddleware): nothing to do
+    assert not hasattr(request, "user")

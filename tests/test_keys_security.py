@@ -75,7 +75,33 @@ async def per_session_async(request: HttpRequest) -> HttpResponse:
     return HttpResponse("ok")
 
 
+@ratelimit("shared", key="user")
+async def shared_by_user_async(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(str(request.user.pk))  # the user the key read, with no second query
+
+
+@ratelimit("shared", key="user_or_ip")
+async def shared_by_user_or_ip_async(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+def username(request: HttpRequest) -> str | None:
+    """A custom key reading ``request.user``: ``reads_user`` asks async views to load it off the loop first."""
+    return request.user.get_username() or None
+
+
+username.reads_user = True  # type: ignore[attr-defined]
+
+
+@ratelimit("shared", key="tests.test_keys_security.username")
+async def shared_by_username_async(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
 urlpatterns = [
+    path("shared/user-async/", shared_by_user_async),
+    path("shared/user-or-ip-async/", shared_by_user_or_ip_async),
+    path("shared/username-async/", shared_by_username_async),
     path("per-ip/", per_ip),
     path("per-session/", per_session),
     path("per-session-async/", per_session_async),
@@ -387,6 +413,50 @@ async def test_async_views_key_by_the_session_without_blocking_the_loop(r4_clock
         forged = AsyncClient()
         forged.cookies[settings.SESSION_COOKIE_NAME] = "z" * 32
         assert (await forged.get("/per-session-async/", REMOTE_ADDR=IP)).status_code == 429
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_async_views_key_by_the_signed_in_user(r4_clock, django_assert_num_queries) -> None:
+    """``request.user`` is a lazy object whose first read queries the database: read by the "user" key of an async
+    view, Django refused that query on the event loop (SynchronousOnlyOperation, a 500 for every signed-in
+    request). The gate loads it with ``request.auser()`` first, and the view reads the same user for free."""
+    from asgiref.sync import sync_to_async
+    from django.contrib.auth import get_user_model
+    from django.test import AsyncClient
+
+    user = await sync_to_async(get_user_model().objects.create_user)(username="carol", password="pw")
+    with app():
+        carol = AsyncClient()
+        await carol.aforce_login(user)
+        responses = [await carol.get("/shared/user-async/", REMOTE_ADDR=IP) for _ in range(3)]
+        assert [r.status_code for r in responses] == [200, 200, 429]
+        assert responses[0].content == str(user.pk).encode()
+        # user_or_ip: the same budget (the user's), whatever the address.
+        assert (await carol.get("/shared/user-or-ip-async/", REMOTE_ADDR="192.0.2.77")).status_code == 429
+        # Anonymous, no cookie: "user" exempts, user_or_ip keys the address.
+        anonymous = AsyncClient()
+        codes = [(await anonymous.get("/shared/user-async/", REMOTE_ADDR=IP)).status_code for _ in range(3)]
+        assert codes == [200, 200, 200]
+        codes = [(await anonymous.get("/shared/user-or-ip-async/", REMOTE_ADDR=IP)).status_code for _ in range(3)]
+        assert codes == [200, 200, 429]
+        # A custom key marked reads_user is served the same way.
+        dave = AsyncClient()
+        other = await sync_to_async(get_user_model().objects.create_user)(username="dave", password="pw")
+        await dave.aforce_login(other)
+        codes = [(await dave.get("/shared/username-async/", REMOTE_ADDR=IP)).status_code for _ in range(3)]
+        assert codes == [200, 200, 429]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sync_view_keyed_by_user_queries_the_user_once(r4_clock, django_assert_num_queries) -> None:
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.create_user(username="erin", password="pw")
+    with app():
+        erin = Client()
+        erin.force_login(user)
+        with django_assert_num_queries(2):  # the session, then the user: the key's reads, nothing more
+            assert get(erin, "/shared/user/", 1) == [200]
 
 
 # ------------------------------------------------------------------------------------ item 8: safe defaults
