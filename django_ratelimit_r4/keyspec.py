@@ -77,6 +77,13 @@ def validate_key_spec(spec: object, *, imports: bool = True) -> str | None:
 
 def _call_error(fn: Callable[..., Any], shown: str) -> str | None:
     """Why ``fn`` cannot be called as ``key(request)`` (a TypeError at every request, a 500), or None."""
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
+        # Its coroutine, never awaited, would be the key: a new one per request, so no limit at all.
+        return (
+            f"key function '{shown}' is a coroutine function (async def): key functions are called, not awaited, "
+            "so every request would get a key of its own and no limit; make it a plain def (in an async view, "
+            "set reads_user / reads_session on it to have request.user / request.session loaded first)"
+        )
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):  # no signature to read (some builtins): the first request will tell

@@ -27,6 +27,15 @@ def numeric_key(request):
 NOT_CALLABLE = "just a string"
 
 
+async def async_key(request):
+    return "same"
+
+
+class AsyncKey:
+    async def __call__(self, request):
+        return "same"
+
+
 def key_of_view(request, view):
     """Takes more than the request: every request through it raised TypeError (a 500)."""
     return view
@@ -186,6 +195,28 @@ class TestValidation:
         else:
             with override_settings(RATELIMIT_R4={"ratelimiters": {"instances": {"t": {"rate": "5/m", "key": spec}}}}):
                 assert [m.id for m in check_settings()] == ["ratelimit_r4.E007"]
+
+    @pytest.mark.parametrize(
+        "spec", ["tests.test_keys.async_key", async_key, AsyncKey()], ids=["path", "function", "callable object"]
+    )
+    def test_an_async_key_function_is_refused(self, spec):
+        # Called as key(request), it returned a coroutine, never awaited, whose text was a new key on every
+        # request: no limit at all (an async view with limit 10 answered 200 twelve times), and a warning each.
+        from django.test import override_settings
+
+        from django_ratelimit_r4.checks import check_settings
+        from django_ratelimit_r4.decorators import ratelimit
+
+        message = validate_key_spec(spec)
+        assert message is not None and "is a coroutine function" in message and "plain def" in message
+        with pytest.raises(ValueError, match="coroutine function"):
+            compile_key(spec)
+        if isinstance(spec, str):
+            with override_settings(RATELIMIT_R4={"ratelimiters": {"instances": {"t": {"rate": "5/m", "key": spec}}}}):
+                assert [m.id for m in check_settings()] == ["ratelimit_r4.E007"]
+        else:
+            with pytest.raises(TypeError, match="coroutine function"):
+                ratelimit("api", key=spec)
 
     def test_a_key_function_with_defaults_or_a_builtin_is_fine(self):
         assert validate_key_spec("tests.test_keys.key_with_defaults") is None
