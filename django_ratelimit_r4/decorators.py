@@ -53,6 +53,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
+from django.views import View
 
 from . import conf, registry
 from .core.coroutines import is_async
@@ -104,6 +105,29 @@ _KEY_PATH_PREFIX = "_r4_key_path:"
 # One attribute per decorator with a rate limiter, its value that KeyUse: manage.py check (key_uses) warns when a
 # limit is keyed by request.user and no middleware sets it (ratelimit_r4.W007).
 _KEY_USE_PREFIX = "_r4_key_use:"
+
+
+#: Class-based views by whether their handlers are async (``View.view_is_async``), read once per class:
+#: ``method_decorator`` decorates anew on every request.
+_ASYNC_VIEWS: dict[type, bool] = {}
+
+
+def _dispatch_of_async_view(fn: Any) -> bool:
+    """``fn`` is the ``dispatch`` of a class-based view whose handlers are ``async def``, as ``method_decorator``
+    gives it (a partial of the bound method). Django's ``View.dispatch`` is a plain def that returns the
+    handler's coroutine, which Django awaits: decorated as sync, the "response" a decorator saw was that
+    coroutine, a rejection was a sync 429 where a coroutine is awaited (a 500), and a breaker or a bulkhead
+    measured the return of the coroutine instead of the handler."""
+    while isinstance(fn, partial):
+        fn = fn.func
+    view = getattr(fn, "__self__", None)
+    if not isinstance(view, View) or getattr(fn, "__name__", None) != "dispatch":
+        return False
+    cls = type(view)
+    known = _ASYNC_VIEWS.get(cls)
+    if known is None:
+        known = _ASYNC_VIEWS[cls] = bool(cls.view_is_async)
+    return known
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,7 +366,7 @@ class _Resilience:
 
     def __call__(self, fn: F) -> F:
         """Decorate ``fn`` (a view, a method through ``method_decorator``, or a plain function)."""
-        async_fn = is_async(fn)
+        async_fn = is_async(fn) or _dispatch_of_async_view(fn)
         if self.timelimiter is not None and not async_fn:
             raise TypeError(
                 f"timelimiter {self.timelimiter!r} cannot limit the sync function "
